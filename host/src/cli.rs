@@ -1,0 +1,425 @@
+//! The `skillhost` command line. Every command takes `--json` for scripting; human output
+//! goes to stdout, progress and warnings to stderr. Exit codes: 0 success, 1 error,
+//! 2 usage, 3 the skill ran but did not succeed (failure, require-more, invalid params,
+//! stopped by a limit).
+
+use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, anyhow};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::capabilities::CapabilitySet;
+use crate::library::{Library, RunOptions, RunReport, params_from_pairs};
+use crate::policy::{Policy, parse_grant};
+use crate::sandbox::Status;
+
+#[derive(Parser)]
+#[command(name = "skillhost", version, about = "A WebAssembly-sandboxed skill host for AI agents")]
+struct Cli {
+    /// skillhost home (skills, policy, memory, cache). Default: the XDG data dir.
+    #[arg(long, global = true, env = "SKILLHOST_HOME")]
+    home: Option<PathBuf>,
+    /// Directory that `$WORKSPACE` mounts refer to (default: the current directory).
+    #[arg(long, global = true)]
+    workspace: Option<PathBuf>,
+    /// Machine-readable JSON on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install, inspect and run skills.
+    #[command(subcommand)]
+    Skill(SkillCmd),
+    /// Show and change what skills are granted.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+#[derive(Subcommand)]
+enum SkillCmd {
+    /// Install a skill directory (SKILL.md + optional skill.wasm).
+    Install {
+        dir: PathBuf,
+        /// Grant a declared capability: all | filesystem[=GUEST[:read|read-write]] | network[=RULE] | env[=NAME] | memory[=read|write] | session
+        #[arg(long = "grant")]
+        grants: Vec<String>,
+        /// Grant everything the skill declares without asking.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// List installed skills.
+    List,
+    /// Show a skill: manifest, hashes, imports, declared / granted / effective rights.
+    Info { name: String },
+    /// Run a skill once in the sandbox and print its SkillResult.
+    Run {
+        name: String,
+        /// Parameters as a JSON object.
+        #[arg(long)]
+        params: Option<String>,
+        /// One parameter as name=value (repeatable; typed by SKILL.md).
+        #[arg(short = 'p', long = "param")]
+        pairs: Vec<String>,
+        /// Session id (shares session working memory between runs).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Remove an installed skill and its grants.
+    Remove { name: String },
+}
+
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// Print the effective policy (user file with the project file over it).
+    Show { name: Option<String> },
+    /// Grant declared capabilities to an installed skill.
+    Grant { name: String, specs: Vec<String> },
+    /// Revoke capabilities (same syntax as grant; `all` removes every grant).
+    Revoke { name: String, specs: Vec<String> },
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let json = cli.json;
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if json {
+                println!("{}", json!({ "error": format!("{e:#}") }));
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn default_home() -> Result<PathBuf> {
+    directories::ProjectDirs::from("", "", "skillhost")
+        .map(|d| d.data_dir().to_path_buf())
+        .ok_or_else(|| anyhow!("cannot determine a home directory; pass --home or set SKILLHOST_HOME"))
+}
+
+fn open_library(cli: &Cli) -> Result<Library> {
+    let home = match &cli.home {
+        Some(h) => h.clone(),
+        None => default_home()?,
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let workspace = cli.workspace.clone().unwrap_or_else(|| cwd.clone());
+    let project = cwd.join(".skillhost").join("policy.toml");
+    let mut lib = Library::open(&home, Some(&workspace), project.exists().then_some(project))?;
+    let quiet = cli.json;
+    lib.on_progress(move |msg| {
+        if !quiet || std::io::stderr().is_terminal() {
+            eprintln!("  .. {msg}");
+        }
+    });
+    Ok(lib)
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let lib = open_library(&cli)?;
+    let json = cli.json;
+    match cli.command {
+        Command::Skill(cmd) => skill(&lib, cmd, json),
+        Command::Policy(cmd) => policy(&lib, cmd, json),
+    }
+}
+
+fn ask(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).is_ok() && matches!(line.trim(), "y" | "Y" | "yes")
+}
+
+fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
+    match cmd {
+        SkillCmd::Install { dir, grants, yes } => {
+            let interactive = !yes && grants.is_empty() && std::io::stdin().is_terminal() && !json;
+            let decide = |m: &crate::manifest::Manifest| -> Result<Option<CapabilitySet>> {
+                if yes {
+                    return Ok(Some(m.capabilities.clone()));
+                }
+                let mut set = Policy::default();
+                for spec in &grants {
+                    let g = parse_grant(spec, &m.capabilities).map_err(|e| anyhow!("--grant {spec}: {e}"))?;
+                    set.grant(&m.name, &g);
+                }
+                if !grants.is_empty() {
+                    return Ok(Some(set.granted(&m.name)));
+                }
+                if interactive && !m.capabilities.is_empty() {
+                    eprintln!("{} declares:", m.name);
+                    for d in m.capabilities.describe() {
+                        eprintln!("  - {d}");
+                    }
+                    if ask("Grant all of these?") {
+                        return Ok(Some(m.capabilities.clone()));
+                    }
+                }
+                Ok(None)
+            };
+            let report = lib.install(&dir, &decide)?;
+            if json {
+                print_json(&report)?;
+            } else {
+                println!(
+                    "installed {} {} ({}, {})",
+                    report.name,
+                    report.version.as_deref().unwrap_or(""),
+                    report.kind,
+                    &report.content_hash[..12]
+                );
+                print_list("declares", &report.declared);
+                print_list("granted", &report.granted);
+                if !report.imports.is_empty() {
+                    print_list("component imports", &report.imports);
+                }
+                let mut by_cap: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+                for u in &report.undeclared_imports {
+                    by_cap.entry(&u.capability).or_default().push(&u.import);
+                }
+                for (cap, imports) in by_cap {
+                    println!(
+                        "  ! imports beyond the declaration: `{cap}` ({}); calls through them are denied",
+                        imports.join(", ")
+                    );
+                }
+                if !report.not_granted.is_empty() {
+                    println!(
+                        "  not granted: {} (grant with `skillhost policy grant {} all`)",
+                        report.not_granted.join("; "),
+                        report.name
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::List => {
+            let scanned = lib.scan()?;
+            if json {
+                let rows: Vec<Value> = scanned
+                    .iter()
+                    .map(|(name, info)| match info {
+                        Ok(i) => json!({
+                            "name": name,
+                            "version": i.record.version,
+                            "kind": if i.record.is_instruction() { "instruction" } else { "executable" },
+                            "description": i.manifest.description,
+                            "content_hash": i.record.content_hash,
+                            "effective": i.effective,
+                        }),
+                        Err(e) => json!({ "name": name, "error": format!("{e:#}") }),
+                    })
+                    .collect();
+                print_json(&rows)?;
+            } else if scanned.is_empty() {
+                println!("no skills installed; install one with `skillhost skill install DIR`");
+            } else {
+                for (name, info) in &scanned {
+                    match info {
+                        Ok(i) => println!(
+                            "{:<28} {:<8} {:<11} {}",
+                            name,
+                            i.record.version.as_deref().unwrap_or("-"),
+                            if i.record.is_instruction() { "instruction" } else { "executable" },
+                            i.manifest.description.lines().next().unwrap_or("")
+                        ),
+                        Err(e) => println!("{name:<28} BROKEN   {e:#}"),
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Info { name } => {
+            let info = lib.info(&name)?;
+            if json {
+                print_json(&info)?;
+            } else {
+                let m = &info.manifest;
+                println!("{} {}", m.name, info.record.version.as_deref().unwrap_or(""));
+                println!("  {}", m.description);
+                if let Some(w) = &m.when_to_use {
+                    println!("  when to use: {w}");
+                }
+                println!("  content hash: {}", info.record.content_hash);
+                for p in &m.parameters {
+                    println!(
+                        "  param {} ({:?}{}){}",
+                        p.name,
+                        p.kind,
+                        if p.required { ", required" } else { "" },
+                        if p.description.is_empty() { String::new() } else { format!(": {}", p.description) }
+                    );
+                }
+                print_list("declares", &info.declared);
+                print_list("granted", &info.granted);
+                print_list("effective", &info.effective);
+                println!("  limits: {}", serde_json::to_string(&info.limits)?);
+                if !info.record.imports.is_empty() {
+                    print_list("component imports", &info.record.imports);
+                }
+                if info.record.is_instruction() && !m.body.is_empty() {
+                    println!("\n{}", m.body);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Run { name, params, pairs, session } => {
+            let mut value = match &params {
+                Some(text) => serde_json::from_str::<Value>(text)
+                    .map_err(|e| anyhow!("--params is not valid JSON ({e}); pass an object like '{{\"path\": \"x.log\"}}'"))?,
+                None => json!({}),
+            };
+            if !pairs.is_empty() {
+                let manifest = lib.info(&name)?.manifest;
+                let extra = params_from_pairs(&manifest, &pairs)?;
+                if let (Some(obj), Value::Object(more)) = (value.as_object_mut(), extra) {
+                    obj.extend(more);
+                }
+            }
+            let mut opts = RunOptions::default();
+            if let Some(s) = session {
+                opts.session = s;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let report = rt.block_on(lib.run(&name, value, &opts))?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print_run(&report);
+            }
+            let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+        }
+        SkillCmd::Remove { name } => {
+            lib.remove(&name)?;
+            if json {
+                print_json(&json!({ "removed": name }))?;
+            } else {
+                println!("removed {name}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_list(label: &str, items: &[String]) {
+    if items.is_empty() {
+        println!("  {label}: nothing");
+    } else {
+        println!("  {label}:");
+        for i in items {
+            println!("    - {i}");
+        }
+    }
+}
+
+fn print_run(r: &RunReport) {
+    match &r.result {
+        Ok(o) => {
+            println!("{}", o.output);
+            println!("--");
+            println!("status: {:?}", o.status);
+            for (k, v) in &o.metadata {
+                println!("  {k}: {v}");
+            }
+        }
+        Err(e) => println!("error: {e}"),
+    }
+    for m in &r.memories.stored {
+        println!("memory stored: #{m}");
+    }
+    for d in &r.denials {
+        println!("denied ({}): {}", d.capability, d.message);
+    }
+    for l in &r.logs {
+        eprintln!("[{}] {}", l.level, l.message);
+    }
+    eprintln!("({} us, peak memory {} KiB, session {})", r.elapsed_us, r.memory_peak_bytes / 1024, r.session);
+}
+
+fn policy(lib: &Library, cmd: PolicyCmd, json: bool) -> Result<ExitCode> {
+    let files = lib.policy_files();
+    match cmd {
+        PolicyCmd::Show { name } => {
+            let p = files.load()?;
+            let shown = match &name {
+                Some(n) => {
+                    let mut one = Policy { paths: p.paths.clone(), limits: p.limits, ..Default::default() };
+                    one.skills.insert(n.clone(), p.granted(n));
+                    if let Some(l) = p.skill_limits.get(n) {
+                        one.skill_limits.insert(n.clone(), *l);
+                    }
+                    one
+                }
+                None => p,
+            };
+            if json {
+                print_json(&shown)?;
+            } else {
+                println!("# user policy: {}", files.user.display());
+                if let Some(pp) = &files.project {
+                    println!("# project policy (overrides): {}", pp.display());
+                }
+                print!("{}", toml::to_string_pretty(&shown)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PolicyCmd::Grant { name, specs } => {
+            if specs.is_empty() {
+                anyhow::bail!("say what to grant: {}", crate::policy::GRANT_SYNTAX);
+            }
+            let declared = lib.info(&name)?.manifest.capabilities;
+            let mut p = Policy::load(&files.user)?;
+            for spec in &specs {
+                p.grant(&name, &parse_grant(spec, &declared)?);
+            }
+            p.save(&files.user)?;
+            let caps = p.granted(&name);
+            if json {
+                print_json(&caps)?;
+            } else {
+                print_list(&format!("{name} granted"), &caps.describe());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PolicyCmd::Revoke { name, specs } => {
+            if specs.is_empty() {
+                anyhow::bail!("say what to revoke: {}", crate::policy::GRANT_SYNTAX);
+            }
+            let mut p = Policy::load(&files.user)?;
+            for spec in &specs {
+                p.revoke(&name, spec)?;
+            }
+            p.save(&files.user)?;
+            let caps = p.granted(&name);
+            if json {
+                print_json(&caps)?;
+            } else {
+                print_list(&format!("{name} granted"), &caps.describe());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

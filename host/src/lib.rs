@@ -1,0 +1,15 @@
+//! skillhost: a WebAssembly-sandboxed skill host for AI agents.
+//!
+//! A skill is a directory with a SKILL.md ([`manifest`]) and, for executable skills, a
+//! WebAssembly component built against `wit/`. The [`library`] installs skills, verifies
+//! their bytes and runs them in the [`sandbox`], which gives each call only the
+//! [`capabilities`] that the skill declares and the user's [`policy`] grants. Skills reach
+//! long-term and session [`memory`] through host interfaces, never directly.
+
+pub mod capabilities;
+pub mod cli;
+pub mod library;
+pub mod manifest;
+pub mod memory;
+pub mod policy;
+pub mod sandbox;

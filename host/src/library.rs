@@ -1,0 +1,639 @@
+//! The skill library: installed skills on disk, integrity, and running them.
+//!
+//! Layout of the skillhost home (`--home`, `SKILLHOST_HOME`, or the XDG data dir):
+//!
+//! ```text
+//! policy.toml               user-level grants (see `policy`)
+//! skills/<name>/SKILL.md    installed manifest
+//! skills/<name>/skill.wasm  installed component (executable skills only)
+//! skills/<name>/install.json  hashes, imports, install time
+//! cache/                    compiled components (see `sandbox::cache`)
+//! memory.redb               long-term + session memory
+//! audit/calls.jsonl         one line per skill call
+//! ```
+//!
+//! Installs are staged in a sibling directory and swapped in with renames, so a crash
+//! mid-install leaves the previous version in place. Every load re-hashes the installed
+//! files against install.json and refuses to run on a mismatch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::capabilities::{CapabilitySet, Limits};
+use crate::manifest::{Manifest, ParamType};
+use crate::memory::{MemoryStore, Provenance, RedbStore};
+use crate::policy::{Policy, PolicyFiles};
+use crate::sandbox::{self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, Runtime, SkillOutput};
+
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Write a file atomically: temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent directory", path.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| anyhow!("cannot replace {}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// What install.json records about an installed version.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstallRecord {
+    pub name: String,
+    pub version: Option<String>,
+    /// sha256 over SKILL.md and the component: the identity of this version.
+    pub content_hash: String,
+    pub manifest_sha256: String,
+    pub wasm_sha256: Option<String>,
+    pub installed_ms: u64,
+    /// The component's imports (empty for instruction skills).
+    pub imports: Vec<String>,
+    /// Imports that need a capability the manifest does not declare.
+    pub undeclared_imports: Vec<UndeclaredImport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndeclaredImport {
+    pub import: String,
+    pub capability: String,
+}
+
+impl InstallRecord {
+    pub fn is_instruction(&self) -> bool {
+        self.wasm_sha256.is_none()
+    }
+}
+
+fn content_hash(manifest: &[u8], wasm: Option<&[u8]>) -> String {
+    let mut h = Sha256::new();
+    h.update(b"SKILL.md\0");
+    h.update(Sha256::digest(manifest));
+    if let Some(w) = wasm {
+        h.update(b"skill.wasm\0");
+        h.update(Sha256::digest(w));
+    }
+    hex::encode(h.finalize())
+}
+
+/// The result of an install, for display.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstallReport {
+    pub name: String,
+    pub version: Option<String>,
+    pub content_hash: String,
+    pub kind: &'static str,
+    pub declared: Vec<String>,
+    pub imports: Vec<String>,
+    pub undeclared_imports: Vec<UndeclaredImport>,
+    pub granted: Vec<String>,
+    pub not_granted: Vec<String>,
+    pub compile: Option<CompileOutcome>,
+    pub replaced: Option<String>,
+}
+
+/// One installed skill, for list/info.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillInfo {
+    pub record: InstallRecord,
+    pub manifest: Manifest,
+    pub declared: Vec<String>,
+    pub granted: Vec<String>,
+    pub effective: Vec<String>,
+    pub limits: Limits,
+    pub params_schema: Value,
+}
+
+/// Everything about one `run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub skill: String,
+    pub version: Option<String>,
+    pub content_hash: String,
+    pub session: String,
+    pub step: u32,
+    pub params: Value,
+    #[serde(serialize_with = "ser_result")]
+    pub result: Result<SkillOutput, CallError>,
+    pub denials: Vec<Denial>,
+    pub logs: Vec<LogLine>,
+    pub memories: sandbox::Absorbed,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed_us: u64,
+    pub memory_peak_bytes: usize,
+    pub compile: Option<CompileOutcome>,
+    pub limits: Limits,
+}
+
+fn ser_result<S: serde::Serializer>(r: &Result<SkillOutput, CallError>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Tagged<'a> {
+        Ok(&'a SkillOutput),
+        Error(&'a CallError),
+    }
+    match r {
+        Ok(o) => Tagged::Ok(o).serialize(s),
+        Err(e) => Tagged::Error(e).serialize(s),
+    }
+}
+
+/// How to run: session and step identity, and the namespace of the agent profile.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub session: String,
+    pub step: u32,
+    pub namespace: String,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { session: new_session_id(), step: 0, namespace: DEFAULT_NAMESPACE.into() }
+    }
+}
+
+pub fn new_session_id() -> String {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("s-{:x}-{:x}", nanos, std::process::id())
+}
+
+struct Loaded {
+    content_hash: String,
+    manifest: Manifest,
+    record: InstallRecord,
+    validator: Arc<jsonschema::Validator>,
+    prepared: Option<PreparedSkill>,
+    /// How the component was obtained when this process first loaded it.
+    compile: Option<CompileOutcome>,
+}
+
+/// The installed skills of one home, and the machinery to run them.
+pub struct Library {
+    root: PathBuf,
+    policy: PolicyFiles,
+    paths: BTreeMap<String, String>,
+    runtime: OnceLock<Runtime>,
+    store: OnceLock<Arc<dyn MemoryStore>>,
+    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
+    progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Library {
+    /// Open (creating if needed) the home at `root`. `workspace` fills `$WORKSPACE` unless
+    /// the policy sets it; `project_policy` is the project-level policy file, if any.
+    pub fn open(root: &Path, workspace: Option<&Path>, project_policy: Option<PathBuf>) -> Result<Library> {
+        std::fs::create_dir_all(root.join("skills")).with_context(|| format!("cannot create the skillhost home {}", root.display()))?;
+        let mut paths = BTreeMap::new();
+        if let Some(ws) = workspace {
+            let ws = std::fs::canonicalize(ws).with_context(|| format!("workspace {} does not exist", ws.display()))?;
+            paths.insert("WORKSPACE".to_string(), ws.to_string_lossy().into_owned());
+        }
+        Ok(Library {
+            root: root.to_path_buf(),
+            policy: PolicyFiles { user: root.join("policy.toml"), project: project_policy },
+            paths,
+            runtime: OnceLock::new(),
+            store: OnceLock::new(),
+            loaded: Mutex::new(HashMap::new()),
+            progress: Box::new(|_| {}),
+        })
+    }
+
+    /// Receive progress lines (compiles) while long operations run.
+    pub fn on_progress(&mut self, f: impl Fn(&str) + Send + Sync + 'static) {
+        self.progress = Box::new(f);
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn policy_files(&self) -> &PolicyFiles {
+        &self.policy
+    }
+
+    pub fn runtime(&self) -> Result<&Runtime> {
+        if let Some(r) = self.runtime.get() {
+            return Ok(r);
+        }
+        let r = Runtime::new(self.root.join("cache"))?;
+        Ok(self.runtime.get_or_init(|| r))
+    }
+
+    pub fn store(&self) -> Result<Arc<dyn MemoryStore>> {
+        if let Some(s) = self.store.get() {
+            return Ok(s.clone());
+        }
+        let s: Arc<dyn MemoryStore> = Arc::new(RedbStore::open(&self.root.join("memory.redb"))?);
+        Ok(self.store.get_or_init(|| s).clone())
+    }
+
+    fn skill_dir(&self, name: &str) -> PathBuf {
+        self.root.join("skills").join(name)
+    }
+
+    fn policy(&self) -> Result<Policy> {
+        self.policy.load()
+    }
+
+    /// Install the skill in `src` (a directory with SKILL.md and, for executable skills,
+    /// skill.wasm), adding `grants` to the user policy.
+    pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<CapabilitySet>>) -> Result<InstallReport> {
+        let manifest = Manifest::load_dir(src).map_err(|e| anyhow!("{e}"))?;
+        let manifest_bytes = std::fs::read(src.join("SKILL.md"))?;
+        let wasm_path = src.join("skill.wasm");
+        let wasm = match std::fs::read(&wasm_path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", wasm_path.display())),
+        };
+        let (imports, compile) = match &wasm {
+            Some(bytes) => {
+                let rt = self.runtime()?;
+                let (component, outcome) = rt
+                    .compile(bytes, &*self.progress)
+                    .map_err(|e| anyhow!("{}: {e:#}", wasm_path.display()))?;
+                let mut imports: Vec<String> =
+                    component.component_type().imports(rt.engine()).map(|(n, _)| n.to_string()).collect();
+                imports.sort();
+                (imports, Some(outcome))
+            }
+            None => (Vec::new(), None),
+        };
+        let declared = &manifest.capabilities;
+        let undeclared_imports: Vec<UndeclaredImport> = imports
+            .iter()
+            .filter_map(|i| {
+                let cap = sandbox::capability_of_import(i)?;
+                let has = match cap {
+                    "filesystem" => !declared.filesystem.is_empty(),
+                    "network" => !declared.network.is_empty(),
+                    "env" => !declared.env.is_empty(),
+                    "memory" => declared.memory != crate::capabilities::MemoryAccess::None,
+                    "session" => declared.session,
+                    _ => true,
+                };
+                (!has).then(|| UndeclaredImport { import: i.clone(), capability: cap.to_string() })
+            })
+            .collect();
+        let record = InstallRecord {
+            name: manifest.name.clone(),
+            version: manifest.version.as_ref().map(ToString::to_string),
+            content_hash: content_hash(&manifest_bytes, wasm.as_deref()),
+            manifest_sha256: sha256_hex(&manifest_bytes),
+            wasm_sha256: wasm.as_deref().map(sha256_hex),
+            installed_ms: now_ms(),
+            imports: imports.clone(),
+            undeclared_imports: undeclared_imports.clone(),
+        };
+
+        // Decide grants before touching the installed copy, so a refused grant installs nothing.
+        let granted_now = grants(&manifest)?.map(|g| manifest.capabilities.intersect(&g)).filter(|g| !g.is_empty());
+
+        // Stage, then swap in with renames.
+        let skills = self.root.join("skills");
+        let staging = skills.join(format!(".staging-{}-{}", manifest.name, std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        std::fs::write(staging.join("SKILL.md"), &manifest_bytes)?;
+        if let Some(w) = &wasm {
+            std::fs::write(staging.join("skill.wasm"), w)?;
+        }
+        std::fs::write(staging.join("install.json"), serde_json::to_vec_pretty(&record)?)?;
+        let target = self.skill_dir(&manifest.name);
+        let replaced = self.read_record(&manifest.name).ok().map(|r| r.content_hash);
+        let old = skills.join(format!(".old-{}-{}", manifest.name, std::process::id()));
+        if target.exists() {
+            std::fs::rename(&target, &old).with_context(|| format!("cannot move aside {}", target.display()))?;
+        }
+        if let Err(e) = std::fs::rename(&staging, &target) {
+            if old.exists() {
+                let _ = std::fs::rename(&old, &target);
+            }
+            return Err(e).with_context(|| format!("cannot install into {}", target.display()));
+        }
+        let _ = std::fs::remove_dir_all(&old);
+        self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(&manifest.name);
+
+        // Record grants (bounded by the declaration).
+        if let Some(g) = granted_now {
+            let mut policy_user = Policy::load(&self.policy.user)?;
+            policy_user.grant(&manifest.name, &g);
+            policy_user.save(&self.policy.user)?;
+        }
+        let granted = self.policy()?.granted(&manifest.name);
+        let effective = manifest.capabilities.intersect(&granted);
+        Ok(InstallReport {
+            name: manifest.name.clone(),
+            version: record.version.clone(),
+            content_hash: record.content_hash.clone(),
+            kind: if wasm.is_some() { "executable" } else { "instruction" },
+            declared: manifest.capabilities.describe(),
+            imports,
+            undeclared_imports,
+            granted: effective.describe(),
+            not_granted: manifest.capabilities.beyond(&effective),
+            compile,
+            replaced,
+        })
+    }
+
+    fn read_record(&self, name: &str) -> Result<InstallRecord> {
+        let path = self.skill_dir(name).join("install.json");
+        let bytes = std::fs::read(&path).map_err(|_| {
+            anyhow!("skill `{name}` is not installed; see `skillhost skill list`, or install it with `skillhost skill install DIR`")
+        })?;
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is corrupt; reinstall the skill", path.display()))
+    }
+
+    /// Names of installed skills, sorted.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(self.root.join("skills"))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') && entry.path().join("install.json").exists() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Read, verify and parse an installed skill (cached per process).
+    fn load(&self, name: &str) -> Result<Arc<Loaded>> {
+        if let Some(l) = self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.get(name) {
+            return Ok(l.clone());
+        }
+        let record = self.read_record(name)?;
+        let dir = self.skill_dir(name);
+        let manifest_bytes = std::fs::read(dir.join("SKILL.md"))?;
+        let wasm = if record.is_instruction() { None } else { Some(std::fs::read(dir.join("skill.wasm"))?) };
+        let actual = content_hash(&manifest_bytes, wasm.as_deref());
+        if actual != record.content_hash {
+            bail!(
+                "installed files of `{name}` do not match their recorded hash (expected {}, found {actual}): they were modified after install. Refusing to run it; reinstall the skill from a trusted source.",
+                record.content_hash
+            );
+        }
+        let text = String::from_utf8(manifest_bytes).map_err(|_| anyhow!("{}/SKILL.md is not UTF-8", dir.display()))?;
+        let manifest = Manifest::parse(&dir.join("SKILL.md"), &text).map_err(|e| anyhow!("{e}"))?;
+        let validator = jsonschema::validator_for(&manifest.params_schema())
+            .map_err(|e| anyhow!("parameters of `{name}` do not form a JSON Schema: {e}"))?;
+        let (prepared, compile) = match (&wasm, &record.wasm_sha256) {
+            (Some(w), Some(sha)) => {
+                let (p, outcome) = self.runtime()?.prepare(w, sha, &*self.progress)?;
+                (Some(p), Some(outcome))
+            }
+            _ => (None, None),
+        };
+        let loaded = Arc::new(Loaded {
+            content_hash: record.content_hash.clone(),
+            manifest,
+            record,
+            validator: Arc::new(validator),
+            prepared,
+            compile,
+        });
+        self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.insert(name.to_string(), loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Every installed skill, each loaded on its own: one broken skill is reported next to
+    /// the others instead of hiding them.
+    pub fn scan(&self) -> Result<Vec<(String, Result<SkillInfo>)>> {
+        Ok(self.names()?.into_iter().map(|n| {
+            let info = self.info(&n);
+            (n, info)
+        }).collect())
+    }
+
+    pub fn info(&self, name: &str) -> Result<SkillInfo> {
+        let record = self.read_record(name)?;
+        let dir = self.skill_dir(name);
+        let text = std::fs::read_to_string(dir.join("SKILL.md"))?;
+        let manifest = Manifest::parse(&dir.join("SKILL.md"), &text).map_err(|e| anyhow!("{e}"))?;
+        let policy = self.policy()?;
+        let granted = policy.granted(name);
+        let effective = manifest.capabilities.intersect(&granted);
+        Ok(SkillInfo {
+            declared: manifest.capabilities.describe(),
+            granted: granted.describe(),
+            effective: effective.describe(),
+            limits: Limits::resolve(&manifest.limits, &policy.limit_caps(name)),
+            params_schema: manifest.params_schema(),
+            record,
+            manifest,
+        })
+    }
+
+    /// Remove an installed skill and its grants.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        self.read_record(name)?;
+        let dir = self.skill_dir(name);
+        let trash = self.root.join("skills").join(format!(".removed-{name}-{}", std::process::id()));
+        std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
+        let _ = std::fs::remove_dir_all(&trash);
+        let mut policy = Policy::load(&self.policy.user)?;
+        if policy.skills.remove(name).is_some() | policy.skill_limits.remove(name).is_some() {
+            policy.save(&self.policy.user)?;
+        }
+        self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
+        Ok(())
+    }
+
+    /// Validate `params` against the skill's schema and fill declared defaults. The error
+    /// tells the caller what to change.
+    pub fn check_params(&self, name: &str, params: Value) -> Result<Value, CallError> {
+        let loaded = self.load(name).map_err(|e| CallError::Setup(format!("{e:#}")))?;
+        validate_params(&loaded.manifest, &loaded.validator, params)
+    }
+
+    /// Run an installed skill once.
+    pub async fn run(&self, name: &str, params: Value, opts: &RunOptions) -> Result<RunReport> {
+        let loaded = self.load(name)?;
+        let Some(prepared) = &loaded.prepared else {
+            bail!(
+                "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
+            );
+        };
+        let manifest = &loaded.manifest;
+        let policy = self.policy()?;
+        let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(name));
+        let mut report = RunReport {
+            skill: name.to_string(),
+            version: loaded.record.version.clone(),
+            content_hash: loaded.content_hash.clone(),
+            session: opts.session.clone(),
+            step: opts.step,
+            params: params.clone(),
+            result: Err(CallError::Setup(String::new())),
+            denials: Vec::new(),
+            logs: Vec::new(),
+            memories: Default::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            elapsed_us: 0,
+            memory_peak_bytes: 0,
+            compile: loaded.compile,
+            limits,
+        };
+        let params = match validate_params(manifest, &loaded.validator, params) {
+            Ok(p) => p,
+            Err(e) => {
+                report.result = Err(e);
+                self.audit(&report);
+                return Ok(report);
+            }
+        };
+        report.params = params.clone();
+        let effective = manifest.capabilities.intersect(&policy.granted(name));
+        for missing in manifest.capabilities.beyond(&effective) {
+            report.denials.push(Denial {
+                capability: missing.split(' ').next().unwrap_or("").to_string(),
+                message: format!("declared but not granted: {missing} (grant with `skillhost policy grant {name} ...`)"),
+            });
+        }
+        let mut paths = policy.paths.clone();
+        for (k, v) in &self.paths {
+            paths.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let store = self.store()?;
+        let grant = CallGrant {
+            skill: name.to_string(),
+            skill_hash: loaded.content_hash.clone(),
+            capabilities: effective.clone(),
+            limits,
+            paths,
+            store: store.clone(),
+            namespace: opts.namespace.clone(),
+        };
+        let invocation = Invocation { session_id: opts.session.clone(), step: opts.step, params: params.to_string() };
+        let outcome = self.runtime()?.call(prepared, grant, invocation).await;
+        if let Ok(out) = &outcome.result {
+            let provenance = Provenance {
+                skill: name.to_string(),
+                skill_hash: loaded.content_hash.clone(),
+                session: opts.session.clone(),
+                step: opts.step,
+            };
+            report.memories = sandbox::absorb(&out.new_memories, effective.memory, &limits, &*store, &opts.namespace, &provenance);
+            for d in &report.memories.dropped {
+                report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
+            }
+        }
+        report.result = outcome.result;
+        report.denials.extend(outcome.denials);
+        report.logs = outcome.logs;
+        report.stdout = outcome.stdout;
+        report.stderr = outcome.stderr;
+        report.elapsed_us = outcome.elapsed_us;
+        report.memory_peak_bytes = outcome.memory_peak_bytes;
+        self.audit(&report);
+        Ok(report)
+    }
+
+    /// Append the call to the audit file. A failure to audit is reported on stderr, never
+    /// silently ignored, but does not undo the call.
+    fn audit(&self, report: &RunReport) {
+        let path = self.root.join("audit").join("calls.jsonl");
+        let line = serde_json::json!({
+            "ts_ms": now_ms(),
+            "session": report.session,
+            "step": report.step,
+            "skill": report.skill,
+            "content_hash": report.content_hash,
+            "params": report.params,
+            "status": match &report.result { Ok(o) => serde_json::to_value(o.status).unwrap_or_default(), Err(e) => Value::String(e.to_string()) },
+            "denials": report.denials,
+            "logs": report.logs,
+            "memories_stored": report.memories.stored,
+            "elapsed_us": report.elapsed_us,
+            "memory_peak_bytes": report.memory_peak_bytes,
+        });
+        let result = (|| -> Result<()> {
+            std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+            writeln!(f, "{line}")?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            eprintln!("warning: cannot write the audit log {}: {e:#}", path.display());
+        }
+    }
+}
+
+fn validate_params(manifest: &Manifest, validator: &jsonschema::Validator, mut params: Value) -> Result<Value, CallError> {
+    let expected = || {
+        let list: Vec<String> = manifest
+            .parameters
+            .iter()
+            .map(|p| {
+                let mut s = format!("{} ({:?}{})", p.name, p.kind, if p.required { ", required" } else { "" }).to_lowercase();
+                if let Some(c) = &p.choices {
+                    s.push_str(&format!(" one of {}", Value::Array(c.clone())));
+                }
+                s
+            })
+            .collect();
+        if list.is_empty() { "this skill takes no parameters".to_string() } else { format!("expected: {}", list.join(", ")) }
+    };
+    let Some(obj) = params.as_object_mut() else {
+        return Err(CallError::InvalidParams(format!("parameters must be a JSON object, got {params}; {}", expected())));
+    };
+    for p in &manifest.parameters {
+        if let Some(d) = &p.default
+            && !obj.contains_key(&p.name)
+        {
+            obj.insert(p.name.clone(), d.clone());
+        }
+    }
+    let problems: Vec<String> = validator
+        .iter_errors(&params)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() { e.to_string() } else { format!("`{}`: {e}", path.trim_start_matches('/')) }
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(CallError::InvalidParams(format!("{}; {}", problems.join("; "), expected())));
+    }
+    Ok(params)
+}
+
+/// Parse `-p key=value` pairs using the declared parameter types (a string parameter
+/// keeps `123` as text; others take JSON).
+pub fn params_from_pairs(manifest: &Manifest, pairs: &[String]) -> Result<Value> {
+    let mut obj = serde_json::Map::new();
+    for pair in pairs {
+        let (k, v) = pair.split_once('=').ok_or_else(|| anyhow!("`-p {pair}`: write it as -p name=value"))?;
+        let kind = manifest.parameters.iter().find(|p| p.name == k).map(|p| p.kind);
+        let value = match kind {
+            Some(ParamType::String) | None => serde_json::from_str::<Value>(v)
+                .ok()
+                .filter(|j| kind.is_none() && !j.is_string())
+                .unwrap_or_else(|| Value::String(v.to_string())),
+            Some(_) => serde_json::from_str(v).map_err(|e| anyhow!("`-p {pair}`: `{k}` takes JSON ({e})"))?,
+        };
+        obj.insert(k.to_string(), value);
+    }
+    Ok(Value::Object(obj))
+}

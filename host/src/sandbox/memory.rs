@@ -1,0 +1,151 @@
+//! `memory`: `memory.search` needs `memory: read` (or write); proposed new memories are
+//! stored only with `memory: write`, within the count and size limits, with provenance.
+//! Everything refused is a [`Denial`](super::Denial) the model and the audit log can read.
+
+use std::sync::Arc;
+
+use super::bindings::skillhost::skill::memory::Host;
+use super::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
+use super::{CallGrant, CallState, Denial, ProposedMemory};
+use crate::capabilities::{Limits, MemoryAccess};
+use crate::memory::{MemoryKind, MemoryStore, NewRecord, Provenance};
+
+const MAX_SEARCH_LIMIT: u32 = 50;
+
+/// The memory-related part of a call's rights.
+pub(super) struct HostAccess {
+    pub store: Arc<dyn MemoryStore>,
+    pub namespace: String,
+    pub session_id: String,
+    pub memory: MemoryAccess,
+    pub session: bool,
+}
+
+impl HostAccess {
+    pub fn new(grant: &CallGrant, session: &str) -> HostAccess {
+        HostAccess {
+            store: grant.store.clone(),
+            namespace: grant.namespace.clone(),
+            session_id: session.to_string(),
+            memory: grant.capabilities.memory,
+            session: grant.capabilities.session,
+        }
+    }
+}
+
+fn kind_from_wit(k: WitKind) -> MemoryKind {
+    match k {
+        WitKind::Preference => MemoryKind::Preference,
+        WitKind::Fact => MemoryKind::Fact,
+        WitKind::TaskResult => MemoryKind::TaskResult,
+        WitKind::Snapshot => MemoryKind::Snapshot,
+        WitKind::Pitfall => MemoryKind::Pitfall,
+        WitKind::General => MemoryKind::General,
+    }
+}
+
+fn kind_to_wit(k: MemoryKind) -> WitKind {
+    match k {
+        MemoryKind::Preference => WitKind::Preference,
+        MemoryKind::Fact => WitKind::Fact,
+        MemoryKind::TaskResult => WitKind::TaskResult,
+        MemoryKind::Snapshot => WitKind::Snapshot,
+        MemoryKind::Pitfall => WitKind::Pitfall,
+        MemoryKind::General => WitKind::General,
+    }
+}
+
+pub(super) fn proposed_from_wit(m: NewMemory) -> ProposedMemory {
+    ProposedMemory { kind: kind_from_wit(m.kind), content: m.content, priority: m.priority.min(5), tags: m.tags }
+}
+
+impl Host for CallState {
+    fn search(&mut self, query: String, limit: u32) -> wasmtime::Result<Result<Vec<MemoryHit>, HostError>> {
+        if self.host.memory == MemoryAccess::None {
+            let message = "memory.search needs the `memory: read` capability, which this skill does not hold".to_string();
+            self.denials.push(Denial { capability: "memory".into(), message: message.clone() });
+            return Ok(Err(HostError::Denied(message)));
+        }
+        let limit = limit.clamp(1, MAX_SEARCH_LIMIT) as usize;
+        Ok(match self.host.store.search(&self.host.namespace, &query, limit) {
+            Ok(hits) => Ok(hits
+                .into_iter()
+                .map(|(r, score)| MemoryHit {
+                    id: r.id.to_string(),
+                    kind: kind_to_wit(r.kind),
+                    content: r.content,
+                    priority: r.priority,
+                    tags: r.tags,
+                    score,
+                    created_ms: r.created_ms,
+                })
+                .collect()),
+            Err(e) => Err(HostError::Unavailable(format!("{e:#}"))),
+        })
+    }
+}
+
+/// Result of storing a call's proposed memories.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Absorbed {
+    pub stored: Vec<u64>,
+    pub dropped: Vec<String>,
+}
+
+/// Store what the skill proposed, if it may; explain every drop.
+pub fn absorb(
+    proposed: &[ProposedMemory],
+    access: MemoryAccess,
+    limits: &Limits,
+    store: &dyn MemoryStore,
+    namespace: &str,
+    provenance: &Provenance,
+) -> Absorbed {
+    let mut out = Absorbed::default();
+    if proposed.is_empty() {
+        return out;
+    }
+    if access != MemoryAccess::Write {
+        out.dropped.push(format!(
+            "{} proposed memories dropped: the skill does not hold `memory: write`",
+            proposed.len()
+        ));
+        return out;
+    }
+    for (i, m) in proposed.iter().enumerate() {
+        if i as u64 >= limits.max_new_memories {
+            out.dropped.push(format!(
+                "{} proposed memories over the limit of {} dropped",
+                proposed.len() - i,
+                limits.max_new_memories
+            ));
+            break;
+        }
+        if m.content.len() as u64 > limits.max_memory_bytes {
+            out.dropped.push(format!(
+                "memory #{} dropped: {} bytes exceeds the limit of {}; summarize it (counts and key lines)",
+                i + 1,
+                m.content.len(),
+                limits.max_memory_bytes
+            ));
+            continue;
+        }
+        if m.content.trim().is_empty() {
+            out.dropped.push(format!("memory #{} dropped: empty content", i + 1));
+            continue;
+        }
+        let record = NewRecord {
+            namespace: namespace.to_string(),
+            kind: m.kind,
+            content: m.content.clone(),
+            priority: m.priority,
+            tags: m.tags.clone(),
+            provenance: provenance.clone(),
+        };
+        match store.insert(record) {
+            Ok(id) => out.stored.push(id),
+            Err(e) => out.dropped.push(format!("memory #{} not stored: {e:#}", i + 1)),
+        }
+    }
+    out
+}

@@ -1,0 +1,168 @@
+//! `network`: outbound HTTP through wasi:http, allowed only to URLs that match an effective
+//! allowlist rule. Raw sockets and name lookup stay off (WASI sockets are never granted).
+//!
+//! Private, loopback, link-local and metadata addresses are refused even when an allowed
+//! *name* resolves to them (DNS rebinding); they are reachable only when the rule names the
+//! address itself (`http://127.0.0.1:8080`). For plain http the checked address is the one
+//! connected to (the URI is pinned to it; the Host header keeps the name). For https the
+//! TLS connector resolves the name again, which leaves a short re-resolution window.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::Denial;
+use crate::capabilities::{NetRule, default_port};
+
+pub(super) struct NetworkGate {
+    rules: Vec<NetRule>,
+    pub denials: SharedDenials,
+}
+
+#[derive(Clone, Default)]
+pub(super) struct SharedDenials(Arc<Mutex<Vec<Denial>>>);
+
+impl SharedDenials {
+    fn push(&self, message: String) {
+        if let Ok(mut d) = self.0.lock() {
+            d.push(Denial { capability: "network".into(), message });
+        }
+    }
+
+    pub fn take(&self) -> Vec<Denial> {
+        self.0.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default()
+    }
+}
+
+impl IntoIterator for SharedDenials {
+    type Item = Denial;
+    type IntoIter = std::vec::IntoIter<Denial>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.take().into_iter()
+    }
+}
+
+impl NetworkGate {
+    pub fn new(rules: Vec<NetRule>) -> NetworkGate {
+        NetworkGate { rules, denials: SharedDenials::default() }
+    }
+}
+
+/// Addresses a skill must not reach through a name: loopback, private, link-local (which
+/// includes the 169.254.169.254 cloud metadata service), unspecified, CGNAT, ULA.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || o[0] == 0
+        }
+        IpAddr::V6(v6) => {
+            let seg0 = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (seg0 & 0xfe00) == 0xfc00
+                || (seg0 & 0xffc0) == 0xfe80
+                || v6.to_ipv4_mapped().is_some_and(|v4| is_internal(IpAddr::V4(v4)))
+        }
+    }
+}
+
+fn denied<T: Send + 'static>(err: HttpError) -> Box<dyn Future<Output = Result<T, HttpError>> + Send> {
+    Box::new(async move { Err(err) })
+}
+
+type SendResult = Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError>;
+
+impl WasiHttpHooks for NetworkGate {
+    fn send_request(
+        &mut self,
+        mut request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let uri = request.uri().clone();
+        let scheme = uri.scheme_str().unwrap_or("https").to_ascii_lowercase();
+        let Some(host) = uri.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string()) else {
+            self.denials.push(format!("request to `{uri}` has no host"));
+            return denied(HttpError::HttpRequestUriInvalid);
+        };
+        let port = uri.port_u16().unwrap_or_else(|| default_port(&scheme));
+        let path = uri.path().to_string();
+        let url = format!("{scheme}://{host}:{port}{path}");
+        if self.rules.is_empty() {
+            self.denials.push(format!("HTTP request to {url} denied: the skill holds no `network` capability"));
+            return denied(HttpError::HttpRequestDenied);
+        }
+        if !self.rules.iter().any(|r| r.matches(&scheme, &host, port, &path)) {
+            let allowed: Vec<String> = self.rules.iter().map(ToString::to_string).collect();
+            self.denials.push(format!(
+                "HTTP request to {url} denied: not in the effective allowlist [{}]",
+                allowed.join(", ")
+            ));
+            return denied(HttpError::HttpRequestDenied);
+        }
+        let literal_ip: Option<IpAddr> = host.parse().ok();
+        let denials = self.denials.clone();
+        let options = Some(options.unwrap_or(RequestOptions {
+            connect_timeout: Some(Duration::from_secs(10)),
+            first_byte_timeout: Some(Duration::from_secs(30)),
+            between_bytes_timeout: Some(Duration::from_secs(30)),
+        }));
+        Box::new(async move {
+            if literal_ip.is_none() {
+                // A name: every address it resolves to must be public.
+                let addrs: Vec<IpAddr> = match tokio::net::lookup_host((host.as_str(), port)).await {
+                    Ok(a) => a.map(|s| s.ip()).collect(),
+                    Err(e) => {
+                        return Err(HttpError::DnsError { rcode: Some(e.to_string()), info_code: None });
+                    }
+                };
+                if let Some(bad) = addrs.iter().find(|ip| is_internal(**ip)) {
+                    denials.push(format!(
+                        "HTTP request to {url} denied: {host} resolves to the internal address {bad}; grant the address itself to allow it"
+                    ));
+                    return Err(HttpError::DestinationIpProhibited);
+                }
+                if scheme == "http"
+                    && let Some(ip) = addrs.first()
+                {
+                    let authority = match ip {
+                        IpAddr::V4(v4) => format!("{v4}:{port}"),
+                        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+                    };
+                    let mut parts = uri.clone().into_parts();
+                    parts.authority = authority.parse().ok();
+                    if let Ok(pinned) = http::Uri::from_parts(parts) {
+                        *request.uri_mut() = pinned;
+                    }
+                }
+            }
+            use http_body_util::BodyExt;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((res.map(BodyExt::boxed_unsync), Box::new(io) as Box<dyn Future<Output = _> + Send>))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses() {
+        for ip in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.5", "169.254.169.254", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "100.64.0.1"] {
+            assert!(is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {
+            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}

@@ -1,0 +1,43 @@
+# skillhost task runner. Quick start: `just demo`, `just test`.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Guest crates (skills-src/* with a Cargo.toml, and the test probe).
+guest_crates := "read-log-file query-issue-kb write-analysis-snapshot generate-report probe"
+
+default: demo
+
+# Build every skill component and assemble installable skill dirs in target/skills/.
+build-skills:
+    rustup target list --installed 2>/dev/null | grep -q wasm32-wasip2 || rustup target add wasm32-wasip2
+    CARGO_TARGET_DIR=target/wasm cargo build --quiet --profile guest --target wasm32-wasip2 $(for c in {{guest_crates}}; do printf -- '-p %s ' "$c"; done)
+    rm -rf target/skills && mkdir -p target/skills
+    for dir in skills-src/*/ tests/skills/*/; do \
+        name=$(basename "$dir"); \
+        [ -f "$dir/SKILL.md" ] || [ -f "$dir/Cargo.toml" ] || continue; \
+        mkdir -p "target/skills/$name"; \
+        [ -f "$dir/SKILL.md" ] && cp "$dir/SKILL.md" "target/skills/$name/"; \
+        wasm="target/wasm/wasm32-wasip2/guest/${name//-/_}.wasm"; \
+        if [ -f "$dir/Cargo.toml" ]; then cp "$wasm" "target/skills/$name/skill.wasm"; fi; \
+    done
+    @echo "skills built: $(ls target/skills | tr '\n' ' ')"
+
+# Build the host (release: tests, demo and bench share one build).
+build:
+    cargo build --release --quiet
+
+# Install the example skills into a fresh demo home and run the log analysis on the example UART log.
+demo: build-skills build
+    bash examples/log-analysis/demo.sh
+
+# All tests: unit tests and the integration tests in tests/, through the real runtime.
+test: build-skills
+    cargo test --release
+
+# Benchmarks: warm/cold call, compile, against process-per-call baselines. Prints ratios.
+bench: build-skills
+    cargo bench -p skillhost --bench runtime
+
+# Formatting and clippy, warnings as errors.
+lint:
+    cargo fmt --all --check
+    cargo clippy --release --all-targets -- -D warnings

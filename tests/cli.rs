@@ -1,0 +1,105 @@
+//! The `skillhost` binary end to end: install with grants, list, info, run, policy, remove,
+//! with `--json` output and exit codes.
+
+mod common;
+
+use assert_cmd::Command;
+use common::Env;
+use serde_json::Value;
+
+fn skillhost(env: &Env) -> Command {
+    let mut c = Command::cargo_bin("skillhost").unwrap();
+    c.env("SKILLHOST_HOME", env.home.path()).arg("--workspace").arg(env.workspace.path()).env_remove("RUST_LOG");
+    c
+}
+
+fn json_of(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
+
+#[test]
+fn install_grant_run_revoke_remove() {
+    let env = Env::new();
+    std::fs::write(env.workspace.path().join("notes.txt"), "hello from the workspace").unwrap();
+    let dir = env.probe_as(
+        "reader",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n  session: true\n",
+    );
+
+    let out = skillhost(&env).args(["--json", "skill", "install"]).arg(&dir).args(["--grant", "filesystem"]).assert().success();
+    let report = json_of(&out.get_output().stdout);
+    assert_eq!(report["name"], "reader");
+    assert_eq!(report["kind"], "executable");
+    assert_eq!(report["granted"], serde_json::json!(["filesystem $WORKSPACE -> /workspace (read)"]));
+    assert_eq!(report["not_granted"], serde_json::json!(["session"]));
+    assert!(report["imports"].as_array().unwrap().iter().any(|i| i.as_str().unwrap().starts_with("wasi:filesystem/preopens")));
+
+    let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    let list = json_of(&out.get_output().stdout);
+    assert_eq!(list[0]["name"], "reader");
+
+    let out = skillhost(&env)
+        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
+        .assert()
+        .success();
+    let run = json_of(&out.get_output().stdout);
+    assert_eq!(run["result"]["ok"]["output"], "hello from the workspace");
+    assert_eq!(run["result"]["ok"]["status"], "success");
+
+    // `-p n=5` is typed by SKILL.md (integer), `-p arg=123` stays a string.
+    skillhost(&env).args(["skill", "run", "reader", "-p", "mode=echo", "-p", "arg=123", "-p", "n=5"]).assert().success();
+
+    // Invalid params: exit 3 with a message naming the parameter.
+    let out = skillhost(&env).args(["skill", "run", "reader", "--params", r#"{"mode": 1}"#]).assert().code(3);
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(stdout.contains("invalid parameters") && stdout.contains("`mode`"), "{stdout}");
+    // Unparsable --params: exit 1, says what to pass.
+    let out = skillhost(&env).args(["skill", "run", "reader", "--params", "{mode"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("--params is not valid JSON"));
+
+    skillhost(&env).args(["policy", "revoke", "reader", "filesystem"]).assert().success();
+    let out = skillhost(&env)
+        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
+        .assert()
+        .code(3);
+    let run = json_of(&out.get_output().stdout);
+    assert_eq!(run["result"]["error"]["kind"], "failed");
+
+    skillhost(&env).args(["policy", "grant", "reader", "session", "filesystem=/workspace:read"]).assert().success();
+    let out = skillhost(&env).args(["--json", "policy", "show", "reader"]).assert().success();
+    let policy = json_of(&out.get_output().stdout);
+    assert_eq!(policy["skills"]["reader"]["session"], true);
+    // Granting what the skill never declared is refused.
+    let out = skillhost(&env).args(["policy", "grant", "reader", "env=HOME"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("does not declare env HOME"));
+
+    let out = skillhost(&env).args(["--json", "skill", "info", "reader"]).assert().success();
+    let info = json_of(&out.get_output().stdout);
+    assert_eq!(info["effective"].as_array().unwrap().len(), 2);
+
+    skillhost(&env).args(["skill", "remove", "reader"]).assert().success();
+    let out = skillhost(&env).args(["skill", "run", "reader", "-p", "mode=noop"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("not installed"));
+    let out = skillhost(&env).args(["--json", "policy", "show"]).assert().success();
+    assert!(json_of(&out.get_output().stdout)["skills"].get("reader").is_none(), "grants removed with the skill");
+}
+
+#[test]
+fn install_errors_are_readable() {
+    let env = Env::new();
+    let out = skillhost(&env).args(["skill", "install", "/nonexistent/skill"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("/nonexistent/skill/SKILL.md") && err.contains("cannot read"), "{err}");
+
+    let dir = env.sources.path().join("typo");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("SKILL.md"), "---\nname: typo\ndescription: x\ncapabilites:\n  memory: read\n---\n").unwrap();
+    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("typo/SKILL.md:4") && err.contains("capabilites"), "{err}");
+
+    let dir = env.probe_as("p", "");
+    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "network"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("does not declare network access"));
+    skillhost(&env).args(["skill", "run", "p", "-p", "mode=noop"]).assert().code(1);
+}

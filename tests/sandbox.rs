@@ -1,0 +1,336 @@
+//! The sandbox, through the real runtime: limits, capabilities, denials, cache integrity.
+
+mod common;
+
+use common::{Env, TestServer, output, run, run_with};
+use serde_json::json;
+use skillhost::library::RunOptions;
+use skillhost::sandbox::{CallError, CompileOutcome, Status};
+
+#[test]
+fn trivial_call_succeeds_and_reports() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let opts = RunOptions { session: "sess-1".into(), step: 4, ..Default::default() };
+    let r = run_with(&lib, "p", json!({"mode": "echo", "arg": "hi"}), &opts);
+    assert_eq!(output(&r), "sess-1|4|hi");
+    assert!(r.denials.is_empty(), "{:?}", r.denials);
+    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "install compiled it into the cache: {:?}", r.compile);
+    let audit = std::fs::read_to_string(env.home.path().join("audit/calls.jsonl")).unwrap();
+    assert!(audit.contains("\"session\":\"sess-1\""), "{audit}");
+}
+
+#[test]
+fn invalid_params_are_rejected_before_the_component_runs() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let r = run(&lib, "p", json!({"mode": 3}));
+    let Err(CallError::InvalidParams(m)) = &r.result else { panic!("{:?}", r.result) };
+    assert!(m.contains("`mode`") && m.contains("string"), "{m}");
+    let r = run(&lib, "p", json!({"arg": "x"}));
+    let Err(CallError::InvalidParams(m)) = &r.result else { panic!("{:?}", r.result) };
+    assert!(m.contains("\"mode\" is a required property"), "{m}");
+    let r = run(&lib, "p", json!({"mode": "noop", "bogus": 1}));
+    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("bogus")), "{:?}", r.result);
+    let r = run(&lib, "p", json!({"mode": "noop", "n": -1}));
+    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("`n`")), "{:?}", r.result);
+    // The skill's own invalid-params answer comes through as such.
+    let r = run(&lib, "p", json!({"mode": "no-such-mode"}));
+    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("unknown mode")), "{:?}", r.result);
+}
+
+#[test]
+fn panic_is_readable_and_the_next_call_works() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let r = run(&lib, "p", json!({"mode": "panic", "arg": "boom"}));
+    let Err(CallError::Panic(m)) = &r.result else { panic!("{:?}", r.result) };
+    assert!(m.contains("probe panicked on purpose: boom"), "{m}");
+    assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
+}
+
+#[test]
+fn infinite_loop_is_stopped_by_the_cpu_deadline() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  cpu_time_ms: 200\n");
+    let started = std::time::Instant::now();
+    let r = run(&lib, "p", json!({"mode": "loop"}));
+    assert!(matches!(&r.result, Err(CallError::CpuLimit(m)) if m.contains("200 ms")), "{:?}", r.result);
+    assert!(started.elapsed().as_secs() < 5, "took {:?}", started.elapsed());
+    assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
+}
+
+#[test]
+fn waiting_guest_is_stopped_by_the_wall_clock() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  wall_time_ms: 300\n");
+    let r = run(&lib, "p", json!({"mode": "sleep", "n": 20_000}));
+    assert_eq!(r.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
+}
+
+#[test]
+fn memory_bomb_is_stopped_by_the_limit() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  memory_mb: 16\n");
+    let r = run(&lib, "p", json!({"mode": "membomb"}));
+    assert!(matches!(&r.result, Err(CallError::MemoryLimit(m)) if m.contains("16 MiB")), "{:?}", r.result);
+    assert!(r.memory_peak_bytes <= 16 << 20);
+    assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
+}
+
+#[test]
+fn output_flood_is_capped() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  output_kb: 1\n");
+    let r = run(&lib, "p", json!({"mode": "flood", "n": 1_000_000}));
+    let out = r.result.as_ref().unwrap();
+    assert_eq!(out.truncated_bytes, 1_000_000 - 1024);
+    assert!(out.output.len() < 1200, "{}", out.output.len());
+    assert!(out.output.contains("output truncated"));
+    // A stdout flood cannot fill host memory either: the pipe refuses past its capacity.
+    let r = run(&lib, "p", json!({"mode": "stdout-flood", "n": 10_000}));
+    assert!(r.result.is_err(), "stdout beyond the cap must stop the guest");
+    assert!(r.stdout.len() <= 64 * 1024);
+}
+
+#[test]
+fn filesystem_is_confined_to_granted_mounts() {
+    let env = Env::new();
+    std::fs::write(env.workspace.path().join("data.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", env.workspace.path().join("link")).unwrap();
+    let lib = env.library();
+    env.install_granted(
+        &lib,
+        "reader",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
+    );
+    assert_eq!(output(&run(&lib, "reader", json!({"mode": "read-file", "arg": "/workspace/data.txt"}))), "inside");
+    for path in ["/etc/passwd", "/workspace/../etc/passwd", "../etc/passwd", "/workspace/../../../../etc/passwd", "/workspace/link", "/"] {
+        let r = run(&lib, "reader", json!({"mode": "read-file", "arg": path}));
+        assert!(matches!(&r.result, Err(CallError::Failed(_))), "{path} must not be readable: {:?}", r.result);
+    }
+    let r = run(&lib, "reader", json!({"mode": "write-file", "arg": "/workspace/new.txt"}));
+    assert!(r.result.is_err(), "read-only mount accepted a write");
+    assert!(!env.workspace.path().join("new.txt").exists());
+
+    env.install_granted(
+        &lib,
+        "writer",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read-write\n",
+    );
+    assert_eq!(output(&run(&lib, "writer", json!({"mode": "write-file", "arg": "/workspace/new.txt"}))), "written");
+    assert_eq!(std::fs::read_to_string(env.workspace.path().join("new.txt")).unwrap(), "written by probe");
+
+    // No mount at all: nothing is visible.
+    env.install_granted(&lib, "blind", "");
+    let r = run(&lib, "blind", json!({"mode": "read-file", "arg": "/workspace/data.txt"}));
+    assert!(r.result.is_err());
+}
+
+#[test]
+fn environment_is_only_what_is_declared_and_granted() {
+    let env = Env::new();
+    let lib = env.library();
+    assert!(std::env::var("PATH").is_ok(), "the test needs PATH set");
+    env.install_granted(&lib, "none", "");
+    let r = run(&lib, "none", json!({"mode": "env", "arg": "PATH"}));
+    assert_eq!(output(&r), "PATH is not set");
+    assert_eq!(r.result.as_ref().unwrap().metadata, vec![("env_count".to_string(), "0".to_string())]);
+
+    env.install_granted(&lib, "some", "capabilities:\n  env: [PATH]\n");
+    let r = run(&lib, "some", json!({"mode": "env", "arg": "PATH"}));
+    assert!(output(&r).starts_with("PATH=/"), "{}", output(&r));
+    let r = run(&lib, "some", json!({"mode": "env", "arg": "HOME"}));
+    assert_eq!(output(&r), "HOME is not set");
+
+    env.install_ungranted(&lib, "asked", "capabilities:\n  env: [PATH]\n");
+    let r = run(&lib, "asked", json!({"mode": "env", "arg": "PATH"}));
+    assert_eq!(output(&r), "PATH is not set");
+    assert!(r.denials.iter().any(|d| d.message.contains("declared but not granted: env PATH")), "{:?}", r.denials);
+}
+
+#[test]
+fn declared_but_not_granted_is_denied() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_ungranted(&lib, "p", "capabilities:\n  session: true\n  memory: write\n");
+    let r = run(&lib, "p", json!({"mode": "session-set", "arg": "v"}));
+    assert!(matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("session")), "{:?}", r.result);
+    assert!(r.denials.iter().any(|d| d.capability == "session" && d.message.contains("session.set")), "{:?}", r.denials);
+    let r = run(&lib, "p", json!({"mode": "remember", "arg": "fact", "n": 1}));
+    assert!(r.memories.stored.is_empty());
+    assert!(r.denials.iter().any(|d| d.message.contains("memory: write")), "{:?}", r.denials);
+    let r = run(&lib, "p", json!({"mode": "memory-search", "arg": "x"}));
+    assert!(r.result.is_err());
+
+    // Granting it later takes effect on the next call.
+    let mut policy = skillhost::policy::Policy::load(&env.home.path().join("policy.toml")).unwrap();
+    let declared = lib.info("p").unwrap().manifest.capabilities;
+    policy.grant("p", &skillhost::policy::parse_grant("session", &declared).unwrap());
+    policy.save(&env.home.path().join("policy.toml")).unwrap();
+    let opts = RunOptions { session: "s".into(), ..Default::default() };
+    assert_eq!(output(&run_with(&lib, "p", json!({"mode": "session-set", "arg": "kept"}), &opts)), "stored");
+    assert_eq!(output(&run_with(&lib, "p", json!({"mode": "session-get"}), &opts)), "kept");
+    let other = RunOptions { session: "t".into(), ..Default::default() };
+    assert_eq!(output(&run_with(&lib, "p", json!({"mode": "session-get"}), &other)), "");
+}
+
+#[test]
+fn memories_are_stored_with_provenance_within_limits() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "capabilities:\n  memory: write\nlimits:\n  max_new_memories: 2\n  max_memory_bytes: 64\n");
+    let opts = RunOptions { session: "sess-m".into(), step: 2, namespace: "ops".into() };
+    let r = run_with(&lib, "p", json!({"mode": "remember", "arg": "uart overrun", "n": 5}), &opts);
+    assert_eq!(r.memories.stored.len(), 2);
+    assert!(r.memories.dropped.iter().any(|d| d.contains("3 proposed memories over the limit of 2")), "{:?}", r.memories);
+    let records = lib.store().unwrap().list("ops").unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].provenance.skill, "p");
+    assert_eq!(records[0].provenance.skill_hash, r.content_hash);
+    assert_eq!((records[0].provenance.session.as_str(), records[0].provenance.step), ("sess-m", 2));
+    assert!(lib.store().unwrap().list("default").unwrap().is_empty());
+
+    let long = "x".repeat(100);
+    let r = run_with(&lib, "p", json!({"mode": "remember", "arg": long, "n": 1}), &opts);
+    assert!(r.memories.stored.is_empty());
+    assert!(r.memories.dropped[0].contains("summarize"), "{:?}", r.memories.dropped);
+
+    // The same skill can read them back through memory.search, in its namespace only.
+    let r = run_with(&lib, "p", json!({"mode": "memory-search", "arg": "overrun"}), &opts);
+    assert!(output(&r).contains("uart overrun #0"), "{}", output(&r));
+    let r = run(&lib, "p", json!({"mode": "memory-search", "arg": "overrun"}));
+    assert_eq!(output(&r), "");
+}
+
+#[test]
+fn outbound_http_follows_the_allowlist() {
+    let server = TestServer::start();
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "net", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n    - http://localhost:*\n", server.port));
+    let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/ok", server.port)}));
+    assert_eq!(output(&r), "200 hello");
+    assert_eq!(server.hits(), 1);
+
+    // Other path, other loopback address, other port: denied before any connection.
+    for url in [
+        format!("http://127.0.0.1:{}/secret", server.port),
+        format!("http://127.0.0.2:{}/ok", server.port),
+        format!("http://127.0.0.1:{}/ok", server.port.wrapping_add(1)),
+    ] {
+        let r = run(&lib, "net", json!({"mode": "http-get", "arg": url}));
+        assert!(r.result.is_err(), "{url} reachable");
+        assert!(r.denials.iter().any(|d| d.capability == "network" && d.message.contains("not in the effective allowlist")), "{:?}", r.denials);
+    }
+    // An allowed *name* that resolves to an internal address is refused (DNS rebinding).
+    let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://localhost:{}/ok", server.port)}));
+    assert!(r.result.is_err());
+    assert!(r.denials.iter().any(|d| d.message.contains("internal address")), "{:?}", r.denials);
+    assert_eq!(server.hits(), 1);
+
+    // Declared but not granted: nothing.
+    env.install_ungranted(&lib, "quiet", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n", server.port));
+    let r = run(&lib, "quiet", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/ok", server.port)}));
+    assert!(r.result.is_err());
+    assert!(r.denials.iter().any(|d| d.message.contains("no `network` capability")), "{:?}", r.denials);
+    assert_eq!(server.hits(), 1);
+}
+
+#[test]
+fn corrupted_cache_entry_is_detected_and_recompiled() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        env.install_granted(&lib, "p", "");
+    }
+    let cache = env.home.path().join("cache");
+    let entry = std::fs::read_dir(&cache).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+
+    {
+        let lib = env.library();
+        let r = run(&lib, "p", json!({"mode": "noop"}));
+        assert_eq!(output(&r), "ok");
+        assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
+        assert_ne!(std::fs::read(&entry).unwrap(), bytes, "the entry was rewritten");
+    }
+    let lib = env.library();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
+}
+
+#[test]
+fn tampered_installed_component_is_refused() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        env.install_granted(&lib, "p", "");
+    }
+    let wasm = env.home.path().join("skills/p/skill.wasm");
+    let mut bytes = std::fs::read(&wasm).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&wasm, bytes).unwrap();
+    let lib = env.library();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let err = rt.block_on(lib.run("p", json!({"mode": "noop"}), &RunOptions::default())).unwrap_err();
+    assert!(format!("{err:#}").contains("do not match their recorded hash"), "{err:#}");
+}
+
+#[test]
+fn malformed_manifest_and_non_component_wasm_are_clear_errors() {
+    let env = Env::new();
+    let lib = env.library();
+    let dir = env.probe_as("bad", "capabilities:\n  memory: sometimes\n");
+    let err = lib.install(&dir, &|_| Ok(None)).unwrap_err().to_string();
+    assert!(err.contains("bad/SKILL.md:") && err.contains("memory") && err.contains("sometimes"), "{err}");
+
+    let dir = env.probe_as("core", "");
+    std::fs::write(dir.join("skill.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+    assert!(err.contains("core WebAssembly module, not a component"), "{err}");
+
+    std::fs::write(dir.join("skill.wasm"), b"#!/bin/sh\necho pwned\n").unwrap();
+    let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+    assert!(err.contains("not a WebAssembly file"), "{err}");
+    assert!(lib.names().unwrap().is_empty(), "nothing half-installed");
+}
+
+#[test]
+fn a_broken_installed_skill_does_not_hide_the_others() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "good", "");
+    env.install_granted(&lib, "broken", "");
+    std::fs::write(env.home.path().join("skills/broken/SKILL.md"), "---\nname: [\n---\n").unwrap();
+    let scanned = lib.scan().unwrap();
+    assert_eq!(scanned.len(), 2);
+    let broken = scanned.iter().find(|(n, _)| n == "broken").unwrap();
+    assert!(format!("{:#}", broken.1.as_ref().unwrap_err()).contains("SKILL.md"));
+    assert!(scanned.iter().find(|(n, _)| n == "good").unwrap().1.is_ok());
+    assert_eq!(output(&run(&lib, "good", json!({"mode": "noop"}))), "ok");
+}
+
+#[test]
+fn status_and_failure_come_through() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let r = run(&lib, "p", json!({"mode": "fail", "arg": "why"}));
+    assert_eq!(r.result.unwrap_err(), CallError::Failed("probe failed on purpose: why".into()));
+    let r = run(&lib, "p", json!({"mode": "log", "arg": "step", "n": 3}));
+    assert_eq!(r.result.as_ref().unwrap().status, Status::Success);
+    assert_eq!(r.logs.len(), 3);
+    assert_eq!(r.logs[2].message, "step #2");
+}
