@@ -5,7 +5,7 @@ The device is a small gateway MCU (Cortex-M4 @ 168 MHz) that talks to a host ove
 logs telemetry to its internal flash and drives an SPI display. The log covers about four
 hours on 2026-03-02 and hides one real fault among plenty of noise:
 
-* uart1 RX is fed by a DMA ring of only 16 descriptors x 32 bytes (512 B, L-boot lines).
+* uart1 RX is fed by a DMA ring of only 16 descriptors x 32 bytes (512 B, see the boot lines).
   At 115200 baud that is ~44 ms of data; after the host switches the link to 921600 baud
   it is only ~5.6 ms.
 * The logger erases a 128 KiB flash sector whenever a log segment is full. The vector table

@@ -1,0 +1,158 @@
+//! `just bench`: the sandbox's call cost against process-per-call baselines measured in the
+//! same run (the machine is shared and noisy, so ratios matter more than absolutes).
+//!
+//! Figures: compile at install; cold first call from the cache (deserialize + link +
+//! instantiate + execute); warm call p50/p99 (instantiate + execute of a prepared
+//! component) and the full `Library::run` path (policy, validation, audit line); baselines:
+//! a minimal native binary and a python3 script doing the same trivial work, fork + exec
+//! per call.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use skillhost::capabilities::{CapabilitySet, Limits};
+use skillhost::library::{Library, RunOptions};
+use skillhost::memory::RedbStore;
+use skillhost::sandbox::{CallGrant, Invocation, Runtime};
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[idx]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn time_n(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect()
+}
+
+fn main() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let probe = repo.join("target/skills/probe");
+    let wasm = std::fs::read(probe.join("skill.wasm")).expect("run `just build-skills` first");
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+
+    // Compile at install.
+    let runtime = Runtime::new(tmp.path().join("bench-cache")).unwrap();
+    let mut compiles = time_n(3, || {
+        runtime.compile(&wasm, &|_| {}).unwrap();
+    });
+    let compile = percentile(&mut compiles, 0.5);
+
+    // Cold first call from the cache: what a fresh CLI process does after the engine exists.
+    let sha = hex_sha(&wasm);
+    let store: Arc<dyn skillhost::memory::MemoryStore> = Arc::new(RedbStore::open(&tmp.path().join("m.redb")).unwrap());
+    let grant = CallGrant {
+        skill: "probe".into(),
+        skill_hash: sha.clone(),
+        capabilities: CapabilitySet::default(),
+        limits: Limits::DEFAULT,
+        paths: Default::default(),
+        store: store.clone(),
+        namespace: "bench".into(),
+    };
+    let inv = Invocation { session_id: "bench".into(), step: 1, params: r#"{"mode":"noop"}"#.into() };
+    let mut colds = time_n(20, || {
+        let (prepared, outcome) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+        assert!(matches!(outcome, skillhost::sandbox::CompileOutcome::Hit { .. }));
+        let out = rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
+        assert_eq!(out.result.unwrap().output, "ok");
+    });
+    let cold = percentile(&mut colds, 0.5);
+    let mut engines = time_n(5, || {
+        drop(Runtime::new(tmp.path().join("bench-cache")).unwrap());
+    });
+    let engine_new = percentile(&mut engines, 0.5);
+
+    // Warm: instantiate + execute of a prepared component.
+    let (prepared, _) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+    for _ in 0..200 {
+        rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
+    }
+    let mut warm = time_n(5000, || {
+        let out = rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
+        debug_assert!(out.result.is_ok());
+    });
+    if std::env::var_os("SKILLHOST_BENCH_PROFILE").is_some() {
+        // Only warm calls, for `perf record`.
+        for _ in 0..50_000 {
+            rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
+        }
+        return;
+    }
+    let warm_p50 = percentile(&mut warm, 0.5);
+    let warm_p99 = percentile(&mut warm, 0.99);
+    drop(runtime);
+
+    // Full library path: policy load, params validation, call, audit append.
+    let home = tmp.path().join("home");
+    let lib = Library::open(&home, Some(tmp.path()), None).unwrap();
+    lib.install(&probe, &|_| Ok(None)).unwrap();
+    let opts = RunOptions { session: "bench".into(), ..Default::default() };
+    for _ in 0..100 {
+        rt.block_on(lib.run("probe", json!({"mode": "noop"}), &opts)).unwrap();
+    }
+    let mut full = time_n(2000, || {
+        rt.block_on(lib.run("probe", json!({"mode": "noop"}), &opts)).unwrap();
+    });
+    let full_p50 = percentile(&mut full, 0.5);
+
+    // Baselines: the same trivial work as a process per call.
+    let native = tmp.path().join("noop-native");
+    let c_src = tmp.path().join("noop.c");
+    std::fs::write(&c_src, "#include <stdio.h>\nint main(int c, char **v) { (void)v; printf(\"{\\\"output\\\":\\\"ok\\\",\\\"args\\\":%d}\\n\", c); return 0; }\n").unwrap();
+    let built = Command::new("cc").args(["-O2", "-o"]).arg(&native).arg(&c_src).status().map(|s| s.success()).unwrap_or(false);
+    let mut native_p50 = None;
+    if built {
+        let mut s = time_n(300, || {
+            let out = Command::new(&native).arg(r#"{"mode":"noop"}"#).output().unwrap();
+            assert!(out.status.success());
+        });
+        native_p50 = Some(percentile(&mut s, 0.5));
+    }
+    let script = "import json,sys\np=json.loads(sys.argv[1])\nprint(json.dumps({'output':'ok','mode':p['mode']}))";
+    let mut py = time_n(40, || {
+        let out = Command::new("python3").args(["-c", script, r#"{"mode":"noop"}"#]).output().expect("python3 missing");
+        assert!(out.status.success());
+    });
+    let py_p50 = percentile(&mut py, 0.5);
+
+    println!("skillhost runtime benchmark (probe component {} KiB)", wasm.len() / 1024);
+    println!("  compile at install (p50 of 3)           {:>10.1} ms", compile.as_secs_f64() * 1e3);
+    println!("  engine creation (pooling, p50 of 5)     {:>10.1} us", us(engine_new));
+    println!("  cold first call from cache (p50 of 20)  {:>10.1} us", us(cold));
+    println!("  warm call p50 (instantiate+execute)     {:>10.1} us", us(warm_p50));
+    println!("  warm call p99                           {:>10.1} us", us(warm_p99));
+    println!("  Library::run p50 (policy+validate+audit){:>10.1} us", us(full_p50));
+    match native_p50 {
+        Some(n) => println!("  baseline native fork+exec p50           {:>10.1} us   ratio {:>7.1}x", us(n), us(n) / us(warm_p50)),
+        None => println!("  baseline native fork+exec               skipped (no C compiler `cc`)"),
+    }
+    println!("  baseline python3 process p50            {:>10.1} us   ratio {:>7.1}x", us(py_p50), us(py_p50) / us(warm_p50));
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!("targets:");
+    println!("  warm p50 <= 30 us: {}", verdict(us(warm_p50) <= 30.0));
+    if let Some(n) = native_p50 {
+        println!("  >= 25x native baseline: {}", verdict(us(n) / us(warm_p50) >= 25.0));
+    }
+    println!("  >= 500x python3 baseline: {}", verdict(us(py_p50) / us(warm_p50) >= 500.0));
+    println!("  cold first call <= 10 ms: {}", verdict(cold <= Duration::from_millis(10)));
+}
+
+fn hex_sha(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
