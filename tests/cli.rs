@@ -26,13 +26,24 @@ fn install_grant_run_revoke_remove() {
         "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n  session: true\n",
     );
 
-    let out = skillhost(&env).args(["--json", "skill", "install"]).arg(&dir).args(["--grant", "filesystem"]).assert().success();
+    let out = skillhost(&env)
+        .args(["--json", "skill", "install"])
+        .arg(&dir)
+        .args(["--grant", "filesystem"])
+        .assert()
+        .success();
     let report = json_of(&out.get_output().stdout);
     assert_eq!(report["name"], "reader");
     assert_eq!(report["kind"], "executable");
     assert_eq!(report["granted"], serde_json::json!(["filesystem $WORKSPACE -> /workspace (read)"]));
     assert_eq!(report["not_granted"], serde_json::json!(["session"]));
-    assert!(report["imports"].as_array().unwrap().iter().any(|i| i.as_str().unwrap().starts_with("wasi:filesystem/preopens")));
+    assert!(
+        report["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i.as_str().unwrap().starts_with("wasi:filesystem/preopens"))
+    );
 
     let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
     let list = json_of(&out.get_output().stdout);
@@ -47,7 +58,10 @@ fn install_grant_run_revoke_remove() {
     assert_eq!(run["result"]["ok"]["status"], "success");
 
     // `-p n=5` is typed by SKILL.md (integer), `-p arg=123` stays a string.
-    skillhost(&env).args(["skill", "run", "reader", "-p", "mode=echo", "-p", "arg=123", "-p", "n=5"]).assert().success();
+    skillhost(&env)
+        .args(["skill", "run", "reader", "-p", "mode=echo", "-p", "arg=123", "-p", "n=5"])
+        .assert()
+        .success();
 
     // Invalid params: exit 3 with a message naming the parameter.
     let out = skillhost(&env).args(["skill", "run", "reader", "--params", r#"{"mode": 1}"#]).assert().code(3);
@@ -93,7 +107,8 @@ fn install_errors_are_readable() {
 
     let dir = env.sources.path().join("typo");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("SKILL.md"), "---\nname: typo\ndescription: x\ncapabilites:\n  memory: read\n---\n").unwrap();
+    std::fs::write(dir.join("SKILL.md"), "---\nname: typo\ndescription: x\ncapabilites:\n  memory: read\n---\n")
+        .unwrap();
     let out = skillhost(&env).args(["skill", "install"]).arg(&dir).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("typo/SKILL.md:4") && err.contains("capabilites"), "{err}");

@@ -16,7 +16,11 @@ fn trivial_call_succeeds_and_reports() {
     let r = run_with(&lib, "p", json!({"mode": "echo", "arg": "hi"}), &opts);
     assert_eq!(output(&r), "sess-1|4|hi");
     assert!(r.denials.is_empty(), "{:?}", r.denials);
-    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "install compiled it into the cache: {:?}", r.compile);
+    assert!(
+        matches!(r.compile, Some(CompileOutcome::Hit { .. })),
+        "install compiled it into the cache: {:?}",
+        r.compile
+    );
     let audit = std::fs::read_to_string(env.home.path().join("audit/calls.jsonl")).unwrap();
     assert!(audit.contains("\"session\":\"sess-1\""), "{audit}");
 }
@@ -112,7 +116,14 @@ fn filesystem_is_confined_to_granted_mounts() {
         "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
     );
     assert_eq!(output(&run(&lib, "reader", json!({"mode": "read-file", "arg": "/workspace/data.txt"}))), "inside");
-    for path in ["/etc/passwd", "/workspace/../etc/passwd", "../etc/passwd", "/workspace/../../../../etc/passwd", "/workspace/link", "/"] {
+    for path in [
+        "/etc/passwd",
+        "/workspace/../etc/passwd",
+        "../etc/passwd",
+        "/workspace/../../../../etc/passwd",
+        "/workspace/link",
+        "/",
+    ] {
         let r = run(&lib, "reader", json!({"mode": "read-file", "arg": path}));
         assert!(matches!(&r.result, Err(CallError::Failed(_))), "{path} must not be readable: {:?}", r.result);
     }
@@ -162,8 +173,16 @@ fn declared_but_not_granted_is_denied() {
     let lib = env.library();
     env.install_ungranted(&lib, "p", "capabilities:\n  session: true\n  memory: write\n");
     let r = run(&lib, "p", json!({"mode": "session-set", "arg": "v"}));
-    assert!(matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("session")), "{:?}", r.result);
-    assert!(r.denials.iter().any(|d| d.capability == "session" && d.message.contains("session.set")), "{:?}", r.denials);
+    assert!(
+        matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("session")),
+        "{:?}",
+        r.result
+    );
+    assert!(
+        r.denials.iter().any(|d| d.capability == "session" && d.message.contains("session.set")),
+        "{:?}",
+        r.denials
+    );
     let r = run(&lib, "p", json!({"mode": "remember", "arg": "fact", "n": 1}));
     assert!(r.memories.stored.is_empty());
     assert!(r.denials.iter().any(|d| d.message.contains("memory: write")), "{:?}", r.denials);
@@ -186,11 +205,19 @@ fn declared_but_not_granted_is_denied() {
 fn memories_are_stored_with_provenance_within_limits() {
     let env = Env::new();
     let lib = env.library();
-    env.install_granted(&lib, "p", "capabilities:\n  memory: write\nlimits:\n  max_new_memories: 2\n  max_memory_bytes: 64\n");
+    env.install_granted(
+        &lib,
+        "p",
+        "capabilities:\n  memory: write\nlimits:\n  max_new_memories: 2\n  max_memory_bytes: 64\n",
+    );
     let opts = RunOptions { session: "sess-m".into(), step: 2, namespace: "ops".into() };
     let r = run_with(&lib, "p", json!({"mode": "remember", "arg": "uart overrun", "n": 5}), &opts);
     assert_eq!(r.memories.stored.len(), 2);
-    assert!(r.memories.dropped.iter().any(|d| d.contains("3 proposed memories over the limit of 2")), "{:?}", r.memories);
+    assert!(
+        r.memories.dropped.iter().any(|d| d.contains("3 proposed memories over the limit of 2")),
+        "{:?}",
+        r.memories
+    );
     let records = lib.store().unwrap().list("ops").unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].provenance.skill, "p");
@@ -215,7 +242,11 @@ fn outbound_http_follows_the_allowlist() {
     let server = TestServer::start();
     let env = Env::new();
     let lib = env.library();
-    env.install_granted(&lib, "net", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n    - http://localhost:*\n", server.port));
+    env.install_granted(
+        &lib,
+        "net",
+        &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n    - http://localhost:*\n", server.port),
+    );
     let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/ok", server.port)}));
     assert_eq!(output(&r), "200 hello");
     assert_eq!(server.hits(), 1);
@@ -228,7 +259,11 @@ fn outbound_http_follows_the_allowlist() {
     ] {
         let r = run(&lib, "net", json!({"mode": "http-get", "arg": url}));
         assert!(r.result.is_err(), "{url} reachable");
-        assert!(r.denials.iter().any(|d| d.capability == "network" && d.message.contains("not in the effective allowlist")), "{:?}", r.denials);
+        assert!(
+            r.denials.iter().any(|d| d.capability == "network" && d.message.contains("not in the effective allowlist")),
+            "{:?}",
+            r.denials
+        );
     }
     // An allowed *name* that resolves to an internal address is refused (DNS rebinding).
     let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://localhost:{}/ok", server.port)}));
@@ -237,7 +272,11 @@ fn outbound_http_follows_the_allowlist() {
     assert_eq!(server.hits(), 1);
 
     // Declared but not granted: nothing.
-    env.install_ungranted(&lib, "quiet", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n", server.port));
+    env.install_ungranted(
+        &lib,
+        "quiet",
+        &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n", server.port),
+    );
     let r = run(&lib, "quiet", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/ok", server.port)}));
     assert!(r.result.is_err());
     assert!(r.denials.iter().any(|d| d.message.contains("no `network` capability")), "{:?}", r.denials);

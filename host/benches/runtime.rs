@@ -114,7 +114,8 @@ fn main() {
     let native = tmp.path().join("noop-native");
     let c_src = tmp.path().join("noop.c");
     std::fs::write(&c_src, "#include <stdio.h>\nint main(int c, char **v) { (void)v; printf(\"{\\\"output\\\":\\\"ok\\\",\\\"args\\\":%d}\\n\", c); return 0; }\n").unwrap();
-    let built = Command::new("cc").args(["-O2", "-o"]).arg(&native).arg(&c_src).status().map(|s| s.success()).unwrap_or(false);
+    let built =
+        Command::new("cc").args(["-O2", "-o"]).arg(&native).arg(&c_src).status().map(|s| s.success()).unwrap_or(false);
     let mut native_p50 = None;
     if built {
         let mut s = time_n(300, || {
@@ -138,10 +139,18 @@ fn main() {
     println!("  warm call p99                           {:>10.1} us", us(warm_p99));
     println!("  Library::run p50 (policy+validate+audit){:>10.1} us", us(full_p50));
     match native_p50 {
-        Some(n) => println!("  baseline native fork+exec p50           {:>10.1} us   ratio {:>7.1}x", us(n), us(n) / us(warm_p50)),
+        Some(n) => println!(
+            "  baseline native fork+exec p50           {:>10.1} us   ratio {:>7.1}x",
+            us(n),
+            us(n) / us(warm_p50)
+        ),
         None => println!("  baseline native fork+exec               skipped (no C compiler `cc`)"),
     }
-    println!("  baseline python3 process p50            {:>10.1} us   ratio {:>7.1}x", us(py_p50), us(py_p50) / us(warm_p50));
+    println!(
+        "  baseline python3 process p50            {:>10.1} us   ratio {:>7.1}x",
+        us(py_p50),
+        us(py_p50) / us(warm_p50)
+    );
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("targets:");
     println!("  warm p50 <= 30 us: {}", verdict(us(warm_p50) <= 30.0));

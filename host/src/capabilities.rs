@@ -106,7 +106,8 @@ pub enum PortRule {
 
 impl NetRule {
     pub fn parse(text: &str) -> Result<NetRule, String> {
-        let fix = "write it as scheme://host[:port][/path-prefix], e.g. https://api.example.com or http://127.0.0.1:8080/v1";
+        let fix =
+            "write it as scheme://host[:port][/path-prefix], e.g. https://api.example.com or http://127.0.0.1:8080/v1";
         let (scheme, rest) = text.split_once("://").ok_or_else(|| format!("`{text}` has no scheme; {fix}"))?;
         let scheme = scheme.to_ascii_lowercase();
         if scheme != "http" && scheme != "https" {
@@ -139,7 +140,9 @@ impl NetRule {
         let port = match port {
             None => PortRule::Default,
             Some("*") => PortRule::Any,
-            Some(p) => PortRule::Exact(p.parse().map_err(|_| format!("`{text}`: port `{p}` is not a number 1-65535 or `*`"))?),
+            Some(p) => {
+                PortRule::Exact(p.parse().map_err(|_| format!("`{text}`: port `{p}` is not a number 1-65535 or `*`"))?)
+            }
         };
         Ok(NetRule { scheme, host, port, path_prefix: path.to_string() })
     }
@@ -170,7 +173,9 @@ impl NetRule {
         }
         let host = host.to_ascii_lowercase();
         let host_ok = match self.host.strip_prefix("*.") {
-            Some(base) => host.len() > base.len() + 1 && host.ends_with(base) && host[..host.len() - base.len()].ends_with('.'),
+            Some(base) => {
+                host.len() > base.len() + 1 && host.ends_with(base) && host[..host.len() - base.len()].ends_with('.')
+            }
             None => host == self.host || format!("[{host}]") == self.host,
         };
         let port_ok = match self.port {
@@ -382,8 +387,18 @@ impl Limits {
             cpu_time_ms: pick(request.cpu_time_ms, cap.cpu_time_ms, d.cpu_time_ms, c.cpu_time_ms),
             memory_mb: pick(request.memory_mb, cap.memory_mb, d.memory_mb, c.memory_mb),
             output_kb: pick(request.output_kb, cap.output_kb, d.output_kb, c.output_kb),
-            max_new_memories: pick(request.max_new_memories, cap.max_new_memories, d.max_new_memories, c.max_new_memories),
-            max_memory_bytes: pick(request.max_memory_bytes, cap.max_memory_bytes, d.max_memory_bytes, c.max_memory_bytes),
+            max_new_memories: pick(
+                request.max_new_memories,
+                cap.max_new_memories,
+                d.max_new_memories,
+                c.max_new_memories,
+            ),
+            max_memory_bytes: pick(
+                request.max_memory_bytes,
+                cap.max_memory_bytes,
+                d.max_memory_bytes,
+                c.max_memory_bytes,
+            ),
         }
     }
 }
@@ -443,7 +458,11 @@ mod tests {
     #[test]
     fn effective_is_declared_and_granted() {
         let declared = CapabilitySet {
-            filesystem: vec![Mount { host: "$WORKSPACE".into(), guest: "/workspace".into(), access: Access::ReadWrite }],
+            filesystem: vec![Mount {
+                host: "$WORKSPACE".into(),
+                guest: "/workspace".into(),
+                access: Access::ReadWrite,
+            }],
             env: vec!["A".into(), "B".into()],
             memory: MemoryAccess::Write,
             session: true,
@@ -464,7 +483,8 @@ mod tests {
         assert!(eff.network.is_empty());
         let wide = CapabilitySet { network: vec![NetRule::parse("http://127.0.0.1:*").unwrap()], ..Default::default() };
         assert_eq!(declared.intersect(&wide).network, declared.network);
-        let other = CapabilitySet { network: vec![NetRule::parse("http://127.0.0.1:9090").unwrap()], ..Default::default() };
+        let other =
+            CapabilitySet { network: vec![NetRule::parse("http://127.0.0.1:9090").unwrap()], ..Default::default() };
         assert!(declared.intersect(&other).network.is_empty());
         // Granting more than declared gives nothing extra.
         assert_eq!(CapabilitySet::default().intersect(&granted), CapabilitySet::default());

@@ -287,8 +287,9 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
         }
         SkillCmd::Run { name, params, pairs, session } => {
             let mut value = match &params {
-                Some(text) => serde_json::from_str::<Value>(text)
-                    .map_err(|e| anyhow!("--params is not valid JSON ({e}); pass an object like '{{\"path\": \"x.log\"}}'"))?,
+                Some(text) => serde_json::from_str::<Value>(text).map_err(|e| {
+                    anyhow!("--params is not valid JSON ({e}); pass an object like '{{\"path\": \"x.log\"}}'")
+                })?,
                 None => json!({}),
             };
             if !pairs.is_empty() {

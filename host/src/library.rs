@@ -31,7 +31,9 @@ use crate::capabilities::{CapabilitySet, Limits};
 use crate::manifest::{Manifest, ParamType};
 use crate::memory::{MemoryStore, Provenance, RedbStore};
 use crate::policy::{Policy, PolicyFiles};
-use crate::sandbox::{self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, Runtime, SkillOutput};
+use crate::sandbox::{
+    self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, Runtime, SkillOutput,
+};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -200,7 +202,8 @@ impl Library {
     /// Open (creating if needed) the home at `root`. `workspace` fills `$WORKSPACE` unless
     /// the policy sets it; `project_policy` is the project-level policy file, if any.
     pub fn open(root: &Path, workspace: Option<&Path>, project_policy: Option<PathBuf>) -> Result<Library> {
-        std::fs::create_dir_all(root.join("skills")).with_context(|| format!("cannot create the skillhost home {}", root.display()))?;
+        std::fs::create_dir_all(root.join("skills"))
+            .with_context(|| format!("cannot create the skillhost home {}", root.display()))?;
         let mut paths = BTreeMap::new();
         if let Some(ws) = workspace {
             let ws = std::fs::canonicalize(ws).with_context(|| format!("workspace {} does not exist", ws.display()))?;
@@ -256,7 +259,11 @@ impl Library {
 
     /// Install the skill in `src` (a directory with SKILL.md and, for executable skills,
     /// skill.wasm), adding `grants` to the user policy.
-    pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<CapabilitySet>>) -> Result<InstallReport> {
+    pub fn install(
+        &self,
+        src: &Path,
+        grants: &dyn Fn(&Manifest) -> Result<Option<CapabilitySet>>,
+    ) -> Result<InstallReport> {
         let manifest = Manifest::load_dir(src).map_err(|e| anyhow!("{e}"))?;
         let manifest_bytes = std::fs::read(src.join("SKILL.md"))?;
         let wasm_path = src.join("skill.wasm");
@@ -268,9 +275,8 @@ impl Library {
         let (imports, compile) = match &wasm {
             Some(bytes) => {
                 let rt = self.runtime()?;
-                let (component, outcome) = rt
-                    .compile(bytes, &*self.progress)
-                    .map_err(|e| anyhow!("{}: {e:#}", wasm_path.display()))?;
+                let (component, outcome) =
+                    rt.compile(bytes, &*self.progress).map_err(|e| anyhow!("{}: {e:#}", wasm_path.display()))?;
                 let mut imports: Vec<String> =
                     component.component_type().imports(rt.engine()).map(|(n, _)| n.to_string()).collect();
                 imports.sort();
@@ -420,10 +426,14 @@ impl Library {
     /// Every installed skill, each loaded on its own: one broken skill is reported next to
     /// the others instead of hiding them.
     pub fn scan(&self) -> Result<Vec<(String, Result<SkillInfo>)>> {
-        Ok(self.names()?.into_iter().map(|n| {
-            let info = self.info(&n);
-            (n, info)
-        }).collect())
+        Ok(self
+            .names()?
+            .into_iter()
+            .map(|n| {
+                let info = self.info(&n);
+                (n, info)
+            })
+            .collect())
     }
 
     pub fn info(&self, name: &str) -> Result<SkillInfo> {
@@ -509,7 +519,9 @@ impl Library {
         for missing in manifest.capabilities.beyond(&effective) {
             report.denials.push(Denial {
                 capability: missing.split(' ').next().unwrap_or("").to_string(),
-                message: format!("declared but not granted: {missing} (grant with `skillhost policy grant {name} ...`)"),
+                message: format!(
+                    "declared but not granted: {missing} (grant with `skillhost policy grant {name} ...`)"
+                ),
             });
         }
         let mut paths = policy.paths.clone();
@@ -535,7 +547,8 @@ impl Library {
                 session: opts.session.clone(),
                 step: opts.step,
             };
-            report.memories = sandbox::absorb(&out.new_memories, effective.memory, &limits, &*store, &opts.namespace, &provenance);
+            report.memories =
+                sandbox::absorb(&out.new_memories, effective.memory, &limits, &*store, &opts.namespace, &provenance);
             for d in &report.memories.dropped {
                 report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
             }
@@ -581,23 +594,35 @@ impl Library {
     }
 }
 
-fn validate_params(manifest: &Manifest, validator: &jsonschema::Validator, mut params: Value) -> Result<Value, CallError> {
+fn validate_params(
+    manifest: &Manifest,
+    validator: &jsonschema::Validator,
+    mut params: Value,
+) -> Result<Value, CallError> {
     let expected = || {
         let list: Vec<String> = manifest
             .parameters
             .iter()
             .map(|p| {
-                let mut s = format!("{} ({:?}{})", p.name, p.kind, if p.required { ", required" } else { "" }).to_lowercase();
+                let mut s =
+                    format!("{} ({:?}{})", p.name, p.kind, if p.required { ", required" } else { "" }).to_lowercase();
                 if let Some(c) = &p.choices {
                     s.push_str(&format!(" one of {}", Value::Array(c.clone())));
                 }
                 s
             })
             .collect();
-        if list.is_empty() { "this skill takes no parameters".to_string() } else { format!("expected: {}", list.join(", ")) }
+        if list.is_empty() {
+            "this skill takes no parameters".to_string()
+        } else {
+            format!("expected: {}", list.join(", "))
+        }
     };
     let Some(obj) = params.as_object_mut() else {
-        return Err(CallError::InvalidParams(format!("parameters must be a JSON object, got {params}; {}", expected())));
+        return Err(CallError::InvalidParams(format!(
+            "parameters must be a JSON object, got {params}; {}",
+            expected()
+        )));
     };
     for p in &manifest.parameters {
         if let Some(d) = &p.default

@@ -217,12 +217,13 @@ impl Manifest {
                 "must say what the skill does and when to use it".into(),
             ));
         }
-        let version = match &fm.version {
-            None => None,
-            Some(v) => Some(semver::Version::parse(v.trim()).map_err(|e| {
-                err(at("version"), Some("version"), format!("`{v}` is not semver like 1.2.3 ({e})"))
-            })?),
-        };
+        let version =
+            match &fm.version {
+                None => None,
+                Some(v) => Some(semver::Version::parse(v.trim()).map_err(|e| {
+                    err(at("version"), Some("version"), format!("`{v}` is not semver like 1.2.3 ({e})"))
+                })?),
+            };
         let mut seen = std::collections::HashSet::new();
         for p in &fm.parameters {
             let field = format!("parameters.{}", p.name);
@@ -234,17 +235,16 @@ impl Manifest {
                 return Err(err(line, Some(&field), "declared twice".into()));
             }
             if let Some(default) = &p.default {
-                let probe = jsonschema::validator_for(&p.schema()).map_err(|e| {
-                    err(line, Some(&field), format!("does not form a valid JSON Schema: {e}"))
-                })?;
+                let probe = jsonschema::validator_for(&p.schema())
+                    .map_err(|e| err(line, Some(&field), format!("does not form a valid JSON Schema: {e}")))?;
                 if let Err(e) = probe.validate(default) {
                     return Err(err(line, Some(&field), format!("default {default} does not fit the parameter: {e}")));
                 }
             }
         }
-        fm.capabilities
-            .validate()
-            .map_err(|(f, m)| err(at(f.split('.').next().unwrap_or(&f)).or(at("capabilities")), Some(&format!("capabilities.{f}")), m))?;
+        fm.capabilities.validate().map_err(|(f, m)| {
+            err(at(f.split('.').next().unwrap_or(&f)).or(at("capabilities")), Some(&format!("capabilities.{f}")), m)
+        })?;
         fm.limits.validate().map_err(|(f, m)| err(at(&f).or(at("limits")), Some(&format!("limits.{f}")), m))?;
 
         let manifest = Manifest {
@@ -328,11 +328,12 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 /// `- key:`); used to point errors found after parsing at the right line.
 fn field_line(yaml: &str, key: &str) -> Option<usize> {
     let needle = if key.contains(':') { key.to_string() } else { format!("{key}:") };
-    yaml.lines().position(|l| {
-        let t = l.trim_start().trim_start_matches("- ");
-        t.starts_with(&needle)
-    })
-    .map(|i| i + 1)
+    yaml.lines()
+        .position(|l| {
+            let t = l.trim_start().trim_start_matches("- ");
+            t.starts_with(&needle)
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
@@ -368,8 +369,10 @@ mod tests {
         assert_eq!(e.line, Some(4), "{e}");
         let e = parse("no front matter").unwrap_err();
         assert_eq!(e.line, Some(1));
-        let e = parse("---\nname: ok\ndescription: d\nparameters:\n  - name: n\n    type: integer\n    default: abc\n---\n")
-            .unwrap_err();
+        let e = parse(
+            "---\nname: ok\ndescription: d\nparameters:\n  - name: n\n    type: integer\n    default: abc\n---\n",
+        )
+        .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("parameters.n"), "{e}");
         assert_eq!(e.line, Some(5), "{e}");
     }

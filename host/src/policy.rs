@@ -41,11 +41,13 @@ impl Policy {
             Err(e) => return Err(e).with_context(|| format!("cannot read policy {}", path.display())),
         };
         let policy: Policy = toml::from_str(&text).map_err(|e| {
-            anyhow!("policy {} is invalid: {e}\nFix the file or move it aside; nothing is granted until it parses.", path.display())
+            anyhow!(
+                "policy {} is invalid: {e}\nFix the file or move it aside; nothing is granted until it parses.",
+                path.display()
+            )
         })?;
         for (name, caps) in &policy.skills {
-            caps.validate()
-                .map_err(|(f, m)| anyhow!("policy {}: [skills.{name}] {f}: {m}", path.display()))?;
+            caps.validate().map_err(|(f, m)| anyhow!("policy {}: [skills.{name}] {f}: {m}", path.display()))?;
         }
         Ok(policy)
     }
@@ -112,7 +114,9 @@ impl Policy {
         let (kind, value) = split_spec(spec);
         match (kind, value) {
             ("filesystem", None) => caps.filesystem.clear(),
-            ("filesystem", Some(guest)) => caps.filesystem.retain(|m| m.guest != guest.split(':').next().unwrap_or(guest)),
+            ("filesystem", Some(guest)) => {
+                caps.filesystem.retain(|m| m.guest != guest.split(':').next().unwrap_or(guest))
+            }
             ("network", None) => caps.network.clear(),
             ("network", Some(r)) => {
                 let rule = NetRule::parse(r).map_err(|e| anyhow!(e))?;
@@ -251,7 +255,11 @@ mod tests {
 
     fn declared() -> CapabilitySet {
         CapabilitySet {
-            filesystem: vec![Mount { host: "$WORKSPACE".into(), guest: "/workspace".into(), access: Access::ReadWrite }],
+            filesystem: vec![Mount {
+                host: "$WORKSPACE".into(),
+                guest: "/workspace".into(),
+                access: Access::ReadWrite,
+            }],
             env: vec!["LANG".into()],
             memory: MemoryAccess::Write,
             session: true,

@@ -45,7 +45,12 @@ impl CompileCache {
         self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
     }
 
-    pub fn compile(&self, engine: &Engine, wasm: &[u8], progress: &dyn Fn(&str)) -> Result<(Component, CompileOutcome)> {
+    pub fn compile(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        progress: &dyn Fn(&str),
+    ) -> Result<(Component, CompileOutcome)> {
         let sha = hex::encode(Sha256::digest(wasm));
         let (component, ms) = self.compile_and_store(engine, wasm, &sha, progress)?;
         Ok((component, CompileOutcome::Compiled { compile_ms: ms }))
@@ -71,19 +76,29 @@ impl CompileCache {
             Err(_) => false,
         };
         let (component, ms) = self.compile_and_store(engine, wasm, sha256, progress)?;
-        let outcome =
-            if had_entry { CompileOutcome::Recompiled { compile_ms: ms } } else { CompileOutcome::Compiled { compile_ms: ms } };
+        let outcome = if had_entry {
+            CompileOutcome::Recompiled { compile_ms: ms }
+        } else {
+            CompileOutcome::Compiled { compile_ms: ms }
+        };
         Ok((component, outcome))
     }
 
-    fn compile_and_store(&self, engine: &Engine, wasm: &[u8], sha256: &str, progress: &dyn Fn(&str)) -> Result<(Component, u64)> {
+    fn compile_and_store(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        sha256: &str,
+        progress: &dyn Fn(&str),
+    ) -> Result<(Component, u64)> {
         progress(&format!("compiling component ({} KiB) to native code...", wasm.len() / 1024));
         let started = Instant::now();
-        let component = Component::new(engine, wasm)
-            .map_err(|e| anyhow::anyhow!("the component does not compile: {e:#}"))?;
+        let component =
+            Component::new(engine, wasm).map_err(|e| anyhow::anyhow!("the component does not compile: {e:#}"))?;
         let ms = started.elapsed().as_millis() as u64;
         progress(&format!("compiled in {ms} ms"));
-        let payload = component.serialize().map_err(anyhow::Error::from).context("cannot serialize the compiled component")?;
+        let payload =
+            component.serialize().map_err(anyhow::Error::from).context("cannot serialize the compiled component")?;
         let mut file = Vec::with_capacity(payload.len() + 32);
         file.extend_from_slice(&Sha256::digest(&payload));
         file.extend_from_slice(&payload);

@@ -19,7 +19,8 @@ impl Host for CallState {
     fn write(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
         if self.logs.len() >= MAX_LINES {
             if self.logs.len() == MAX_LINES {
-                self.logs.push(LogLine { level: "warn", message: format!("[skillhost: log capped at {MAX_LINES} lines]") });
+                self.logs
+                    .push(LogLine { level: "warn", message: format!("[skillhost: log capped at {MAX_LINES} lines]") });
             }
             return Ok(());
         }

@@ -62,7 +62,8 @@ pub(super) fn proposed_from_wit(m: NewMemory) -> ProposedMemory {
 impl Host for CallState {
     fn search(&mut self, query: String, limit: u32) -> wasmtime::Result<Result<Vec<MemoryHit>, HostError>> {
         if self.host.memory == MemoryAccess::None {
-            let message = "memory.search needs the `memory: read` capability, which this skill does not hold".to_string();
+            let message =
+                "memory.search needs the `memory: read` capability, which this skill does not hold".to_string();
             self.denials.push(Denial { capability: "memory".into(), message: message.clone() });
             return Ok(Err(HostError::Denied(message)));
         }
@@ -106,10 +107,8 @@ pub fn absorb(
         return out;
     }
     if access != MemoryAccess::Write {
-        out.dropped.push(format!(
-            "{} proposed memories dropped: the skill does not hold `memory: write`",
-            proposed.len()
-        ));
+        out.dropped
+            .push(format!("{} proposed memories dropped: the skill does not hold `memory: write`", proposed.len()));
         return out;
     }
     for (i, m) in proposed.iter().enumerate() {

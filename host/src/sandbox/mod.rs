@@ -32,8 +32,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 pub use cache::CompileOutcome;
-pub use memory::{Absorbed, absorb};
 pub use log::LogLine;
+pub use memory::{Absorbed, absorb};
 
 use crate::capabilities::{CapabilitySet, Limits};
 use crate::memory::MemoryStore;
@@ -88,7 +88,7 @@ impl Runtime {
         config.max_wasm_stack(512 * 1024);
         // No component-model-async in the contract: skip the per-store concurrency state.
         config.concurrency_support(false);
-                let mut pool = PoolingAllocationConfig::default();
+        let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(POOL_INSTANCES);
         pool.total_memories(POOL_INSTANCES * 2);
         pool.total_tables(POOL_INSTANCES * 4);
@@ -134,7 +134,12 @@ impl Runtime {
 
     /// Load a verified component (`wasm` whose sha256 is `sha256`) from the compile cache,
     /// recompiling if the entry is missing or corrupt, and link it.
-    pub fn prepare(&self, wasm: &[u8], sha256: &str, progress: &dyn Fn(&str)) -> Result<(PreparedSkill, CompileOutcome)> {
+    pub fn prepare(
+        &self,
+        wasm: &[u8],
+        sha256: &str,
+        progress: &dyn Fn(&str),
+    ) -> Result<(PreparedSkill, CompileOutcome)> {
         check_is_component(wasm)?;
         let (component, outcome) = self.cache.load(&self.engine, wasm, sha256, progress)?;
         let imports = component_imports(&self.engine, &component);
@@ -393,7 +398,10 @@ impl std::fmt::Display for CallError {
 
 fn classify_trap(e: wasmtime::Error, limiter: &MemoryLimiter, limits: &Limits, stderr: &MemoryOutputPipe) -> CallError {
     if limiter.hit {
-        return CallError::MemoryLimit(format!("the skill tried to use more than {} MiB of linear memory", limits.memory_mb));
+        return CallError::MemoryLimit(format!(
+            "the skill tried to use more than {} MiB of linear memory",
+            limits.memory_mb
+        ));
     }
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => {

@@ -36,14 +36,6 @@ impl SharedDenials {
     }
 }
 
-impl IntoIterator for SharedDenials {
-    type Item = Denial;
-    type IntoIter = std::vec::IntoIter<Denial>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.take().into_iter()
-    }
-}
-
 impl NetworkGate {
     pub fn new(rules: Vec<NetRule>) -> NetworkGate {
         NetworkGate { rules, denials: SharedDenials::default() }
@@ -103,10 +95,8 @@ impl WasiHttpHooks for NetworkGate {
         }
         if !self.rules.iter().any(|r| r.matches(&scheme, &host, port, &path)) {
             let allowed: Vec<String> = self.rules.iter().map(ToString::to_string).collect();
-            self.denials.push(format!(
-                "HTTP request to {url} denied: not in the effective allowlist [{}]",
-                allowed.join(", ")
-            ));
+            self.denials
+                .push(format!("HTTP request to {url} denied: not in the effective allowlist [{}]", allowed.join(", ")));
             return denied(HttpError::HttpRequestDenied);
         }
         let literal_ip: Option<IpAddr> = host.parse().ok();
@@ -158,7 +148,19 @@ mod tests {
 
     #[test]
     fn internal_addresses() {
-        for ip in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.5", "169.254.169.254", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "100.64.0.1"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.5.5",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "100.64.0.1",
+        ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {

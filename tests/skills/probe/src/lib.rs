@@ -4,7 +4,7 @@
 //! several SKILL.md manifests to check that declared AND granted decides what it gets.
 
 use serde::Deserialize;
-use skillhost_sdk::{export_skill, Context, NewMemory, Skill, SkillError, SkillResult};
+use skillhost_sdk::{Context, NewMemory, Skill, SkillError, SkillResult, export_skill};
 
 #[derive(Deserialize)]
 struct Params {
