@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate examples/log-analysis/uart.log: a deterministic, realistic UART driver log.
+"""Generate examples/log-analysis/workspace/uart.log: a deterministic, realistic UART driver log.
 
 The device is a small gateway MCU (Cortex-M4 @ 168 MHz) that talks to a host over uart1,
 logs telemetry to its internal flash and drives an SPI display. The log covers about four
@@ -18,7 +18,7 @@ Red herrings: transient framing errors right after each baud-rate change (they s
 the peer has switched too), an I2C sensor that occasionally NACKs, and one flash erase at
 115200 baud that causes high latency but no overrun (the ring is large enough there).
 
-Run: python3 gen_uart_log.py [output-path]   (default: uart.log next to this script)
+Run: python3 gen_uart_log.py [output-path]   (default: workspace/uart.log next to this script)
 The key evidence line numbers are printed on stderr. Standard library only, fixed seed:
 the output is byte-for-byte reproducible.
 """
@@ -348,7 +348,7 @@ def single_spi_near_miss(t):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "uart.log")
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "workspace", "uart.log")
 
     boot()
     # Baud switches (framing errors, one garbled line during the first switch).

@@ -193,7 +193,8 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                 print_list("declares", &report.declared);
                 print_list("granted", &report.granted);
                 if !report.imports.is_empty() {
-                    print_list("component imports", &report.imports);
+                    let short: Vec<&str> = report.imports.iter().map(|i| i.split('@').next().unwrap_or(i)).collect();
+                    println!("  component imports ({}): {}", short.len(), short.join(", "));
                 }
                 let mut by_cap: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
                 for u in &report.undeclared_imports {
@@ -243,7 +244,7 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                             name,
                             i.record.version.as_deref().unwrap_or("-"),
                             if i.record.is_instruction() { "instruction" } else { "executable" },
-                            i.manifest.description.lines().next().unwrap_or("")
+                            one_line(&i.manifest.description, 72)
                         ),
                         Err(e) => println!("{name:<28} BROKEN   {e:#}"),
                     }
@@ -323,6 +324,15 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max_chars {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max_chars - 1).collect();
+    format!("{cut}…")
 }
 
 fn print_list(label: &str, items: &[String]) {

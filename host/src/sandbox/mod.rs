@@ -469,13 +469,14 @@ fn component_imports(engine: &Engine, component: &Component) -> Vec<String> {
 }
 
 /// Map an import to the capability that governs it (None: always available, harmless).
+/// `wasi:cli/environment` is not mapped: every std-based component imports it to read its
+/// arguments at start-up, and it yields only the variables `env` grants.
 pub fn capability_of_import(import: &str) -> Option<&'static str> {
     let name = import.split('@').next().unwrap_or(import);
     match name {
         n if n.starts_with("wasi:filesystem/") => Some("filesystem"),
         n if n.starts_with("wasi:http/outgoing-handler") => Some("network"),
         n if n.starts_with("wasi:sockets/") => Some("network"),
-        "wasi:cli/environment" => Some("env"),
         "skillhost:skill/memory" => Some("memory"),
         "skillhost:skill/session" => Some("session"),
         _ => None,

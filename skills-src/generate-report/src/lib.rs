@@ -54,10 +54,7 @@ fn citation(raw: &str) -> Option<Cite> {
     // A range: L120-L130 or L120-130.
     let mut to = None;
     if let Some(r) = tail.strip_prefix('-') {
-        let r2 = r
-            .strip_prefix('L')
-            .or_else(|| r.strip_prefix('l'))
-            .unwrap_or(r);
+        let r2 = r.strip_prefix('L').or_else(|| r.strip_prefix('l')).unwrap_or(r);
         let m_len = r2.bytes().take_while(u8::is_ascii_digit).count();
         if m_len > 0
             && let Ok(end) = r2[..m_len].parse::<u64>()
@@ -68,14 +65,8 @@ fn citation(raw: &str) -> Option<Cite> {
             tail = &r2[m_len..];
         }
     }
-    let text = tail
-        .trim_start_matches([':', ' ', '-', '\u{2014}', '\t', ','])
-        .trim();
-    Some(Cite {
-        line,
-        to,
-        text: one_line(text),
-    })
+    let text = tail.trim_start_matches([':', ' ', '-', '\u{2014}', '\t', ',']).trim();
+    Some(Cite { line, to, text: one_line(text) })
 }
 
 fn one_line(s: &str) -> String {
@@ -107,9 +98,9 @@ fn findings_list(v: &Value) -> Result<Vec<Value>, SkillError> {
                 "findings: expected a list of {claim, evidence} objects, got a string; e.g. [{\"claim\": \"...\", \"evidence\": [\"L123\"]}]",
             )),
         },
-        other => Err(SkillError::invalid(format!(
-            "findings: expected a list of {{claim, evidence}} objects, got {other}"
-        ))),
+        other => {
+            Err(SkillError::invalid(format!("findings: expected a list of {{claim, evidence}} objects, got {other}")))
+        }
     }
 }
 
@@ -129,9 +120,7 @@ fn parse_conclusion(i: usize, v: &Value, source: &str) -> Result<Conclusion, Ski
             )));
         }
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "{source}[{i}].claim: expected a string, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("{source}[{i}].claim: expected a string, got {other}")));
         }
     };
     if claim.chars().count() > MAX_CLAIM_CHARS {
@@ -166,31 +155,16 @@ fn parse_conclusion(i: usize, v: &Value, source: &str) -> Result<Conclusion, Ski
             }),
         }
     }
-    let note = obj
-        .get("note")
-        .and_then(Value::as_str)
-        .map(one_line)
-        .filter(|n| !n.is_empty());
-    Ok(Conclusion {
-        claim,
-        cites,
-        rejected,
-        note,
-    })
+    let note = obj.get("note").and_then(Value::as_str).map(one_line).filter(|n| !n.is_empty());
+    Ok(Conclusion { claim, cites, rejected, note })
 }
 
-fn string_param(
-    obj: &serde_json::Map<String, Value>,
-    key: &str,
-    default: &str,
-) -> Result<String, SkillError> {
+fn string_param(obj: &serde_json::Map<String, Value>, key: &str, default: &str) -> Result<String, SkillError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(default.to_string()),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(default.to_string()),
         Some(Value::String(s)) => Ok(one_line(s)),
-        Some(other) => Err(SkillError::invalid(format!(
-            "{key}: expected a string, got {other}"
-        ))),
+        Some(other) => Err(SkillError::invalid(format!("{key}: expected a string, got {other}"))),
     }
 }
 
@@ -258,10 +232,7 @@ impl Skill for GenerateReport {
         let title = string_param(&obj, "title", DEFAULT_TITLE)?;
         let title = clip(&title, MAX_TITLE_CHARS);
         let key = string_param(&obj, "key", DEFAULT_KEY)?;
-        if key.chars().count() > MAX_KEY_CHARS
-            || !key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+        if key.chars().count() > MAX_KEY_CHARS || !key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
         {
             return Err(SkillError::invalid(format!(
                 "key: {key:?} is not a valid snapshot key; use the key given to write-analysis-snapshot (default \"{DEFAULT_KEY}\")"
@@ -273,11 +244,7 @@ impl Skill for GenerateReport {
             Some(v) => findings_list(v)?,
         };
         let (raw, source, source_label) = if !given.is_empty() {
-            (
-                given,
-                "params".to_string(),
-                "the given findings".to_string(),
-            )
+            (given, "params".to_string(), "the given findings".to_string())
         } else {
             let stored = ctx.session_get(&key)?;
             let list = match stored.as_deref().map(str::trim) {
@@ -297,11 +264,7 @@ impl Skill for GenerateReport {
                      or run write-analysis-snapshot first (session key {key:?} is empty)"
                 )));
             }
-            (
-                list,
-                format!("session:{key}"),
-                format!("session snapshot \"{key}\""),
-            )
+            (list, format!("session:{key}"), format!("session snapshot \"{key}\""))
         };
         if raw.len() > MAX_FINDINGS {
             return Err(SkillError::invalid(format!(
@@ -310,11 +273,8 @@ impl Skill for GenerateReport {
             )));
         }
 
-        let conclusions: Vec<Conclusion> = raw
-            .iter()
-            .enumerate()
-            .map(|(i, v)| parse_conclusion(i, v, "findings"))
-            .collect::<Result<_, _>>()?;
+        let conclusions: Vec<Conclusion> =
+            raw.iter().enumerate().map(|(i, v)| parse_conclusion(i, v, "findings")).collect::<Result<_, _>>()?;
 
         // The guardrail: every conclusion must cite at least one line.
         let uncited: Vec<String> = conclusions
@@ -327,26 +287,14 @@ impl Skill for GenerateReport {
                 } else {
                     format!(
                         "evidence {} is not an L<n> citation",
-                        c.rejected
-                            .iter()
-                            .map(|r| format!("{r:?}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        c.rejected.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join(", ")
                     )
                 };
-                format!(
-                    "- conclusion {} \"{}\": {given}",
-                    i + 1,
-                    clip(&c.claim, 200)
-                )
+                format!("- conclusion {} \"{}\": {given}", i + 1, clip(&c.claim, 200))
             })
             .collect();
         if !uncited.is_empty() {
-            ctx.warn(&format!(
-                "refused report: {} of {} conclusions uncited",
-                uncited.len(),
-                conclusions.len()
-            ));
+            ctx.warn(&format!("refused report: {} of {} conclusions uncited", uncited.len(), conclusions.len()));
             return Err(SkillError::invalid(format!(
                 "Refusing to write the report: {} of {} conclusion(s) cite no log line.\n{}\n{CITATION_HELP}",
                 uncited.len(),
@@ -360,23 +308,14 @@ impl Skill for GenerateReport {
         if ignored > 0 {
             md.push_str(&format!(
                 "\n_{ignored} evidence {} not an L<n> citation and {} left out._\n",
-                if ignored == 1 {
-                    "entry was"
-                } else {
-                    "entries were"
-                },
+                if ignored == 1 { "entry was" } else { "entries were" },
                 if ignored == 1 { "was" } else { "were" }
             ));
         }
         let citations: usize = conclusions.iter().map(|c| c.cites.len()).sum();
-        let distinct: std::collections::BTreeSet<u64> = conclusions
-            .iter()
-            .flat_map(|c| c.cites.iter().map(|x| x.line))
-            .collect();
-        ctx.info(&format!(
-            "report: {} conclusions, {citations} citations",
-            conclusions.len()
-        ));
+        let distinct: std::collections::BTreeSet<u64> =
+            conclusions.iter().flat_map(|c| c.cites.iter().map(|x| x.line)).collect();
+        ctx.info(&format!("report: {} conclusions, {citations} citations", conclusions.len()));
         Ok(SkillResult::success(md)
             .meta("conclusions", conclusions.len())
             .meta("citations", citations)
@@ -398,10 +337,7 @@ mod tests {
         let c = citation("L1243: RX overrun").unwrap();
         assert_eq!((c.line, c.to, c.text.as_str()), (1243, None, "RX overrun"));
         let c = citation("L120-L130 burst").unwrap();
-        assert_eq!(
-            (c.line, c.to, c.label()),
-            (120, Some(130), "L120-L130".to_string())
-        );
+        assert_eq!((c.line, c.to, c.label()), (120, Some(130), "L120-L130".to_string()));
         assert_eq!(citation("l7").unwrap().label(), "L7");
         assert_eq!(citation("L12abc").unwrap().text, "abc");
         for bad in ["line 12", "12", "L", "L0", "see L12", ""] {
@@ -411,12 +347,9 @@ mod tests {
 
     #[test]
     fn conclusions_collect_rejected_evidence() {
-        let c = parse_conclusion(
-            0,
-            &serde_json::json!({"claim": "a", "evidence": ["L1", "line 2", 3, "L1"]}),
-            "findings",
-        )
-        .unwrap();
+        let c =
+            parse_conclusion(0, &serde_json::json!({"claim": "a", "evidence": ["L1", "line 2", 3, "L1"]}), "findings")
+                .unwrap();
         assert_eq!(c.cites.len(), 1);
         assert_eq!(c.rejected, vec!["line 2", "3"]);
         let c = parse_conclusion(0, &serde_json::json!({"claim": "b"}), "findings").unwrap();

@@ -44,11 +44,10 @@ const FIELDS: [(Field, f64, f64); 6] = [
 ];
 
 const STOP_WORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "did", "do", "does", "for", "from",
-    "has", "have", "how", "i", "in", "into", "is", "it", "its", "my", "of", "on", "or", "our",
-    "so", "that", "the", "their", "then", "there", "these", "this", "to", "was", "we", "were",
-    "what", "when", "where", "which", "while", "who", "why", "will", "with", "you", "your",
-    "after", "before", "during", "about", "any", "some", "all", "also", "get", "got", "issue",
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "did", "do", "does", "for", "from", "has", "have", "how",
+    "i", "in", "into", "is", "it", "its", "my", "of", "on", "or", "our", "so", "that", "the", "their", "then", "there",
+    "these", "this", "to", "was", "we", "were", "what", "when", "where", "which", "while", "who", "why", "will",
+    "with", "you", "your", "after", "before", "during", "about", "any", "some", "all", "also", "get", "got", "issue",
     "problem",
 ];
 
@@ -77,11 +76,7 @@ fn value_text(v: &Value) -> String {
 fn tag_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     Ok(match Value::deserialize(d)? {
         Value::Null => Vec::new(),
-        Value::String(s) => s
-            .split(',')
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect(),
+        Value::String(s) => s.split(',').map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect(),
         Value::Array(items) => items.iter().map(value_text).collect(),
         _ => return Err(serde::de::Error::custom("tags: expected a list of strings")),
     })
@@ -138,12 +133,7 @@ fn stem(word: &str) -> String {
     if w.len() > 4 && w.ends_with("ies") {
         return format!("{}y", &w[..w.len() - 3]);
     }
-    if w.len() > 3
-        && w.ends_with('s')
-        && !w.ends_with("ss")
-        && !w.ends_with("us")
-        && !w.ends_with("is")
-    {
+    if w.len() > 3 && w.ends_with('s') && !w.ends_with("ss") && !w.ends_with("us") && !w.ends_with("is") {
         return w[..w.len() - 1].to_string();
     }
     w.to_string()
@@ -259,10 +249,7 @@ fn rank(entries: &[Entry], query_terms: &[String]) -> Vec<Ranked> {
     let idf: Vec<f64> = unique
         .iter()
         .map(|t| {
-            let df = docs
-                .iter()
-                .filter(|d| d.fields.iter().any(|(tf, _)| tf.contains_key(*t)))
-                .count() as f64;
+            let df = docs.iter().filter(|d| d.fields.iter().any(|(tf, _)| tf.contains_key(*t))).count() as f64;
             (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
         })
         .collect();
@@ -290,11 +277,7 @@ fn rank(entries: &[Entry], query_terms: &[String]) -> Vec<Ranked> {
             // Entries that match more of the query's distinct terms rank higher.
             let coverage = matched.len() as f64 / unique.len().max(1) as f64;
             score *= 0.5 + 0.5 * coverage;
-            ranked.push(Ranked {
-                index: i,
-                score,
-                matched,
-            });
+            ranked.push(Ranked { index: i, score, matched });
         }
     }
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
@@ -329,9 +312,7 @@ fn resolve_path(raw: &str) -> Result<String, SkillError> {
 
 fn parse_params(v: Value) -> Result<Params, SkillError> {
     let Value::Object(obj) = v else {
-        return Err(SkillError::invalid(
-            "parameters must be a JSON object like {\"query\": \"RX overrun DMA\"}",
-        ));
+        return Err(SkillError::invalid("parameters must be a JSON object like {\"query\": \"RX overrun DMA\"}"));
     };
     let query = match obj.get("query").or_else(|| obj.get("keyword")) {
         Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
@@ -341,9 +322,7 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
             ));
         }
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "query: expected a string, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("query: expected a string, got {other}")));
         }
     };
     if query.chars().count() > MAX_QUERY_CHARS {
@@ -356,19 +335,13 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
         None | Some(Value::Null) => DEFAULT_KB.to_string(),
         Some(Value::String(s)) => resolve_path(s)?,
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "kb_path: expected a string, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("kb_path: expected a string, got {other}")));
         }
     };
     let top = match obj.get("top") {
         None | Some(Value::Null) => DEFAULT_TOP,
         Some(Value::Number(n)) => {
-            match n.as_u64().or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
-            }) {
+            match n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64)) {
                 Some(v) if (1..=MAX_TOP).contains(&v) => v,
                 _ => {
                     return Err(SkillError::invalid(format!(
@@ -378,24 +351,16 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
             }
         }
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "top: expected an integer from 1 to {MAX_TOP}, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("top: expected an integer from 1 to {MAX_TOP}, got {other}")));
         }
     };
-    Ok(Params {
-        query,
-        kb_path,
-        top: top as usize,
-    })
+    Ok(Params { query, kb_path, top: top as usize })
 }
 
 fn list_dir(dir: &str) -> Option<String> {
     let rd = std::fs::read_dir(dir).ok()?;
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> =
+        rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     let more = names.len().saturating_sub(30);
     names.truncate(30);
@@ -403,11 +368,7 @@ fn list_dir(dir: &str) -> Option<String> {
     if more > 0 {
         s.push_str(&format!(" (+{more} more)"));
     }
-    Some(if s.is_empty() {
-        "(empty)".to_string()
-    } else {
-        s
-    })
+    Some(if s.is_empty() { "(empty)".to_string() } else { s })
 }
 
 fn load_kb(path: &str) -> Result<Vec<Entry>, SkillError> {
@@ -440,8 +401,8 @@ fn load_kb(path: &str) -> Result<Vec<Entry>, SkillError> {
             MAX_KB_BYTES / (1024 * 1024)
         )));
     }
-    let text = std::fs::read(path)
-        .map_err(|e| SkillError::failed(format!("cannot read knowledge base {path}: {e}")))?;
+    let text =
+        std::fs::read(path).map_err(|e| SkillError::failed(format!("cannot read knowledge base {path}: {e}")))?;
     let text = String::from_utf8_lossy(&text);
     let text = text.trim_start_matches('\u{feff}');
     serde_json::from_str::<Vec<Entry>>(text).map_err(|e| {
@@ -474,11 +435,7 @@ impl Skill for QueryIssueKb {
             )));
         }
         let entries = load_kb(&p.kb_path)?;
-        ctx.info(&format!(
-            "ranking {} knowledge-base entries for {:?}",
-            entries.len(),
-            p.query
-        ));
+        ctx.info(&format!("ranking {} knowledge-base entries for {:?}", entries.len(), p.query));
 
         if entries.is_empty() {
             return Ok(SkillResult::success(format!(
@@ -511,10 +468,7 @@ impl Skill for QueryIssueKb {
                 p.kb_path
             );
             if !tag_list.is_empty() {
-                out.push_str(&format!(
-                    "\nTags used in this knowledge base: {}.",
-                    tag_list.join(", ")
-                ));
+                out.push_str(&format!("\nTags used in this knowledge base: {}.", tag_list.join(", ")));
             }
             return Ok(SkillResult::success(out)
                 .meta("hits", 0)
@@ -534,11 +488,7 @@ impl Skill for QueryIssueKb {
         );
         for (rank_no, r) in shown.iter().enumerate() {
             let e = &entries[r.index];
-            let id = if e.id.trim().is_empty() {
-                format!("#{}", r.index + 1)
-            } else {
-                e.id.trim().to_string()
-            };
+            let id = if e.id.trim().is_empty() { format!("#{}", r.index + 1) } else { e.id.trim().to_string() };
             out.push_str(&format!(
                 "\n{}. [{id}] {} (score {:.2}; matched: {})\n",
                 rank_no + 1,
@@ -546,11 +496,7 @@ impl Skill for QueryIssueKb {
                 r.score,
                 r.matched.join(", ")
             ));
-            for (label, text) in [
-                ("Symptom", &e.symptom),
-                ("Cause", &e.cause),
-                ("Fix", &e.fix),
-            ] {
+            for (label, text) in [("Symptom", &e.symptom), ("Cause", &e.cause), ("Fix", &e.fix)] {
                 if !text.trim().is_empty() {
                     out.push_str(&format!("   {label}: {}\n", clip(text, SHOW_FIELD_CHARS)));
                 }
@@ -562,10 +508,7 @@ impl Skill for QueryIssueKb {
         out.push_str(
             "\nA knowledge-base entry is a past incident, not proof: confirm its symptom in the log (cite L<n> lines) before concluding.\n",
         );
-        let ids: Vec<String> = shown
-            .iter()
-            .map(|r| entries[r.index].id.trim().to_string())
-            .collect();
+        let ids: Vec<String> = shown.iter().map(|r| entries[r.index].id.trim().to_string()).collect();
         Ok(SkillResult::success(out)
             .meta("hits", shown.len())
             .meta("matches", ranked.len())
@@ -596,14 +539,8 @@ mod tests {
 
     #[test]
     fn tokenizes_words_and_cjk() {
-        assert_eq!(
-            tokenize("The RX overruns on uart1!"),
-            vec!["rx", "overrun", "uart", "uart1"]
-        );
-        assert_eq!(
-            tokenize("串口乱码 DMA"),
-            vec!["串口", "口乱", "乱码", "dma"]
-        );
+        assert_eq!(tokenize("The RX overruns on uart1!"), vec!["rx", "overrun", "uart", "uart1"]);
+        assert_eq!(tokenize("串口乱码 DMA"), vec!["串口", "口乱", "乱码", "dma"]);
         assert_eq!(tokenize("乱"), vec!["乱"]);
         assert!(tokenize("why is the of").is_empty());
     }
@@ -611,13 +548,7 @@ mod tests {
     #[test]
     fn ranks_by_field_weight_and_idf() {
         let kb = vec![
-            entry(
-                "A",
-                "I2C bus stuck",
-                "sensor NACK",
-                "slave holds SDA",
-                &["i2c"],
-            ),
+            entry("A", "I2C bus stuck", "sensor NACK", "slave holds SDA", &["i2c"]),
             entry(
                 "B",
                 "RX overrun during flash erase",
@@ -625,13 +556,7 @@ mod tests {
                 "dma ring too small",
                 &["uart", "dma", "串口"],
             ),
-            entry(
-                "C",
-                "Baud mismatch",
-                "garbage on console",
-                "wrong clock; overrun unlikely",
-                &["uart", "baud"],
-            ),
+            entry("C", "Baud mismatch", "garbage on console", "wrong clock; overrun unlikely", &["uart", "baud"]),
         ];
         let r = rank(&kb, &tokenize("uart RX overrun dma"));
         assert_eq!(r[0].index, 1);
@@ -644,8 +569,7 @@ mod tests {
 
     #[test]
     fn kb_parsing_is_lenient_about_fields() {
-        let v: Vec<Entry> =
-            serde_json::from_str(r#"[{"id": 7, "title": "t", "tags": "a, b"}, {}]"#).unwrap();
+        let v: Vec<Entry> = serde_json::from_str(r#"[{"id": 7, "title": "t", "tags": "a, b"}, {}]"#).unwrap();
         assert_eq!(v[0].id, "7");
         assert_eq!(v[0].tags, vec!["a", "b"]);
         assert!(serde_json::from_str::<Vec<Entry>>(r#"{"id": 1}"#).is_err());
@@ -655,13 +579,8 @@ mod tests {
     #[test]
     fn params() {
         let p = parse_params(serde_json::json!({"query": " overrun "})).unwrap();
-        assert_eq!(
-            (p.query.as_str(), p.kb_path.as_str(), p.top),
-            ("overrun", DEFAULT_KB, 3)
-        );
-        let p =
-            parse_params(serde_json::json!({"query": "x", "kb_path": "kb/issues.json", "top": 20}))
-                .unwrap();
+        assert_eq!((p.query.as_str(), p.kb_path.as_str(), p.top), ("overrun", DEFAULT_KB, 3));
+        let p = parse_params(serde_json::json!({"query": "x", "kb_path": "kb/issues.json", "top": 20})).unwrap();
         assert_eq!(p.kb_path, "/workspace/kb/issues.json");
         for v in [
             serde_json::json!({}),

@@ -23,6 +23,8 @@ const OUTPUT_BUDGET: usize = 256 * 1024;
 const MAX_SHAPES: usize = 10_000;
 /// Longest message shape kept, in characters.
 const SHAPE_CHARS: usize = 120;
+/// Largest proposed memory, in bytes.
+const MAX_MEMORY_BYTES: usize = 1800;
 const DEFAULT_MAX_LINES: u64 = 200;
 const MAX_MAX_LINES: u64 = 5000;
 
@@ -61,9 +63,7 @@ impl Level {
             return None;
         }
         match w.to_ascii_uppercase().as_str() {
-            "ERROR" | "ERR" | "FATAL" | "CRIT" | "CRITICAL" | "ALERT" | "EMERG" | "PANIC" => {
-                Some(Level::Error)
-            }
+            "ERROR" | "ERR" | "FATAL" | "CRIT" | "CRITICAL" | "ALERT" | "EMERG" | "PANIC" => Some(Level::Error),
             "WARN" | "WARNING" => Some(Level::Warn),
             "INFO" | "NOTICE" => Some(Level::Info),
             "DEBUG" | "DBG" | "TRACE" | "VERBOSE" => Some(Level::Debug),
@@ -97,9 +97,7 @@ fn days_in_month(year: u16, month: u8) -> u8 {
     match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
-        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
-            29
-        }
+        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => 29,
         2 => 28,
         _ => 0,
     }
@@ -131,15 +129,7 @@ fn parse_ts_prefix(b: &[u8], strict: bool) -> Option<(Ts, usize)> {
         return None;
     }
     let day = digits(b, 8, 2)?;
-    let mut ts = Ts {
-        year: year as u16,
-        month: month as u8,
-        day: day as u8,
-        hour: 0,
-        minute: 0,
-        second: 0,
-        millis: 0,
-    };
+    let mut ts = Ts { year: year as u16, month: month as u8, day: day as u8, hour: 0, minute: 0, second: 0, millis: 0 };
     if !(1..=12).contains(&month) || day == 0 || day as u8 > days_in_month(ts.year, ts.month) {
         return None;
     }
@@ -148,8 +138,7 @@ fn parse_ts_prefix(b: &[u8], strict: bool) -> Option<(Ts, usize)> {
         Some(b'T') | Some(b't') | Some(b' ') => {}
         _ => return Some((ts, used)),
     }
-    let (Some(hour), Some(b':'), Some(minute)) = (digits(b, 11, 2), b.get(13), digits(b, 14, 2))
-    else {
+    let (Some(hour), Some(b':'), Some(minute)) = (digits(b, 11, 2), b.get(13), digits(b, 14, 2)) else {
         return if strict { None } else { Some((ts, used)) };
     };
     if hour > 23 || minute > 59 {
@@ -203,19 +192,13 @@ fn parse_since(raw: &str) -> Result<Ts, SkillError> {
         Some((_, used)) => {
             let rest = &s[used..];
             if rest.starts_with('Z') || rest.starts_with('+') || rest.starts_with('-') {
-                Err(bad(
-                    "time zones are not supported, log times are compared as written",
-                ))
+                Err(bad("time zones are not supported, log times are compared as written"))
             } else {
                 Err(bad("unexpected text after the time"))
             }
         }
         None => {
-            if b.len() >= 10
-                && digits(b, 0, 4).is_some()
-                && digits(b, 5, 2).is_some()
-                && digits(b, 8, 2).is_some()
-            {
+            if b.len() >= 10 && digits(b, 0, 4).is_some() && digits(b, 5, 2).is_some() && digits(b, 8, 2).is_some() {
                 Err(bad(
                     "not a valid date and time (month 01-12, day within the month, hour 00-23, minute and second 00-59)",
                 ))
@@ -232,11 +215,7 @@ fn line_timestamp(line: &str) -> Option<(Ts, usize)> {
     let skipped = line.len() - trimmed.len();
     parse_ts_prefix(trimmed.as_bytes(), false).and_then(|(ts, used)| {
         // A bare date without a time is not a line timestamp.
-        if used <= 10 {
-            None
-        } else {
-            Some((ts, skipped + used))
-        }
+        if used <= 10 { None } else { Some((ts, skipped + used)) }
     })
 }
 
@@ -266,10 +245,7 @@ fn line_level(line: &str, after_ts: usize) -> Option<(Level, usize)> {
         }
         let end = offset + token.len();
         let word = token.trim_end_matches(':');
-        let word = word
-            .strip_prefix("level=")
-            .or_else(|| word.strip_prefix("lvl="))
-            .unwrap_or(word);
+        let word = word.strip_prefix("level=").or_else(|| word.strip_prefix("lvl=")).unwrap_or(word);
         let word = word.trim_matches(['"', '<', '>', '(', ')']);
         let is_upper = word.chars().all(|c| c.is_ascii_uppercase());
         if (is_upper || token.starts_with("level=") || token.starts_with("lvl="))
@@ -349,16 +325,12 @@ fn message_shape(msg: &str) -> String {
             let lower = word.to_ascii_lowercase();
             let all_hex = word.chars().all(|c| c.is_ascii_hexdigit());
             let has_digit = word.chars().any(|c| c.is_ascii_digit());
-            let hex_tail = |from: usize| {
-                lower.len() > from && lower[from..].chars().all(|c| c.is_ascii_hexdigit())
-            };
+            let hex_tail = |from: usize| lower.len() > from && lower[from..].chars().all(|c| c.is_ascii_hexdigit());
             if lower.starts_with("0x") && hex_tail(2) {
                 out.push_str("0x#");
             } else if lower.starts_with('x') && out.ends_with('\\') && hex_tail(1) {
                 out.push_str("x#");
-            } else if has_digit
-                && (word.chars().all(|c| c.is_ascii_digit()) || (all_hex && word.len() >= 6))
-            {
+            } else if has_digit && (word.chars().all(|c| c.is_ascii_digit()) || (all_hex && word.len() >= 6)) {
                 out.push('#');
             } else if has_digit {
                 // An identifier with an index (uart1, i2c1, ch4): keep the name, drop the index.
@@ -403,14 +375,7 @@ struct KeywordMatcher {
 impl KeywordMatcher {
     fn new(keyword: &str) -> Self {
         let ascii = keyword.is_ascii();
-        KeywordMatcher {
-            needle: if ascii {
-                keyword.to_ascii_lowercase()
-            } else {
-                keyword.to_lowercase()
-            },
-            ascii,
-        }
+        KeywordMatcher { needle: if ascii { keyword.to_ascii_lowercase() } else { keyword.to_lowercase() }, ascii }
     }
 
     fn matches(&self, line: &str) -> bool {
@@ -420,8 +385,7 @@ impl KeywordMatcher {
             if needle.len() > hay.len() {
                 return false;
             }
-            hay.windows(needle.len())
-                .any(|w| w.eq_ignore_ascii_case(needle))
+            hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
         } else {
             line.to_lowercase().contains(&self.needle)
         }
@@ -440,31 +404,22 @@ struct Params {
     max_lines: usize,
 }
 
-fn opt_string(
-    obj: &serde_json::Map<String, Value>,
-    key: &str,
-) -> Result<Option<String>, SkillError> {
+fn opt_string(obj: &serde_json::Map<String, Value>, key: &str) -> Result<Option<String>, SkillError> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(SkillError::invalid(format!(
-            "{key}: expected a string, got {other}"
-        ))),
+        Some(other) => Err(SkillError::invalid(format!("{key}: expected a string, got {other}"))),
     }
 }
 
 fn resolve_path(raw: &str) -> Result<String, SkillError> {
     let p = raw.trim();
     if p.is_empty() {
-        return Err(SkillError::invalid(
-            "path: empty; pass a file in the workspace such as /workspace/uart.log",
-        ));
+        return Err(SkillError::invalid("path: empty; pass a file in the workspace such as /workspace/uart.log"));
     }
     if p.contains('\0') {
-        return Err(SkillError::invalid(
-            "path: contains a NUL byte; pass a path such as /workspace/uart.log",
-        ));
+        return Err(SkillError::invalid("path: contains a NUL byte; pass a path such as /workspace/uart.log"));
     }
     if p.contains('\\') || (p.len() >= 2 && p.as_bytes()[1] == b':') {
         return Err(SkillError::invalid(format!(
@@ -480,9 +435,7 @@ fn resolve_path(raw: &str) -> Result<String, SkillError> {
 
 fn parse_params(v: Value) -> Result<Params, SkillError> {
     let Value::Object(obj) = v else {
-        return Err(SkillError::invalid(
-            "parameters must be a JSON object like {\"path\": \"/workspace/uart.log\"}",
-        ));
+        return Err(SkillError::invalid("parameters must be a JSON object like {\"path\": \"/workspace/uart.log\"}"));
     };
     let path = match opt_string(&obj, "path")?.or(opt_string(&obj, "file_path")?) {
         Some(p) => resolve_path(&p)?,
@@ -499,20 +452,14 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
     };
     let level = match opt_string(&obj, "level")? {
         Some(s) => Some(Level::from_word(&s).ok_or_else(|| {
-            SkillError::invalid(format!(
-                "level: {s:?} is not one of ERROR, WARN, INFO, DEBUG (omit it for all levels)"
-            ))
+            SkillError::invalid(format!("level: {s:?} is not one of ERROR, WARN, INFO, DEBUG (omit it for all levels)"))
         })?),
         None => None,
     };
     let max_lines = match obj.get("max_lines") {
         None | Some(Value::Null) => DEFAULT_MAX_LINES,
         Some(Value::Number(n)) => {
-            let v = n.as_u64().or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                    .map(|f| f as u64)
-            });
+            let v = n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
             match v {
                 Some(v) if (1..=MAX_MAX_LINES).contains(&v) => v,
                 _ => {
@@ -528,13 +475,7 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
             )));
         }
     };
-    Ok(Params {
-        path,
-        keyword,
-        since,
-        level,
-        max_lines: max_lines as usize,
-    })
+    Ok(Params { path, keyword, since, level, max_lines: max_lines as usize })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -561,11 +502,7 @@ fn list_dir(dir: &str) -> Option<String> {
     if more > 0 {
         s.push_str(&format!(" (+{more} more)"));
     }
-    Some(if s.is_empty() {
-        "(empty)".to_string()
-    } else {
-        s
-    })
+    Some(if s.is_empty() { "(empty)".to_string() } else { s })
 }
 
 fn parent_dir(path: &str) -> &str {
@@ -722,21 +659,12 @@ fn scan<R: BufRead>(reader: &mut R, p: &Params) -> Result<Scan, (u64, io::Error)
             s.first_by_level[slot] = Some((n, sanitize(&text, 120)));
         }
 
-        let msg_start = own_level
-            .map(|(_, end)| end)
-            .unwrap_or(after_ts)
-            .min(text.len());
+        let msg_start = own_level.map(|(_, end)| end).unwrap_or(after_ts).min(text.len());
         let shape = message_shape(&text[msg_start..]);
         if let Some(st) = s.shapes.get_mut(&shape) {
             st.count += 1;
         } else if s.shapes.len() < MAX_SHAPES {
-            s.shapes.insert(
-                shape,
-                ShapeStat {
-                    count: 1,
-                    first_line: n,
-                },
-            );
+            s.shapes.insert(shape, ShapeStat { count: 1, first_line: n });
         } else {
             s.other_shapes += 1;
         }
@@ -759,10 +687,7 @@ fn scan<R: BufRead>(reader: &mut R, p: &Params) -> Result<Scan, (u64, io::Error)
 }
 
 fn counts_text(counts: &[u64; 5]) -> String {
-    let mut parts: Vec<String> = Level::ALL
-        .iter()
-        .map(|l| format!("{} {}", l.name(), counts[l.index()]))
-        .collect();
+    let mut parts: Vec<String> = Level::ALL.iter().map(|l| format!("{} {}", l.name(), counts[l.index()])).collect();
     if counts[4] > 0 {
         parts.push(format!("no level {}", counts[4]));
     }
@@ -775,11 +700,7 @@ fn file_stem(path: &str) -> String {
         Some(i) if i > 0 => &name[..i],
         _ => name,
     };
-    if stem.is_empty() {
-        "log".to_string()
-    } else {
-        stem.to_string()
-    }
+    if stem.is_empty() { "log".to_string() } else { stem.to_string() }
 }
 
 struct ReadLogFile;
@@ -804,13 +725,9 @@ impl Skill for ReadLogFile {
         }
         let file = File::open(&p.path).map_err(|e| open_error(&p.path, &e))?;
         let mut reader = BufReader::with_capacity(64 * 1024, file);
-        let s = scan(&mut reader, &p).map_err(|(line, e)| {
-            SkillError::failed(format!("reading {} failed after line {line}: {e}", p.path))
-        })?;
-        ctx.info(&format!(
-            "scanned {} lines ({} bytes) of {}, {} matched",
-            s.lines, s.bytes, p.path, s.matched
-        ));
+        let s = scan(&mut reader, &p)
+            .map_err(|(line, e)| SkillError::failed(format!("reading {} failed after line {line}: {e}", p.path)))?;
+        ctx.info(&format!("scanned {} lines ({} bytes) of {}, {} matched", s.lines, s.bytes, p.path, s.matched));
 
         // Filter description, reused in output and memory.
         let mut filters = Vec::new();
@@ -825,25 +742,14 @@ impl Skill for ReadLogFile {
         if let Some((_, since)) = &p.since {
             filters.push(format!("since {since}"));
         }
-        let filter_text = if filters.is_empty() {
-            "no filter".to_string()
-        } else {
-            filters.join(", ")
-        };
+        let filter_text = if filters.is_empty() { "no filter".to_string() } else { filters.join(", ") };
 
         let mut shapes: Vec<(&String, &ShapeStat)> = s.shapes.iter().collect();
-        shapes.sort_by(|a, b| {
-            b.1.count
-                .cmp(&a.1.count)
-                .then(a.1.first_line.cmp(&b.1.first_line))
-        });
+        shapes.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.1.first_line.cmp(&b.1.first_line)));
 
         // ---- output for the model
         let mut out = String::new();
-        out.push_str(&format!(
-            "{}: scanned {} lines, {} matched ({filter_text}).\n",
-            p.path, s.lines, s.matched
-        ));
+        out.push_str(&format!("{}: scanned {} lines, {} matched ({filter_text}).\n", p.path, s.lines, s.matched));
         if s.matched == 0 {
             out.push_str("No line matched.");
             if p.since.is_some() && s.lines_with_ts == 0 {
@@ -857,11 +763,7 @@ impl Skill for ReadLogFile {
         } else {
             let more = s.matched - s.shown as u64;
             if more > 0 {
-                let why = if s.budget_hit {
-                    "output size budget reached"
-                } else {
-                    "max_lines reached"
-                };
+                let why = if s.budget_hit { "output size budget reached" } else { "max_lines reached" };
                 out.push_str(&format!(
                     "Showing the first {} matching lines; {more} more matched ({why}). Narrow with keyword/level/since, or raise max_lines (up to {MAX_MAX_LINES}).\n",
                     s.shown
@@ -871,15 +773,9 @@ impl Skill for ReadLogFile {
             out.push_str(&s.out_lines);
             out.push('\n');
         }
-        out.push_str(&format!(
-            "Counts by level (matching lines): {}\n",
-            counts_text(&s.match_counts)
-        ));
+        out.push_str(&format!("Counts by level (matching lines): {}\n", counts_text(&s.match_counts)));
         if p.level.is_some() || p.keyword.is_some() || p.since.is_some() {
-            out.push_str(&format!(
-                "Counts by level (all scanned lines): {}\n",
-                counts_text(&s.all_counts)
-            ));
+            out.push_str(&format!("Counts by level (all scanned lines): {}\n", counts_text(&s.all_counts)));
         }
         match (&s.first_ts, &s.last_ts) {
             (Some((f, fl)), Some((l, ll))) => out.push_str(&format!(
@@ -892,16 +788,10 @@ impl Skill for ReadLogFile {
         if !shapes.is_empty() {
             out.push_str("Most frequent messages among matches (digits/hex normalized):\n");
             for (shape, st) in shapes.iter().take(5) {
-                out.push_str(&format!(
-                    "  {}x  {shape}  (first L{})\n",
-                    st.count, st.first_line
-                ));
+                out.push_str(&format!("  {}x  {shape}  (first L{})\n", st.count, st.first_line));
             }
             if s.other_shapes > 0 {
-                out.push_str(&format!(
-                    "  ({} more lines with rarer messages not grouped)\n",
-                    s.other_shapes
-                ));
+                out.push_str(&format!("  ({} more lines with rarer messages not grouped)\n", s.other_shapes));
             }
         }
         out.push_str(&format!("Total lines scanned: {}\n", s.lines));
@@ -930,6 +820,12 @@ impl Skill for ReadLogFile {
             mem.push_str(&format!(". Key line L{line}: {text}"));
         }
         mem.push('.');
+        // Stay well inside the host's default per-memory size (2 KiB).
+        if mem.len() > MAX_MEMORY_BYTES {
+            let cut = floor_char_boundary(&mem, MAX_MEMORY_BYTES - 3);
+            mem.truncate(cut);
+            mem.push_str("...");
+        }
 
         let elapsed = started.elapsed().as_millis();
         let fmt_ts = |t: &Option<(Ts, u64)>| t.map(|(ts, _)| ts.display()).unwrap_or_default();
@@ -943,10 +839,7 @@ impl Skill for ReadLogFile {
             .meta("last_ts", fmt_ts(&s.last_ts))
             .meta("elapsed_ms", elapsed);
         for l in Level::ALL {
-            result = result.meta(
-                format!("count_{}", l.name().to_ascii_lowercase()),
-                s.match_counts[l.index()],
-            );
+            result = result.meta(format!("count_{}", l.name().to_ascii_lowercase()), s.match_counts[l.index()]);
         }
         result = result.meta("count_none", s.match_counts[4]);
         Ok(result.remember(NewMemory::task_result(mem).priority(2).tag("log").tag(stem)))
@@ -985,9 +878,7 @@ mod tests {
             "2026/03/02 14:00",
         ] {
             let e = parse_since(bad).unwrap_err();
-            let SkillError::InvalidParams(m) = e else {
-                panic!()
-            };
+            let SkillError::InvalidParams(m) = e else { panic!() };
             assert!(m.contains("2026-03-02T14:00:00"), "{m}");
         }
         assert!(parse_since("2024-02-29").is_ok());
@@ -1002,37 +893,20 @@ mod tests {
         let (lvl, end) = line_level(l, used).unwrap();
         assert_eq!(lvl, Level::Warn);
         assert_eq!(&l[end..], " uart1: framing error");
-        assert_eq!(
-            line_level("2026-03-02 14:03:12,1 ERROR main: boom", 21)
-                .unwrap()
-                .0,
-            Level::Error
-        );
-        assert_eq!(
-            line_level("ts=1 level=debug msg=x", 0).unwrap().0,
-            Level::Debug
-        );
+        assert_eq!(line_level("2026-03-02 14:03:12,1 ERROR main: boom", 21).unwrap().0, Level::Error);
+        assert_eq!(line_level("ts=1 level=debug msg=x", 0).unwrap().0, Level::Debug);
         assert!(line_level("2026-03-02 14:03:12 uart1: framing error at byte 3", 19).is_none());
     }
 
     #[test]
     fn shapes_normalize() {
-        assert_eq!(
-            message_shape(" uart1: RX overrun (ORE), 41 bytes lost"),
-            "uart#: RX overrun (ORE), # bytes lost"
-        );
+        assert_eq!(message_shape(" uart1: RX overrun (ORE), 41 bytes lost"), "uart#: RX overrun (ORE), # bytes lost");
         assert_eq!(
             message_shape("flash: erase sector 9 @0x080A0000 (128 KiB) start"),
             "flash: erase sector # @0x# (# KiB) start"
         );
-        assert_eq!(
-            message_shape("console: garbage \"AT\\x9c\" (2 of 10)"),
-            "console: garbage \"*\" (# of #)"
-        );
-        assert_eq!(
-            message_shape("latency 8.7 ms build 8f31c0a"),
-            "latency # ms build #"
-        );
+        assert_eq!(message_shape("console: garbage \"AT\\x9c\" (2 of 10)"), "console: garbage \"*\" (# of #)");
+        assert_eq!(message_shape("latency 8.7 ms build 8f31c0a"), "latency # ms build #");
         assert_eq!(message_shape("bytes \\x9c\\x00 end"), "bytes \\x#\\x# end");
     }
 
@@ -1043,37 +917,20 @@ mod tests {
                    \tat driver.c:12\n\
                    2026-03-02 14:00:01.000 [WARN ] dma: ring exhausted\n\
                    2026-03-02 14:00:02.000 [ERROR] uart1: RX Overrun, 9 bytes lost\n";
-        let s = run(
-            log,
-            params(serde_json::json!({"path": "x.log", "keyword": "OVERRUN"})),
-        );
+        let s = run(log, params(serde_json::json!({"path": "x.log", "keyword": "OVERRUN"})));
         assert_eq!(s.lines, 5);
         assert_eq!(s.matched, 2);
         assert!(s.out_lines.starts_with("L2: "));
         assert!(s.out_lines.contains("\nL5: "));
-        let s = run(
-            log,
-            params(serde_json::json!({"path": "x.log", "level": "ERROR"})),
-        );
+        let s = run(log, params(serde_json::json!({"path": "x.log", "level": "ERROR"})));
         assert_eq!(s.matched, 3, "continuation line inherits ERROR");
-        let s = run(
-            log,
-            params(serde_json::json!({"path": "x.log", "since": "2026-03-02 14:00:01"})),
-        );
+        let s = run(log, params(serde_json::json!({"path": "x.log", "since": "2026-03-02 14:00:01"})));
         assert_eq!(s.matched, 2);
         assert_eq!(s.first_ts.unwrap().1, 4);
-        let s = run(
-            log,
-            params(serde_json::json!({"path": "x.log", "max_lines": 1})),
-        );
+        let s = run(log, params(serde_json::json!({"path": "x.log", "max_lines": 1})));
         assert_eq!(s.shown, 1);
         assert_eq!(s.matched, 5);
-        assert_eq!(
-            s.shapes
-                .get("uart#: RX overrun, # bytes lost")
-                .map(|x| x.count),
-            Some(1)
-        );
+        assert_eq!(s.shapes.get("uart#: RX overrun, # bytes lost").map(|x| x.count), Some(1));
     }
 
     #[test]
@@ -1081,16 +938,11 @@ mod tests {
         let mut data = vec![b'a'; MAX_LINE_BYTES * 3];
         data.extend_from_slice(b"\n\xff\xfe\x00 [ERROR] bad bytes\r\nlast");
         let mut r = io::Cursor::new(data);
-        let s = scan(&mut r, &params(serde_json::json!({"path": "/workspace/x"})))
-            .map_err(|(_, e)| e)
-            .unwrap();
+        let s = scan(&mut r, &params(serde_json::json!({"path": "/workspace/x"}))).map_err(|(_, e)| e).unwrap();
         assert_eq!(s.lines, 3);
         assert!(s.out_lines.contains("cut while reading"));
         assert!(s.out_lines.contains("\\x00"));
-        assert_eq!(
-            s.match_counts[0], 2,
-            "the unterminated last line continues the ERROR record"
-        );
+        assert_eq!(s.match_counts[0], 2, "the unterminated last line continues the ERROR record");
     }
 
     #[test]
@@ -1108,13 +960,7 @@ mod tests {
         ] {
             assert!(matches!(parse_params(v), Err(SkillError::InvalidParams(_))));
         }
-        assert_eq!(
-            params(serde_json::json!({"path": "logs/a.log"})).path,
-            "/workspace/logs/a.log"
-        );
-        assert_eq!(
-            params(serde_json::json!({"path": "a", "keyword": ""})).keyword,
-            None
-        );
+        assert_eq!(params(serde_json::json!({"path": "logs/a.log"})).path, "/workspace/logs/a.log");
+        assert_eq!(params(serde_json::json!({"path": "a", "keyword": ""})).keyword, None);
     }
 }

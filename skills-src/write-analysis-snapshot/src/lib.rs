@@ -14,7 +14,8 @@ const MAX_EVIDENCE_PER_FINDING: usize = 50;
 const MAX_EVIDENCE_CHARS: usize = 300;
 const MAX_NOTE_CHARS: usize = 2000;
 
-const CITATION_HELP: &str = "cite log lines as \"L<n>\", the line numbers read-log-file prints (e.g. \"L1243\" or \"L1243: RX overrun\")";
+const CITATION_HELP: &str =
+    "cite log lines as \"L<n>\", the line numbers read-log-file prints (e.g. \"L1243\" or \"L1243: RX overrun\")";
 
 /// A finding as stored in the snapshot.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,7 +72,8 @@ fn clip(s: &str, max: usize) -> String {
 
 /// The `findings` parameter as a list: an array, a single object, or the JSON text of either.
 fn findings_list(v: &Value) -> Result<Vec<Value>, SkillError> {
-    let example = "e.g. [{\"claim\": \"RX overruns coincide with flash erases\", \"evidence\": [\"L1243\", \"L1240\"]}]";
+    let example =
+        "e.g. [{\"claim\": \"RX overruns coincide with flash erases\", \"evidence\": [\"L1243\", \"L1240\"]}]";
     match v {
         Value::Array(items) => Ok(items.clone()),
         Value::Object(_) => Ok(vec![v.clone()]),
@@ -88,12 +90,7 @@ fn findings_list(v: &Value) -> Result<Vec<Value>, SkillError> {
 }
 
 /// Validate one finding from the parameters.
-fn parse_finding(
-    i: usize,
-    v: &Value,
-    note: &Option<String>,
-    step: u32,
-) -> Result<Finding, SkillError> {
+fn parse_finding(i: usize, v: &Value, note: &Option<String>, step: u32) -> Result<Finding, SkillError> {
     let Value::Object(obj) = v else {
         return Err(SkillError::invalid(format!(
             "findings[{i}]: expected an object {{\"claim\": \"...\", \"evidence\": [\"L123\"]}}, got {v}"
@@ -107,9 +104,7 @@ fn parse_finding(
             )));
         }
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "findings[{i}].claim: expected a string, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("findings[{i}].claim: expected a string, got {other}")));
         }
     };
     if char_len(&claim) > MAX_CLAIM_CHARS {
@@ -156,12 +151,7 @@ fn parse_finding(
             evidence.push(c);
         }
     }
-    Ok(Finding {
-        claim,
-        evidence,
-        note: note.clone(),
-        step,
-    })
+    Ok(Finding { claim, evidence, note: note.clone(), step })
 }
 
 /// Read a stored snapshot back. Tolerant of older/foreign shapes where harmless.
@@ -184,11 +174,7 @@ fn parse_stored(key: &str, text: &str) -> Result<Vec<Finding>, SkillError> {
             return Err(not_list(format!("element {i} has no claim")));
         };
         let evidence = match obj.get("evidence") {
-            Some(Value::Array(e)) => e
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
+            Some(Value::Array(e)) => e.iter().filter_map(Value::as_str).map(str::to_string).collect(),
             Some(Value::String(s)) => vec![s.clone()],
             _ => Vec::new(),
         };
@@ -196,11 +182,7 @@ fn parse_stored(key: &str, text: &str) -> Result<Vec<Finding>, SkillError> {
             claim: claim.to_string(),
             evidence,
             note: obj.get("note").and_then(Value::as_str).map(str::to_string),
-            step: obj
-                .get("step")
-                .and_then(Value::as_u64)
-                .and_then(|s| u32::try_from(s).ok())
-                .unwrap_or(0),
+            step: obj.get("step").and_then(Value::as_u64).and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
         });
     }
     Ok(out)
@@ -212,16 +194,10 @@ fn validate_key(v: Option<&Value>) -> Result<String, SkillError> {
         Some(Value::String(s)) if s.trim().is_empty() => return Ok(DEFAULT_KEY.to_string()),
         Some(Value::String(s)) => s.trim().to_string(),
         Some(other) => {
-            return Err(SkillError::invalid(format!(
-                "key: expected a string, got {other}"
-            )));
+            return Err(SkillError::invalid(format!("key: expected a string, got {other}")));
         }
     };
-    if char_len(&key) > MAX_KEY_CHARS
-        || !key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
-    {
+    if char_len(&key) > MAX_KEY_CHARS || !key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c)) {
         return Err(SkillError::invalid(format!(
             "key: {key:?} is not a valid snapshot key; use up to {MAX_KEY_CHARS} letters, digits, '_', '-', '.' or ':' (default \"{DEFAULT_KEY}\")"
         )));
@@ -234,9 +210,7 @@ fn validate_key(v: Option<&Value>) -> Result<String, SkillError> {
 fn merge(stored: &mut Vec<Finding>, new: Vec<Finding>) -> (usize, usize) {
     let (mut added, mut merged) = (0, 0);
     for f in new {
-        let existing = stored
-            .iter_mut()
-            .find(|s| s.claim.to_lowercase() == f.claim.to_lowercase());
+        let existing = stored.iter_mut().find(|s| s.claim.to_lowercase() == f.claim.to_lowercase());
         match existing {
             Some(s) => {
                 for e in f.evidence {
@@ -267,11 +241,7 @@ fn render(key: &str, list: &[Finding]) -> String {
         } else {
             f.evidence.join(", ")
         };
-        out.push_str(&format!(
-            "{}. {}\n   Evidence: {ev}",
-            i + 1,
-            clip(&f.claim, 500)
-        ));
+        out.push_str(&format!("{}. {}\n   Evidence: {ev}", i + 1, clip(&f.claim, 500)));
         if f.step > 0 {
             out.push_str(&format!(" (step {})", f.step));
         }
@@ -302,15 +272,11 @@ impl Skill for WriteAnalysisSnapshot {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.trim().is_empty() => None,
             Some(Value::String(s)) if char_len(s) > MAX_NOTE_CHARS => {
-                return Err(SkillError::invalid(format!(
-                    "note: keep it under {MAX_NOTE_CHARS} characters"
-                )));
+                return Err(SkillError::invalid(format!("note: keep it under {MAX_NOTE_CHARS} characters")));
             }
             Some(Value::String(s)) => Some(s.trim().to_string()),
             Some(other) => {
-                return Err(SkillError::invalid(format!(
-                    "note: expected a string, got {other}"
-                )));
+                return Err(SkillError::invalid(format!("note: expected a string, got {other}")));
             }
         };
         let raw = match obj.get("findings") {
@@ -332,11 +298,8 @@ impl Skill for WriteAnalysisSnapshot {
                 raw.len()
             )));
         }
-        let new: Vec<Finding> = raw
-            .iter()
-            .enumerate()
-            .map(|(i, v)| parse_finding(i, v, &note, ctx.step()))
-            .collect::<Result<_, _>>()?;
+        let new: Vec<Finding> =
+            raw.iter().enumerate().map(|(i, v)| parse_finding(i, v, &note, ctx.step())).collect::<Result<_, _>>()?;
 
         let mut stored = match ctx.session_get(&key)? {
             Some(text) if !text.trim().is_empty() => parse_stored(&key, &text)?,
@@ -353,10 +316,7 @@ impl Skill for WriteAnalysisSnapshot {
         }
         let value = Value::Array(stored.iter().map(Finding::to_json).collect());
         ctx.session_set(&key, &value.to_string())?;
-        ctx.info(&format!(
-            "snapshot {key}: {added} added, {merged} merged, {} total",
-            stored.len()
-        ));
+        ctx.info(&format!("snapshot {key}: {added} added, {merged} merged, {} total", stored.len()));
 
         let uncited = stored.iter().filter(|f| f.evidence.is_empty()).count();
         let mut out = format!(
@@ -372,11 +332,7 @@ impl Skill for WriteAnalysisSnapshot {
         }
         out.push_str(&format!(
             "\nNext: call generate-report without findings to render this snapshot{}.\n",
-            if key == DEFAULT_KEY {
-                String::new()
-            } else {
-                format!(" (pass key {key:?})")
-            }
+            if key == DEFAULT_KEY { String::new() } else { format!(" (pass key {key:?})") }
         ));
         Ok(SkillResult::success(out)
             .meta("key", &key)
@@ -396,20 +352,9 @@ mod tests {
     #[test]
     fn citations() {
         assert_eq!(citation("L123").as_deref(), Some("L123"));
-        assert_eq!(
-            citation(" l45: RX overrun ").as_deref(),
-            Some("L45: RX overrun")
-        );
+        assert_eq!(citation(" l45: RX overrun ").as_deref(), Some("L45: RX overrun"));
         assert_eq!(citation("L0123-L130").as_deref(), Some("L123-L130"));
-        for bad in [
-            "L0",
-            "line 40",
-            "123",
-            "L",
-            "",
-            "LX1",
-            "L99999999999999999999999",
-        ] {
+        for bad in ["L0", "line 40", "123", "L", "", "LX1", "L99999999999999999999999"] {
             assert_eq!(citation(bad), None, "{bad}");
         }
     }
@@ -421,11 +366,8 @@ mod tests {
             {"claim": "Hypothesis without evidence"}
         ]);
         let list = findings_list(&v).unwrap();
-        let parsed: Vec<Finding> = list
-            .iter()
-            .enumerate()
-            .map(|(i, f)| parse_finding(i, f, &None, 2).unwrap())
-            .collect();
+        let parsed: Vec<Finding> =
+            list.iter().enumerate().map(|(i, f)| parse_finding(i, f, &None, 2).unwrap()).collect();
         assert_eq!(parsed[0].evidence, vec!["L1243", "L1240: erase start"]);
         assert!(parsed[1].evidence.is_empty());
         let mut stored = parsed;
@@ -452,26 +394,12 @@ mod tests {
             serde_json::json!({"claim": "x", "evidence": {"a": 1}}),
             serde_json::json!("just text"),
         ] {
-            assert!(
-                matches!(
-                    parse_finding(0, &v, &None, 1),
-                    Err(SkillError::InvalidParams(_))
-                ),
-                "{v}"
-            );
+            assert!(matches!(parse_finding(0, &v, &None, 1), Err(SkillError::InvalidParams(_))), "{v}");
         }
         assert!(findings_list(&serde_json::json!(5)).is_err());
-        assert_eq!(
-            findings_list(&serde_json::json!("[{\"claim\": \"a\"}]"))
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(findings_list(&serde_json::json!("[{\"claim\": \"a\"}]")).unwrap().len(), 1);
         assert!(parse_stored("k", "{\"a\": 1}").is_err());
         assert!(validate_key(Some(&serde_json::json!("bad key!"))).is_err());
-        assert_eq!(
-            validate_key(Some(&serde_json::json!(""))).unwrap(),
-            "findings"
-        );
+        assert_eq!(validate_key(Some(&serde_json::json!(""))).unwrap(), "findings");
     }
 }
