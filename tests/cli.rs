@@ -118,3 +118,63 @@ fn install_errors_are_readable() {
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("does not declare network access"));
     skillhost(&env).args(["skill", "run", "p", "-p", "mode=noop"]).assert().code(1);
 }
+
+#[test]
+fn project_policy_overrides_the_user_policy() {
+    let env = Env::new();
+    std::fs::write(env.workspace.path().join("notes.txt"), "user workspace").unwrap();
+    let dir = env.probe_as(
+        "reader",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
+    );
+    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+
+    // A project whose policy points $WORKSPACE elsewhere, then one that revokes everything.
+    let project = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("notes.txt"), "project data").unwrap();
+    std::fs::create_dir_all(project.path().join(".skillhost")).unwrap();
+    std::fs::write(
+        project.path().join(".skillhost/policy.toml"),
+        format!("[paths]\nWORKSPACE = \"{}\"\n", data.path().display()),
+    )
+    .unwrap();
+    let out = skillhost(&env)
+        .current_dir(project.path())
+        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
+        .assert()
+        .success();
+    assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["output"], "project data");
+
+    std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader]\n").unwrap();
+    let out = skillhost(&env)
+        .current_dir(project.path())
+        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
+        .assert()
+        .code(3);
+    let run = json_of(&out.get_output().stdout);
+    assert!(run["denials"].to_string().contains("declared but not granted"), "{run}");
+
+    std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader\n").unwrap();
+    let out = skillhost(&env)
+        .current_dir(project.path())
+        .args(["skill", "run", "reader", "-p", "mode=noop"])
+        .assert()
+        .code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains(".skillhost/policy.toml is invalid"), "{err}");
+}
+
+#[test]
+fn a_busy_memory_store_blocks_only_the_skills_that_need_it() {
+    let env = Env::new();
+    let plain = env.probe_as("plain", "");
+    let stateful = env.probe_as("stateful", "capabilities:\n  session: true\n");
+    skillhost(&env).args(["skill", "install"]).arg(&plain).arg("--yes").assert().success();
+    skillhost(&env).args(["skill", "install"]).arg(&stateful).arg("--yes").assert().success();
+    let _held = skillhost::memory::RedbStore::open(&env.home.path().join("memory.redb")).unwrap();
+    skillhost(&env).args(["skill", "run", "plain", "-p", "mode=noop"]).assert().success();
+    let out = skillhost(&env).args(["skill", "run", "stateful", "-p", "mode=session-get"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("in use by another skillhost process"), "{err}");
+}

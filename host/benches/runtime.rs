@@ -61,7 +61,7 @@ fn main() {
         capabilities: CapabilitySet::default(),
         limits: Limits::DEFAULT,
         paths: Default::default(),
-        store: store.clone(),
+        store: Some(store.clone()),
         namespace: "bench".into(),
     };
     let inv = Invocation { session_id: "bench".into(), step: 1, params: r#"{"mode":"noop"}"#.into() };

@@ -528,7 +528,8 @@ impl Library {
         for (k, v) in &self.paths {
             paths.entry(k.clone()).or_insert_with(|| v.clone());
         }
-        let store = self.store()?;
+        let needs_store = effective.memory != crate::capabilities::MemoryAccess::None || effective.session;
+        let store = if needs_store { Some(self.store()?) } else { None };
         let grant = CallGrant {
             skill: name.to_string(),
             skill_hash: loaded.content_hash.clone(),
@@ -548,7 +549,7 @@ impl Library {
                 step: opts.step,
             };
             report.memories =
-                sandbox::absorb(&out.new_memories, effective.memory, &limits, &*store, &opts.namespace, &provenance);
+                sandbox::absorb(&out.new_memories, effective.memory, &limits, store.as_deref(), &opts.namespace, &provenance);
             for d in &report.memories.dropped {
                 report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
             }

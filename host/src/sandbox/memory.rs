@@ -14,7 +14,7 @@ const MAX_SEARCH_LIMIT: u32 = 50;
 
 /// The memory-related part of a call's rights.
 pub(super) struct HostAccess {
-    pub store: Arc<dyn MemoryStore>,
+    store: Option<Arc<dyn MemoryStore>>,
     pub namespace: String,
     pub session_id: String,
     pub memory: MemoryAccess,
@@ -22,6 +22,11 @@ pub(super) struct HostAccess {
 }
 
 impl HostAccess {
+    /// The store, once the capability check has passed.
+    pub fn store(&self) -> Result<&dyn MemoryStore, HostError> {
+        self.store.as_deref().ok_or_else(|| HostError::Unavailable("no memory store is open for this call".into()))
+    }
+
     pub fn new(grant: &CallGrant, session: &str) -> HostAccess {
         HostAccess {
             store: grant.store.clone(),
@@ -68,7 +73,11 @@ impl Host for CallState {
             return Ok(Err(HostError::Denied(message)));
         }
         let limit = limit.clamp(1, MAX_SEARCH_LIMIT) as usize;
-        Ok(match self.host.store.search(&self.host.namespace, &query, limit) {
+        let store = match self.host.store() {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(match store.search(&self.host.namespace, &query, limit) {
             Ok(hits) => Ok(hits
                 .into_iter()
                 .map(|(r, score)| MemoryHit {
@@ -98,7 +107,7 @@ pub fn absorb(
     proposed: &[ProposedMemory],
     access: MemoryAccess,
     limits: &Limits,
-    store: &dyn MemoryStore,
+    store: Option<&dyn MemoryStore>,
     namespace: &str,
     provenance: &Provenance,
 ) -> Absorbed {
@@ -106,11 +115,11 @@ pub fn absorb(
     if proposed.is_empty() {
         return out;
     }
-    if access != MemoryAccess::Write {
+    let (MemoryAccess::Write, Some(store)) = (access, store) else {
         out.dropped
             .push(format!("{} proposed memories dropped: the skill does not hold `memory: write`", proposed.len()));
         return out;
-    }
+    };
     for (i, m) in proposed.iter().enumerate() {
         if i as u64 >= limits.max_new_memories {
             out.dropped.push(format!(

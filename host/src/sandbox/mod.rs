@@ -208,7 +208,9 @@ pub struct CallGrant {
     pub limits: Limits,
     /// Values for path templates such as `$WORKSPACE`.
     pub paths: BTreeMap<String, String>,
-    pub store: Arc<dyn MemoryStore>,
+    /// Needed only when the call holds `memory` or `session`; `None` keeps a call that
+    /// needs neither from opening (and locking) the store.
+    pub store: Option<Arc<dyn MemoryStore>>,
     pub namespace: String,
 }
 

@@ -30,7 +30,7 @@ impl Host for CallState {
         if let Err(e) = self.session_allowed("get") {
             return Ok(Err(e));
         }
-        Ok(self.host.store.session_get(&self.host.session_id, &key).map_err(unavailable))
+        Ok(self.host.store().and_then(|s| s.session_get(&self.host.session_id, &key).map_err(unavailable)))
     }
 
     fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), HostError>> {
@@ -46,13 +46,13 @@ impl Host for CallState {
                 value.len()
             ))));
         }
-        Ok(self.host.store.session_set(&self.host.session_id, &key, &value).map_err(unavailable))
+        Ok(self.host.store().and_then(|s| s.session_set(&self.host.session_id, &key, &value).map_err(unavailable)))
     }
 
     fn keys(&mut self) -> wasmtime::Result<Result<Vec<String>, HostError>> {
         if let Err(e) = self.session_allowed("keys") {
             return Ok(Err(e));
         }
-        Ok(self.host.store.session_keys(&self.host.session_id).map_err(unavailable))
+        Ok(self.host.store().and_then(|s| s.session_keys(&self.host.session_id).map_err(unavailable)))
     }
 }
