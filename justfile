@@ -41,3 +41,4 @@ bench: build-skills
 lint:
     cargo fmt --all --check
     cargo clippy --release --all-targets -- -D warnings
+    CARGO_TARGET_DIR=target/wasm cargo clippy --quiet --target wasm32-wasip2 -p skill-findings $(for c in {{guest_crates}}; do printf -- '-p %s ' "$c"; done) -- -D warnings

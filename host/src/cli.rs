@@ -398,39 +398,41 @@ fn policy(lib: &Library, cmd: PolicyCmd, json: bool) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         PolicyCmd::Grant { name, specs } => {
-            if specs.is_empty() {
-                anyhow::bail!("say what to grant: {}", crate::policy::GRANT_SYNTAX);
-            }
             let declared = lib.info(&name)?.manifest.capabilities;
-            let mut p = Policy::load(&files.user)?;
-            for spec in &specs {
+            change_grants(lib, &name, &specs, json, "grant", |p, spec| {
                 p.grant(&name, &parse_grant(spec, &declared)?);
-            }
-            p.save(&files.user)?;
-            let caps = p.granted(&name);
-            if json {
-                print_json(&caps)?;
-            } else {
-                print_list(&format!("{name} granted"), &caps.describe());
-            }
-            Ok(ExitCode::SUCCESS)
+                Ok(())
+            })
         }
         PolicyCmd::Revoke { name, specs } => {
-            if specs.is_empty() {
-                anyhow::bail!("say what to revoke: {}", crate::policy::GRANT_SYNTAX);
-            }
-            let mut p = Policy::load(&files.user)?;
-            for spec in &specs {
-                p.revoke(&name, spec)?;
-            }
-            p.save(&files.user)?;
-            let caps = p.granted(&name);
-            if json {
-                print_json(&caps)?;
-            } else {
-                print_list(&format!("{name} granted"), &caps.describe());
-            }
-            Ok(ExitCode::SUCCESS)
+            change_grants(lib, &name, &specs, json, "revoke", |p, spec| p.revoke(&name, spec))
         }
     }
+}
+
+/// Apply `change` for each spec to the user policy, save it, and show the result.
+fn change_grants(
+    lib: &Library,
+    name: &str,
+    specs: &[String],
+    json: bool,
+    verb: &str,
+    mut change: impl FnMut(&mut Policy, &str) -> Result<()>,
+) -> Result<ExitCode> {
+    if specs.is_empty() {
+        anyhow::bail!("say what to {verb}: {}", crate::policy::GRANT_SYNTAX);
+    }
+    let path = &lib.policy_files().user;
+    let mut p = Policy::load(path)?;
+    for spec in specs {
+        change(&mut p, spec)?;
+    }
+    p.save(path)?;
+    let caps = p.granted(name);
+    if json {
+        print_json(&caps)?;
+    } else {
+        print_list(&format!("{name} granted"), &caps.describe());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -391,8 +391,12 @@ impl Library {
         }
         let record = self.read_record(name)?;
         let dir = self.skill_dir(name);
-        let manifest_bytes = std::fs::read(dir.join("SKILL.md"))?;
-        let wasm = if record.is_instruction() { None } else { Some(std::fs::read(dir.join("skill.wasm"))?) };
+        let read = |file: &str| {
+            std::fs::read(dir.join(file))
+                .with_context(|| format!("cannot read {}; reinstall `{name}`", dir.join(file).display()))
+        };
+        let manifest_bytes = read("SKILL.md")?;
+        let wasm = if record.is_instruction() { None } else { Some(read("skill.wasm")?) };
         let actual = content_hash(&manifest_bytes, wasm.as_deref());
         if actual != record.content_hash {
             bail!(
@@ -548,8 +552,14 @@ impl Library {
                 session: opts.session.clone(),
                 step: opts.step,
             };
-            report.memories =
-                sandbox::absorb(&out.new_memories, effective.memory, &limits, store.as_deref(), &opts.namespace, &provenance);
+            report.memories = sandbox::absorb(
+                &out.new_memories,
+                effective.memory,
+                &limits,
+                store.as_deref(),
+                &opts.namespace,
+                &provenance,
+            );
             for d in &report.memories.dropped {
                 report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
             }

@@ -6,15 +6,14 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use skill_findings::{
+    DEFAULT_KEY, MAX_CLAIM_CHARS, MAX_EVIDENCE_PER_FINDING, MAX_FINDINGS, char_len, clip, findings_list, is_valid_key,
+    one_line, parse_citation, snapshot_elements,
+};
 use skillhost_sdk::{Context, Skill, SkillError, SkillResult, export_skill};
 
 const DEFAULT_TITLE: &str = "Log analysis report";
-const DEFAULT_KEY: &str = "findings";
-const MAX_KEY_CHARS: usize = 64;
 const MAX_TITLE_CHARS: usize = 200;
-const MAX_FINDINGS: usize = 200;
-const MAX_CLAIM_CHARS: usize = 2000;
-const MAX_EVIDENCE_PER_FINDING: usize = 50;
 
 const CITATION_HELP: &str = "Every conclusion needs at least one evidence entry of the form L<n>: a line number from \
      read-log-file output, e.g. \"L1243\" or \"L1243: RX overrun\". Add the lines that support each conclusion \
@@ -38,19 +37,9 @@ impl Cite {
     }
 }
 
-/// Parse `^L\d+` (optionally followed by text). Accepts a lowercase `l` too.
+/// Parse `^L\d+` (optionally followed by a range end and text). Accepts a lowercase `l` too.
 fn citation(raw: &str) -> Option<Cite> {
-    let s = raw.trim();
-    let rest = s.strip_prefix('L').or_else(|| s.strip_prefix('l'))?;
-    let n_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-    if n_len == 0 {
-        return None;
-    }
-    let line: u64 = rest[..n_len].parse().ok()?;
-    if line == 0 {
-        return None;
-    }
-    let mut tail = &rest[n_len..];
+    let (line, mut tail) = parse_citation(raw)?;
     // A range: L120-L130 or L120-130.
     let mut to = None;
     if let Some(r) = tail.strip_prefix('-') {
@@ -69,39 +58,12 @@ fn citation(raw: &str) -> Option<Cite> {
     Some(Cite { line, to, text: one_line(text) })
 }
 
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn clip(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
-}
-
 /// A finding before validation of its evidence.
 struct Conclusion {
     claim: String,
     cites: Vec<Cite>,
     rejected: Vec<String>,
     note: Option<String>,
-}
-
-fn findings_list(v: &Value) -> Result<Vec<Value>, SkillError> {
-    match v {
-        Value::Array(items) => Ok(items.clone()),
-        Value::Object(_) => Ok(vec![v.clone()]),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(inner @ (Value::Array(_) | Value::Object(_))) => findings_list(&inner),
-            _ => Err(SkillError::invalid(
-                "findings: expected a list of {claim, evidence} objects, got a string; e.g. [{\"claim\": \"...\", \"evidence\": [\"L123\"]}]",
-            )),
-        },
-        other => {
-            Err(SkillError::invalid(format!("findings: expected a list of {{claim, evidence}} objects, got {other}")))
-        }
-    }
 }
 
 /// Turn one raw finding into a conclusion; only structural problems are errors here,
@@ -123,7 +85,7 @@ fn parse_conclusion(i: usize, v: &Value, source: &str) -> Result<Conclusion, Ski
             return Err(SkillError::invalid(format!("{source}[{i}].claim: expected a string, got {other}")));
         }
     };
-    if claim.chars().count() > MAX_CLAIM_CHARS {
+    if char_len(&claim) > MAX_CLAIM_CHARS {
         return Err(SkillError::invalid(format!(
             "{source}[{i}].claim: longer than {MAX_CLAIM_CHARS} characters; state the conclusion in a sentence or two"
         )));
@@ -232,8 +194,7 @@ impl Skill for GenerateReport {
         let title = string_param(&obj, "title", DEFAULT_TITLE)?;
         let title = clip(&title, MAX_TITLE_CHARS);
         let key = string_param(&obj, "key", DEFAULT_KEY)?;
-        if key.chars().count() > MAX_KEY_CHARS || !key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
-        {
+        if !is_valid_key(&key) {
             return Err(SkillError::invalid(format!(
                 "key: {key:?} is not a valid snapshot key; use the key given to write-analysis-snapshot (default \"{DEFAULT_KEY}\")"
             )));
@@ -241,7 +202,13 @@ impl Skill for GenerateReport {
 
         let given = match obj.get("findings") {
             None | Some(Value::Null) => Vec::new(),
-            Some(v) => findings_list(v)?,
+            Some(v) => findings_list(v).map_err(|got| {
+                let example =
+                    if v.is_string() { "; e.g. [{\"claim\": \"...\", \"evidence\": [\"L123\"]}]" } else { "" };
+                SkillError::invalid(format!(
+                    "findings: expected a list of {{claim, evidence}} objects, got {got}{example}"
+                ))
+            })?,
         };
         let (raw, source, source_label) = if !given.is_empty() {
             (given, "params".to_string(), "the given findings".to_string())
@@ -249,14 +216,12 @@ impl Skill for GenerateReport {
             let stored = ctx.session_get(&key)?;
             let list = match stored.as_deref().map(str::trim) {
                 None | Some("") => Vec::new(),
-                Some(text) => match serde_json::from_str::<Value>(text) {
-                    Ok(Value::Array(items)) => items,
-                    _ => {
-                        return Err(SkillError::invalid(format!(
-                            "key: session key {key:?} does not hold a findings list written by write-analysis-snapshot; pass findings directly or use the right key"
-                        )));
-                    }
-                },
+                // Each element is checked below, like findings passed as parameters.
+                Some(text) => snapshot_elements(text).map_err(|_| {
+                    SkillError::invalid(format!(
+                        "key: session key {key:?} does not hold a findings list written by write-analysis-snapshot; pass findings directly or use the right key"
+                    ))
+                })?,
             };
             if list.is_empty() {
                 return Err(SkillError::invalid(format!(

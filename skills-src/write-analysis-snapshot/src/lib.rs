@@ -2,91 +2,26 @@
 //! session's working memory under a key, so later steps (and generate-report) can build on
 //! them instead of re-deriving them. Repeating a claim merges its evidence.
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
+use skill_findings::{
+    DEFAULT_KEY, Finding, MAX_CLAIM_CHARS, MAX_EVIDENCE_PER_FINDING, MAX_FINDINGS, MAX_KEY_CHARS, char_len, clip,
+    findings_list, is_valid_key, one_line, parse_citation, read_snapshot, write_snapshot,
+};
 use skillhost_sdk::{Context, Skill, SkillError, SkillResult, export_skill};
 
-const DEFAULT_KEY: &str = "findings";
-const MAX_KEY_CHARS: usize = 64;
 const MAX_FINDINGS_PER_CALL: usize = 50;
-const MAX_FINDINGS_TOTAL: usize = 200;
-const MAX_CLAIM_CHARS: usize = 2000;
-const MAX_EVIDENCE_PER_FINDING: usize = 50;
 const MAX_EVIDENCE_CHARS: usize = 300;
 const MAX_NOTE_CHARS: usize = 2000;
 
 const CITATION_HELP: &str =
     "cite log lines as \"L<n>\", the line numbers read-log-file prints (e.g. \"L1243\" or \"L1243: RX overrun\")";
+const FINDINGS_EXAMPLE: &str =
+    "e.g. [{\"claim\": \"RX overruns coincide with flash erases\", \"evidence\": [\"L1243\", \"L1240\"]}]";
 
-/// A finding as stored in the snapshot.
-#[derive(Clone, Debug, PartialEq)]
-struct Finding {
-    claim: String,
-    evidence: Vec<String>,
-    note: Option<String>,
-    step: u32,
-}
-
-impl Finding {
-    fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("claim".into(), json!(self.claim));
-        m.insert("evidence".into(), json!(self.evidence));
-        if let Some(n) = &self.note {
-            m.insert("note".into(), json!(n));
-        }
-        m.insert("step".into(), json!(self.step));
-        Value::Object(m)
-    }
-}
-
-/// `L123`, `L123: text`, `L123-L130`, `l45` -> normalized citation (`L123...`).
+/// `L123`, `L123: text`, `L123-L130`, `l45` -> the citation as stored (`L123...`).
 /// Returns None when the string does not start with `L` followed by a line number >= 1.
 fn citation(raw: &str) -> Option<String> {
-    let s = raw.trim();
-    let rest = s.strip_prefix('L').or_else(|| s.strip_prefix('l'))?;
-    let digits_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-    if digits_len == 0 {
-        return None;
-    }
-    let n: u64 = rest[..digits_len].parse().ok()?;
-    if n == 0 {
-        return None;
-    }
-    Some(format!("L{n}{}", &rest[digits_len..]))
-}
-
-fn char_len(s: &str) -> usize {
-    s.chars().count()
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn clip(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
-}
-
-/// The `findings` parameter as a list: an array, a single object, or the JSON text of either.
-fn findings_list(v: &Value) -> Result<Vec<Value>, SkillError> {
-    let example =
-        "e.g. [{\"claim\": \"RX overruns coincide with flash erases\", \"evidence\": [\"L1243\", \"L1240\"]}]";
-    match v {
-        Value::Array(items) => Ok(items.clone()),
-        Value::Object(_) => Ok(vec![v.clone()]),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(inner @ (Value::Array(_) | Value::Object(_))) => findings_list(&inner),
-            _ => Err(SkillError::invalid(format!(
-                "findings: expected a list of {{claim, evidence}} objects, got a string; {example}"
-            ))),
-        },
-        other => Err(SkillError::invalid(format!(
-            "findings: expected a list of {{claim, evidence}} objects, got {other}; {example}"
-        ))),
-    }
+    parse_citation(raw).map(|(line, rest)| format!("L{line}{rest}"))
 }
 
 /// Validate one finding from the parameters.
@@ -154,38 +89,13 @@ fn parse_finding(i: usize, v: &Value, note: &Option<String>, step: u32) -> Resul
     Ok(Finding { claim, evidence, note: note.clone(), step })
 }
 
-/// Read a stored snapshot back. Tolerant of older/foreign shapes where harmless.
+/// Read a stored snapshot back, refusing to overwrite a key that holds something else.
 fn parse_stored(key: &str, text: &str) -> Result<Vec<Finding>, SkillError> {
-    let not_list = |why: String| {
+    read_snapshot(text).map_err(|why| {
         SkillError::invalid(format!(
             "key: session key {key:?} already holds something that is not a findings list ({why}); choose another key"
         ))
-    };
-    let v: Value = serde_json::from_str(text).map_err(|e| not_list(format!("not JSON: {e}")))?;
-    let Value::Array(items) = v else {
-        return Err(not_list("not a JSON array".into()));
-    };
-    let mut out = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let Some(obj) = item.as_object() else {
-            return Err(not_list(format!("element {i} is not an object")));
-        };
-        let Some(claim) = obj.get("claim").and_then(Value::as_str) else {
-            return Err(not_list(format!("element {i} has no claim")));
-        };
-        let evidence = match obj.get("evidence") {
-            Some(Value::Array(e)) => e.iter().filter_map(Value::as_str).map(str::to_string).collect(),
-            Some(Value::String(s)) => vec![s.clone()],
-            _ => Vec::new(),
-        };
-        out.push(Finding {
-            claim: claim.to_string(),
-            evidence,
-            note: obj.get("note").and_then(Value::as_str).map(str::to_string),
-            step: obj.get("step").and_then(Value::as_u64).and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
-        });
-    }
-    Ok(out)
+    })
 }
 
 fn validate_key(v: Option<&Value>) -> Result<String, SkillError> {
@@ -197,7 +107,7 @@ fn validate_key(v: Option<&Value>) -> Result<String, SkillError> {
             return Err(SkillError::invalid(format!("key: expected a string, got {other}")));
         }
     };
-    if char_len(&key) > MAX_KEY_CHARS || !key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c)) {
+    if !is_valid_key(&key) {
         return Err(SkillError::invalid(format!(
             "key: {key:?} is not a valid snapshot key; use up to {MAX_KEY_CHARS} letters, digits, '_', '-', '.' or ':' (default \"{DEFAULT_KEY}\")"
         )));
@@ -285,7 +195,11 @@ impl Skill for WriteAnalysisSnapshot {
                     "findings: required; pass [{\"claim\": \"...\", \"evidence\": [\"L123\"]}, ...]",
                 ));
             }
-            Some(v) => findings_list(v)?,
+            Some(v) => findings_list(v).map_err(|got| {
+                SkillError::invalid(format!(
+                    "findings: expected a list of {{claim, evidence}} objects, got {got}; {FINDINGS_EXAMPLE}"
+                ))
+            })?,
         };
         if raw.is_empty() {
             return Err(SkillError::invalid(
@@ -307,15 +221,14 @@ impl Skill for WriteAnalysisSnapshot {
         };
         let before = stored.len();
         let (added, merged) = merge(&mut stored, new);
-        if stored.len() > MAX_FINDINGS_TOTAL {
+        if stored.len() > MAX_FINDINGS {
             return Err(SkillError::invalid(format!(
-                "findings: the snapshot {key:?} would hold {} findings (limit {MAX_FINDINGS_TOTAL}, {before} stored); \
+                "findings: the snapshot {key:?} would hold {} findings (limit {MAX_FINDINGS}, {before} stored); \
                  consolidate related findings into fewer claims or use another key",
                 stored.len()
             )));
         }
-        let value = Value::Array(stored.iter().map(Finding::to_json).collect());
-        ctx.session_set(&key, &value.to_string())?;
+        ctx.session_set(&key, &write_snapshot(&stored))?;
         ctx.info(&format!("snapshot {key}: {added} added, {merged} merged, {} total", stored.len()));
 
         let uncited = stored.iter().filter(|f| f.evidence.is_empty()).count();
@@ -380,8 +293,7 @@ mod tests {
         .unwrap();
         assert_eq!(merge(&mut stored, vec![again]), (0, 1));
         assert_eq!(stored[0].evidence.len(), 3);
-        let text = Value::Array(stored.iter().map(Finding::to_json).collect()).to_string();
-        assert_eq!(parse_stored("findings", &text).unwrap(), stored);
+        assert_eq!(parse_stored("findings", &write_snapshot(&stored)).unwrap(), stored);
     }
 
     #[test]
@@ -396,8 +308,6 @@ mod tests {
         ] {
             assert!(matches!(parse_finding(0, &v, &None, 1), Err(SkillError::InvalidParams(_))), "{v}");
         }
-        assert!(findings_list(&serde_json::json!(5)).is_err());
-        assert_eq!(findings_list(&serde_json::json!("[{\"claim\": \"a\"}]")).unwrap().len(), 1);
         assert!(parse_stored("k", "{\"a\": 1}").is_err());
         assert!(validate_key(Some(&serde_json::json!("bad key!"))).is_err());
         assert_eq!(validate_key(Some(&serde_json::json!(""))).unwrap(), "findings");

@@ -132,11 +132,9 @@ fn http_get(url: &str) -> Result<String, String> {
     let body = resp.consume().map_err(|_| "no body")?;
     let stream = body.stream().map_err(|_| "no body stream")?;
     let mut bytes = Vec::new();
-    loop {
-        match stream.blocking_read(64 * 1024) {
-            Ok(chunk) => bytes.extend_from_slice(&chunk),
-            Err(_) => break,
-        }
+    // The stream ends with an error (closed); there is nothing else to wait for.
+    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+        bytes.extend_from_slice(&chunk);
     }
     drop(stream);
     Ok(format!("{status} {}", String::from_utf8_lossy(&bytes)))
