@@ -178,3 +178,28 @@ fn a_busy_memory_store_blocks_only_the_skills_that_need_it() {
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("in use by another skillhost process"), "{err}");
 }
+
+#[test]
+fn the_demo_runs_end_to_end() {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("bash")
+        .arg(common::repo().join("examples/log-analysis/demo.sh"))
+        .env("SKILLHOST_DEMO_HOME", home.path())
+        .env("SKILLHOST_BIN", assert_cmd::cargo::cargo_bin("skillhost"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The report cites the chain around the first overrun, and the KB names the cause.
+    assert!(stdout.contains("# Why does the UART occasionally print garbage?"), "{stdout}");
+    for line in ["L1240", "L1241", "L1242", "L1243", "L1244"] {
+        assert!(stdout.contains(&format!("| {line} |")), "{line} not cited: {stdout}");
+    }
+    assert!(stdout.contains("top_id: KB-005"), "{stdout}");
+    assert!(stdout.contains("does not exist inside the sandbox"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("audit/calls.jsonl")).unwrap().lines().count(),
+        6,
+        "one audit line per skill run"
+    );
+}

@@ -4,10 +4,11 @@
 # Works offline: everything runs in the local sandbox with a throwaway home.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bin="$root/target/release/skillhost"
+bin="${SKILLHOST_BIN:-$root/target/release/skillhost}"
 # Only the data is mounted: the generator next to it explains the answer.
 ws="$root/examples/log-analysis/workspace"
-export SKILLHOST_HOME="$root/target/demo-home"
+# A throwaway home; SKILLHOST_DEMO_HOME lets the test suite run the demo in its own.
+export SKILLHOST_HOME="${SKILLHOST_DEMO_HOME:-$root/target/demo-home}"
 rm -rf "$SKILLHOST_HOME"
 session="demo-$(date +%Y%m%d-%H%M%S)"
 sh() { "$bin" --workspace "$ws" "$@"; }
