@@ -120,38 +120,37 @@ fn install_errors_are_readable() {
 }
 
 #[test]
-fn project_policy_overrides_the_user_policy() {
+fn project_policy_can_only_narrow() {
     let env = Env::new();
     std::fs::write(env.workspace.path().join("notes.txt"), "user workspace").unwrap();
     let dir = env.probe_as(
         "reader",
-        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n  env: [PATH]\n",
     );
-    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "filesystem"]).assert().success();
+    let read = ["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"];
 
-    // A project whose policy points $WORKSPACE elsewhere, then one that revokes everything.
+    // A project file (which a skill with write access could have planted) tries to repoint
+    // $WORKSPACE and to grant env: both are ignored.
     let project = tempfile::tempdir().unwrap();
-    let data = tempfile::tempdir().unwrap();
-    std::fs::write(data.path().join("notes.txt"), "project data").unwrap();
     std::fs::create_dir_all(project.path().join(".skillhost")).unwrap();
     std::fs::write(
         project.path().join(".skillhost/policy.toml"),
-        format!("[paths]\nWORKSPACE = \"{}\"\n", data.path().display()),
+        "[paths]\nWORKSPACE = \"/etc\"\n\n[skills.reader]\nenv = [\"PATH\"]\nfilesystem = [{ host = \"$WORKSPACE\", guest = \"/workspace\", access = \"read\" }]\n",
     )
     .unwrap();
+    let out = skillhost(&env).current_dir(project.path()).args(read).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["output"], "user workspace");
     let out = skillhost(&env)
         .current_dir(project.path())
-        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
+        .args(["--json", "skill", "run", "reader", "-p", "mode=env", "-p", "arg=PATH"])
         .assert()
         .success();
-    assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["output"], "project data");
+    assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["output"], "PATH is not set");
 
+    // Narrowing works: an empty table takes the grant away in this project.
     std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader]\n").unwrap();
-    let out = skillhost(&env)
-        .current_dir(project.path())
-        .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
-        .assert()
-        .code(3);
+    let out = skillhost(&env).current_dir(project.path()).args(read).assert().code(3);
     let run = json_of(&out.get_output().stdout);
     assert!(run["denials"].to_string().contains("declared but not granted"), "{run}");
 
@@ -163,6 +162,38 @@ fn project_policy_overrides_the_user_policy() {
         .code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains(".skillhost/policy.toml is invalid"), "{err}");
+}
+
+#[test]
+fn limits_above_the_defaults_need_consent() {
+    let env = Env::new();
+    let dir = env.probe_as("slow", "limits:\n  wall_time_ms: 60000\n  memory_mb: 16\n");
+    let out = skillhost(&env).args(["--json", "skill", "install"]).arg(&dir).assert().success();
+    let report = json_of(&out.get_output().stdout);
+    assert_eq!(report["limits_requested"], serde_json::json!(["limit wall_time_ms 60000 (default 10000)"]));
+    assert_eq!(report["limits"]["wall_time_ms"], 10000);
+    assert_eq!(report["limits"]["memory_mb"], 16, "asking for less needs no consent");
+    skillhost(&env).args(["policy", "grant", "slow", "limits"]).assert().success();
+    let out = skillhost(&env).args(["--json", "skill", "info", "slow"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["limits"]["wall_time_ms"], 60000);
+    skillhost(&env).args(["policy", "revoke", "slow", "limits"]).assert().success();
+    let out = skillhost(&env).args(["--json", "skill", "info", "slow"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["limits"]["wall_time_ms"], 10000);
+}
+
+#[test]
+fn misuse_is_refused_clearly() {
+    let env = Env::new();
+    let dir = env.probe_as("p", "capabilities:\n  session: true\n");
+    // --yes and --grant contradict each other.
+    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--yes", "--grant", "session"]).assert().code(2);
+    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "session"]).assert().success();
+    // Revoking what is not held says so.
+    let out = skillhost(&env).args(["policy", "revoke", "p", "env=HOME"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("holds nothing matching"));
+    // Names are names, not paths.
+    let out = skillhost(&env).args(["skill", "run", "../../p", "-p", "mode=noop"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("is not a skill name"));
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn example_dir() -> std::path::PathBuf {
 fn install_all(home: &Path, workspace: &Path) -> Library {
     let lib = Library::open(home, Some(workspace), None).unwrap();
     for s in SKILLS {
-        lib.install(&built(s), &|m| Ok(Some(m.capabilities.clone()))).unwrap();
+        lib.install(&built(s), &|m| Ok(Some(skillhost::policy::Grant::everything(m)))).unwrap();
     }
     lib
 }

@@ -69,6 +69,26 @@ fn infinite_loop_is_stopped_by_the_cpu_deadline() {
 }
 
 #[test]
+fn busy_guest_is_stopped_by_the_wall_clock_too() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  wall_time_ms: 300\n");
+    let started = std::time::Instant::now();
+    let r = run(&lib, "p", json!({"mode": "loop"}));
+    assert_eq!(r.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
+    assert!(started.elapsed().as_millis() < 2_000, "took {:?}", started.elapsed());
+}
+
+#[test]
+fn waiting_is_not_counted_as_cpu_time() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "limits:\n  cpu_time_ms: 100\n");
+    let r = run(&lib, "p", json!({"mode": "sleep", "n": 400}));
+    assert_eq!(output(&r), "slept");
+}
+
+#[test]
 fn waiting_guest_is_stopped_by_the_wall_clock() {
     let env = Env::new();
     let lib = env.library();
@@ -98,9 +118,14 @@ fn output_flood_is_capped() {
     assert_eq!(out.truncated_bytes, 1_000_000 - 1024);
     assert!(out.output.len() < 1200, "{}", out.output.len());
     assert!(out.output.contains("output truncated"));
+    // Metadata counts against the same budget.
+    let r = run(&lib, "p", json!({"mode": "meta-flood", "n": 100}));
+    let meta = &r.result.as_ref().unwrap().metadata;
+    assert!(meta.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() < 2048, "{} entries", meta.len());
+    assert!(meta.last().unwrap().1.contains("entries dropped"), "{:?}", meta.last());
     // A stdout flood cannot fill host memory either: the pipe refuses past its capacity.
     let r = run(&lib, "p", json!({"mode": "stdout-flood", "n": 10_000}));
-    assert!(r.result.is_err(), "stdout beyond the cap must stop the guest");
+    assert!(matches!(&r.result, Err(CallError::Panic(m)) if m.contains("failed printing to stdout")), "{:?}", r.result);
     assert!(r.stdout.len() <= 64 * 1024);
 }
 
@@ -187,12 +212,16 @@ fn declared_but_not_granted_is_denied() {
     assert!(r.memories.stored.is_empty());
     assert!(r.denials.iter().any(|d| d.message.contains("memory: write")), "{:?}", r.denials);
     let r = run(&lib, "p", json!({"mode": "memory-search", "arg": "x"}));
-    assert!(r.result.is_err());
+    assert!(
+        matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("memory: read")),
+        "{:?}",
+        r.result
+    );
 
     // Granting it later takes effect on the next call.
     let mut policy = skillhost::policy::Policy::load(&env.home.path().join("policy.toml")).unwrap();
-    let declared = lib.info("p").unwrap().manifest.capabilities;
-    policy.grant("p", &skillhost::policy::parse_grant("session", &declared).unwrap());
+    let manifest = lib.info("p").unwrap().manifest;
+    policy.apply("p", &skillhost::policy::parse_grant("session", &manifest.capabilities, &manifest.limits).unwrap());
     policy.save(&env.home.path().join("policy.toml")).unwrap();
     let opts = RunOptions { session: "s".into(), ..Default::default() };
     assert_eq!(output(&run_with(&lib, "p", json!({"mode": "session-set", "arg": "kept"}), &opts)), "stored");
@@ -254,6 +283,9 @@ fn outbound_http_follows_the_allowlist() {
     // Other path, other loopback address, other port: denied before any connection.
     for url in [
         format!("http://127.0.0.1:{}/secret", server.port),
+        format!("http://127.0.0.1:{}/okay-admin", server.port),
+        format!("http://127.0.0.1:{}/ok/../secret", server.port),
+        format!("http://127.0.0.1:{}/ok/%2e%2e/secret", server.port),
         format!("http://127.0.0.2:{}/ok", server.port),
         format!("http://127.0.0.1:{}/ok", server.port.wrapping_add(1)),
     ] {
@@ -372,4 +404,23 @@ fn status_and_failure_come_through() {
     assert_eq!(r.result.as_ref().unwrap().status, Status::Success);
     assert_eq!(r.logs.len(), 3);
     assert_eq!(r.logs[2].message, "step #2");
+}
+
+#[test]
+fn a_planted_symlink_cannot_redirect_a_mount() {
+    let env = Env::new();
+    std::fs::create_dir(env.workspace.path().join("real-logs")).unwrap();
+    std::fs::write(env.workspace.path().join("real-logs/app.log"), "ok line").unwrap();
+    // As if another skill with write access to the workspace had planted it.
+    std::os::unix::fs::symlink("/etc", env.workspace.path().join("logs")).unwrap();
+    let lib = env.library();
+    let mount = |sub: &str| {
+        format!("capabilities:\n  filesystem:\n    - host: $WORKSPACE/{sub}\n      guest: /logs\n      access: read\n")
+    };
+    env.install_granted(&lib, "sub", &mount("logs"));
+    let r = run(&lib, "sub", json!({"mode": "read-file", "arg": "/logs/hostname"}));
+    assert!(r.result.is_err(), "{:?}", r.result);
+    assert!(r.denials.iter().any(|d| d.message.contains("outside")), "{:?}", r.denials);
+    env.install_granted(&lib, "real", &mount("real-logs"));
+    assert_eq!(output(&run(&lib, "real", json!({"mode": "read-file", "arg": "/logs/app.log"}))), "ok line");
 }

@@ -131,8 +131,12 @@ impl NetRule {
             return Err(format!("`{text}`: a host is required (`*` alone is not allowed); {fix}"));
         }
         if let Some(base) = host.strip_prefix("*.") {
-            if base.contains('*') || !base.contains('.') && base != "localhost" {
-                return Err(format!("`{text}`: wildcards are for subdomains only, like *.example.com"));
+            // A name with a real top-level label: `*.0.0.1` must not cover 127.0.0.1.
+            let tld_is_name = base.rsplit('.').next().is_some_and(|t| t.chars().any(|c| c.is_ascii_alphabetic()));
+            if base.contains('*') || base.contains(['[', ']', ':']) || !base.contains('.') || !tld_is_name {
+                return Err(format!(
+                    "`{text}`: wildcards are for subdomains of a domain name only, like *.example.com"
+                ));
             }
         } else if host.contains('*') {
             return Err(format!("`{text}`: wildcards are for subdomains only, like *.example.com"));
@@ -163,27 +167,50 @@ impl NetRule {
             (_, PortRule::Any) => true,
             (a, b) => a == b,
         };
-        self.scheme == other.scheme && host_ok && port_ok && self.path_prefix.starts_with(&other.path_prefix)
+        self.scheme == other.scheme && host_ok && port_ok && other.path_ok(&self.path_prefix)
     }
 
-    /// Does a request to `scheme://host:port/path` fall under this rule?
+    /// Does a request to `scheme://host:port/path` fall under this rule? Wildcards never
+    /// match IP literals; a path prefix matches whole segments only (`/v1` covers `/v1` and
+    /// `/v1/x`, not `/v1admin`), and a path with dot segments or encoded separators never
+    /// matches a rule that has a prefix, since the server may resolve it outside the prefix.
     pub fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
         if !self.scheme.eq_ignore_ascii_case(scheme) {
             return false;
         }
-        let host = host.to_ascii_lowercase();
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        let is_ip = host.parse::<IpAddr>().is_ok();
         let host_ok = match self.host.strip_prefix("*.") {
             Some(base) => {
-                host.len() > base.len() + 1 && host.ends_with(base) && host[..host.len() - base.len()].ends_with('.')
+                !is_ip
+                    && host.len() > base.len() + 1
+                    && host.ends_with(base)
+                    && host[..host.len() - base.len()].ends_with('.')
             }
-            None => host == self.host || format!("[{host}]") == self.host,
+            None => host == self.host.trim_start_matches('[').trim_end_matches(']'),
         };
         let port_ok = match self.port {
             PortRule::Any => true,
             PortRule::Exact(p) => p == port,
             PortRule::Default => port == default_port(scheme),
         };
-        host_ok && port_ok && path.starts_with(&self.path_prefix)
+        host_ok && port_ok && self.path_ok(path)
+    }
+
+    fn path_ok(&self, path: &str) -> bool {
+        let prefix = self.path_prefix.as_str();
+        if prefix == "/" {
+            return true;
+        }
+        let lower = path.to_ascii_lowercase();
+        let suspicious = path.split('/').any(|seg| seg == "." || seg == "..")
+            || ["%2e", "%2f", "%5c", "\\"].iter().any(|p| lower.contains(p));
+        if suspicious {
+            return false;
+        }
+        path == prefix
+            || (prefix.ends_with('/') && path.starts_with(prefix))
+            || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/') || rest.starts_with('?'))
     }
 }
 
@@ -375,11 +402,12 @@ impl Limits {
         max_memory_bytes: 16_384,
     };
 
-    /// Effective limits: the skill's request (or the default), capped by the policy and the
-    /// ceiling.
+    /// Effective limits: the skill's request (or the default), capped by the policy (the
+    /// default where the policy says nothing: asking for more than the default is a right
+    /// the user grants, like a capability) and by the ceiling.
     pub fn resolve(request: &LimitsRequest, cap: &LimitsRequest) -> Limits {
         let pick = |req: Option<u64>, cap: Option<u64>, default: u64, ceiling: u64| {
-            req.unwrap_or(default).min(cap.unwrap_or(ceiling)).min(ceiling)
+            req.unwrap_or(default).min(cap.unwrap_or(default)).min(ceiling)
         };
         let (d, c) = (Limits::DEFAULT, Limits::CEILING);
         Limits {
@@ -419,6 +447,41 @@ impl LimitsRequest {
         Ok(())
     }
 
+    /// Per-field minimum of `self` (unset meaning the default) and `lower` where it is set.
+    pub fn lowered_by(&self, lower: &LimitsRequest) -> LimitsRequest {
+        let d = Limits::DEFAULT;
+        let f = |mine: Option<u64>, theirs: Option<u64>, default: u64| match theirs {
+            Some(t) => Some(mine.unwrap_or(default).min(t)),
+            None => mine,
+        };
+        LimitsRequest {
+            wall_time_ms: f(self.wall_time_ms, lower.wall_time_ms, d.wall_time_ms),
+            cpu_time_ms: f(self.cpu_time_ms, lower.cpu_time_ms, d.cpu_time_ms),
+            memory_mb: f(self.memory_mb, lower.memory_mb, d.memory_mb),
+            output_kb: f(self.output_kb, lower.output_kb, d.output_kb),
+            max_new_memories: f(self.max_new_memories, lower.max_new_memories, d.max_new_memories),
+            max_memory_bytes: f(self.max_memory_bytes, lower.max_memory_bytes, d.max_memory_bytes),
+        }
+    }
+
+    /// The fields where `self` asks for more than the default, for consent.
+    pub fn beyond_default(&self) -> Vec<String> {
+        let d = Limits::DEFAULT;
+        [
+            ("wall_time_ms", self.wall_time_ms, d.wall_time_ms),
+            ("cpu_time_ms", self.cpu_time_ms, d.cpu_time_ms),
+            ("memory_mb", self.memory_mb, d.memory_mb),
+            ("output_kb", self.output_kb, d.output_kb),
+            ("max_new_memories", self.max_new_memories, d.max_new_memories),
+            ("max_memory_bytes", self.max_memory_bytes, d.max_memory_bytes),
+        ]
+        .into_iter()
+        .filter_map(|(name, v, default)| {
+            v.filter(|v| *v > default).map(|v| format!("limit {name} {v} (default {default})"))
+        })
+        .collect()
+    }
+
     /// Per-field: `self` where set, else `fallback`.
     pub fn or(&self, fallback: &LimitsRequest) -> LimitsRequest {
         LimitsRequest {
@@ -453,6 +516,22 @@ mod tests {
         assert!(NetRule::parse("https://a*.b.com").is_err());
         assert!(NetRule::parse("example.com").is_err());
         assert_eq!(NetRule::parse("http://[::1]:8080/x").unwrap().to_string(), "http://[::1]:8080/x");
+        // Wildcards are for domain names: they never cover IP literals.
+        assert!(NetRule::parse("http://*.0.0.1:*").is_err());
+        assert!(NetRule::parse("http://*.169.254").is_err());
+        let r = NetRule::parse("http://*.example.com:*").unwrap();
+        assert!(!r.matches("http", "127.0.0.1", 80, "/"));
+        assert!(!r.matches("http", "::ffff:127.0.0.1", 80, "/"));
+        // Prefixes match whole segments, and tricky paths never match a prefixed rule.
+        let r = NetRule::parse("http://127.0.0.1:8080/ok").unwrap();
+        assert!(r.matches("http", "127.0.0.1", 8080, "/ok"));
+        assert!(r.matches("http", "127.0.0.1", 8080, "/ok/sub"));
+        for bad in ["/okay-admin", "/ok/../admin", "/ok/%2e%2e/admin", "/ok%2F..%2Fadmin", "/ok/./x"] {
+            assert!(!r.matches("http", "127.0.0.1", 8080, bad), "{bad}");
+        }
+        let v6 = NetRule::parse("http://[::1]:8080").unwrap();
+        assert!(v6.matches("http", "::1", 8080, "/"));
+        assert!(!v6.matches("http", "127.0.0.1", 8080, "/"));
     }
 
     #[test]
@@ -498,5 +577,10 @@ mod tests {
         assert_eq!(l.memory_mb, 128);
         assert_eq!(l.wall_time_ms, 50);
         assert_eq!(l.cpu_time_ms, Limits::DEFAULT.cpu_time_ms);
+        // Asking for more than the default needs a policy cap that allows it.
+        let greedy = LimitsRequest { wall_time_ms: Some(60_000), ..Default::default() };
+        assert_eq!(Limits::resolve(&greedy, &LimitsRequest::default()).wall_time_ms, Limits::DEFAULT.wall_time_ms);
+        assert_eq!(Limits::resolve(&greedy, &greedy).wall_time_ms, 60_000);
+        assert_eq!(greedy.beyond_default(), vec!["limit wall_time_ms 60000 (default 10000)".to_string()]);
     }
 }

@@ -11,9 +11,8 @@ use anyhow::{Context as _, Result, anyhow};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use crate::capabilities::CapabilitySet;
 use crate::library::{Library, RunOptions, RunReport, params_from_pairs};
-use crate::policy::{Policy, parse_grant};
+use crate::policy::{Grant, Policy, parse_grant};
 use crate::sandbox::Status;
 
 #[derive(Parser)]
@@ -50,8 +49,8 @@ enum SkillCmd {
         /// Grant a declared capability: all | filesystem[=GUEST[:read|read-write]] | network[=RULE] | env[=NAME] | memory[=read|write] | session
         #[arg(long = "grant")]
         grants: Vec<String>,
-        /// Grant everything the skill declares without asking.
-        #[arg(long, short)]
+        /// Grant everything the skill declares (and the limits it asks for) without asking.
+        #[arg(long, short, conflicts_with = "grants")]
         yes: bool,
     },
     /// List installed skills.
@@ -156,25 +155,28 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
     match cmd {
         SkillCmd::Install { dir, grants, yes } => {
             let interactive = !yes && grants.is_empty() && std::io::stdin().is_terminal() && !json;
-            let decide = |m: &crate::manifest::Manifest| -> Result<Option<CapabilitySet>> {
+            let decide = |m: &crate::manifest::Manifest| -> Result<Option<Grant>> {
                 if yes {
-                    return Ok(Some(m.capabilities.clone()));
+                    return Ok(Some(Grant::everything(m)));
                 }
                 let mut set = Policy::default();
                 for spec in &grants {
-                    let g = parse_grant(spec, &m.capabilities).map_err(|e| anyhow!("--grant {spec}: {e}"))?;
-                    set.grant(&m.name, &g);
+                    let g =
+                        parse_grant(spec, &m.capabilities, &m.limits).map_err(|e| anyhow!("--grant {spec}: {e}"))?;
+                    set.apply(&m.name, &g);
                 }
                 if !grants.is_empty() {
-                    return Ok(Some(set.granted(&m.name)));
+                    return Ok(Some(Grant { capabilities: set.granted(&m.name), limits: set.limit_caps(&m.name) }));
                 }
-                if interactive && !m.capabilities.is_empty() {
-                    eprintln!("{} declares:", m.name);
-                    for d in m.capabilities.describe() {
+                let asks: Vec<String> =
+                    m.capabilities.describe().into_iter().chain(m.limits.beyond_default()).collect();
+                if interactive && !asks.is_empty() {
+                    eprintln!("{} asks for:", m.name);
+                    for d in &asks {
                         eprintln!("  - {d}");
                     }
                     if ask("Grant all of these?") {
-                        return Ok(Some(m.capabilities.clone()));
+                        return Ok(Some(Grant::everything(m)));
                     }
                 }
                 Ok(None)
@@ -204,6 +206,16 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                     println!(
                         "  ! imports beyond the declaration: `{cap}` ({}); calls through them are denied",
                         imports.join(", ")
+                    );
+                }
+                if !report.limits_requested.is_empty() {
+                    println!(
+                        "  asks for limits above the defaults: {} (in force: wall {} ms, cpu {} ms, memory {} MiB; grant with `skillhost policy grant {} limits`)",
+                        report.limits_requested.join("; "),
+                        report.limits.wall_time_ms,
+                        report.limits.cpu_time_ms,
+                        report.limits.memory_mb,
+                        report.name
                     );
                 }
                 if !report.not_granted.is_empty() {
@@ -398,9 +410,9 @@ fn policy(lib: &Library, cmd: PolicyCmd, json: bool) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         PolicyCmd::Grant { name, specs } => {
-            let declared = lib.info(&name)?.manifest.capabilities;
+            let manifest = lib.info(&name)?.manifest;
             change_grants(lib, &name, &specs, json, "grant", |p, spec| {
-                p.grant(&name, &parse_grant(spec, &declared)?);
+                p.apply(&name, &parse_grant(spec, &manifest.capabilities, &manifest.limits)?);
                 Ok(())
             })
         }

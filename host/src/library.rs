@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::capabilities::{CapabilitySet, Limits};
+use crate::capabilities::Limits;
 use crate::manifest::{Manifest, ParamType};
 use crate::memory::{MemoryStore, Provenance, RedbStore};
-use crate::policy::{Policy, PolicyFiles};
+use crate::policy::{Grant, Policy, PolicyFiles};
 use crate::sandbox::{
     self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, Runtime, SkillOutput,
 };
@@ -107,6 +107,10 @@ pub struct InstallReport {
     pub undeclared_imports: Vec<UndeclaredImport>,
     pub granted: Vec<String>,
     pub not_granted: Vec<String>,
+    /// Limits the skill asks for above the defaults (granted only with consent).
+    pub limits_requested: Vec<String>,
+    /// The limits in force after this install.
+    pub limits: Limits,
     pub compile: Option<CompileOutcome>,
     pub replaced: Option<String>,
 }
@@ -209,6 +213,7 @@ impl Library {
             let ws = std::fs::canonicalize(ws).with_context(|| format!("workspace {} does not exist", ws.display()))?;
             paths.insert("WORKSPACE".to_string(), ws.to_string_lossy().into_owned());
         }
+        recover_interrupted_installs(&root.join("skills"));
         Ok(Library {
             root: root.to_path_buf(),
             policy: PolicyFiles { user: root.join("policy.toml"), project: project_policy },
@@ -259,11 +264,7 @@ impl Library {
 
     /// Install the skill in `src` (a directory with SKILL.md and, for executable skills,
     /// skill.wasm), adding `grants` to the user policy.
-    pub fn install(
-        &self,
-        src: &Path,
-        grants: &dyn Fn(&Manifest) -> Result<Option<CapabilitySet>>,
-    ) -> Result<InstallReport> {
+    pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>) -> Result<InstallReport> {
         let manifest = Manifest::load_dir(src).map_err(|e| anyhow!("{e}"))?;
         let manifest_bytes = std::fs::read(src.join("SKILL.md"))?;
         let wasm_path = src.join("skill.wasm");
@@ -312,18 +313,22 @@ impl Library {
         };
 
         // Decide grants before touching the installed copy, so a refused grant installs nothing.
-        let granted_now = grants(&manifest)?.map(|g| manifest.capabilities.intersect(&g)).filter(|g| !g.is_empty());
+        let granted_now = grants(&manifest)?.map(|g| Grant {
+            capabilities: manifest.capabilities.intersect(&g.capabilities),
+            limits: g.limits.lowered_by(&manifest.limits),
+        });
 
         // Stage, then swap in with renames.
         let skills = self.root.join("skills");
         let staging = skills.join(format!(".staging-{}-{}", manifest.name, std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)?;
-        std::fs::write(staging.join("SKILL.md"), &manifest_bytes)?;
+        // Durable before the swap: a power cut must not leave empty files behind the rename.
+        write_atomic(&staging.join("SKILL.md"), &manifest_bytes)?;
         if let Some(w) = &wasm {
-            std::fs::write(staging.join("skill.wasm"), w)?;
+            write_atomic(&staging.join("skill.wasm"), w)?;
         }
-        std::fs::write(staging.join("install.json"), serde_json::to_vec_pretty(&record)?)?;
+        write_atomic(&staging.join("install.json"), &serde_json::to_vec_pretty(&record)?)?;
         let target = self.skill_dir(&manifest.name);
         let replaced = self.read_record(&manifest.name).ok().map(|r| r.content_hash);
         let old = skills.join(format!(".old-{}-{}", manifest.name, std::process::id()));
@@ -340,13 +345,15 @@ impl Library {
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(&manifest.name);
 
         // Record grants (bounded by the declaration).
-        if let Some(g) = granted_now {
+        if let Some(g) = granted_now.filter(|g| *g != Grant::default()) {
             let mut policy_user = Policy::load(&self.policy.user)?;
-            policy_user.grant(&manifest.name, &g);
+            policy_user.apply(&manifest.name, &g);
             policy_user.save(&self.policy.user)?;
         }
-        let granted = self.policy()?.granted(&manifest.name);
-        let effective = manifest.capabilities.intersect(&granted);
+        let policy = self.policy()?;
+        let effective = manifest.capabilities.intersect(&policy.granted(&manifest.name));
+        let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(&manifest.name));
+
         Ok(InstallReport {
             name: manifest.name.clone(),
             version: record.version.clone(),
@@ -357,12 +364,15 @@ impl Library {
             undeclared_imports,
             granted: effective.describe(),
             not_granted: manifest.capabilities.beyond(&effective),
+            limits_requested: manifest.limits.beyond_default(),
+            limits,
             compile,
             replaced,
         })
     }
 
     fn read_record(&self, name: &str) -> Result<InstallRecord> {
+        crate::manifest::validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
         let path = self.skill_dir(name).join("install.json");
         let bytes = std::fs::read(&path).map_err(|_| {
             anyhow!("skill `{name}` is not installed; see `skillhost skill list`, or install it with `skillhost skill install DIR`")
@@ -459,17 +469,18 @@ impl Library {
         })
     }
 
-    /// Remove an installed skill and its grants.
+    /// Remove an installed skill and its grants. Grants go first, so a failure (say, an
+    /// invalid policy file) leaves the skill installed rather than half removed.
     pub fn remove(&self, name: &str) -> Result<()> {
         self.read_record(name)?;
-        let dir = self.skill_dir(name);
-        let trash = self.root.join("skills").join(format!(".removed-{name}-{}", std::process::id()));
-        std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
-        let _ = std::fs::remove_dir_all(&trash);
         let mut policy = Policy::load(&self.policy.user)?;
         if policy.skills.remove(name).is_some() | policy.skill_limits.remove(name).is_some() {
             policy.save(&self.policy.user)?;
         }
+        let dir = self.skill_dir(name);
+        let trash = self.root.join("skills").join(format!(".removed-{name}-{}", std::process::id()));
+        std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
+        let _ = std::fs::remove_dir_all(&trash);
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
         Ok(())
     }
@@ -601,6 +612,32 @@ impl Library {
         })();
         if let Err(e) = result {
             eprintln!("warning: cannot write the audit log {}: {e:#}", path.display());
+        }
+    }
+}
+
+/// Finish what a crashed install or remove left behind: an `.old-NAME-PID` copy whose
+/// `NAME` is missing is put back (the crash fell between the two renames of the swap);
+/// other leftovers (stale staging or old copies, removed skills) are deleted.
+fn recover_interrupted_installs(skills: &Path) {
+    let Ok(entries) = std::fs::read_dir(skills) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file_name.strip_prefix('.') else { continue };
+        let Some((kind, tail)) = rest.split_once('-') else { continue };
+        let Some((name, pid)) = tail.rsplit_once('-') else { continue };
+        if pid
+            .parse::<u32>()
+            .map(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists())
+            .unwrap_or(true)
+        {
+            continue; // in progress in a live process (or not ours)
+        }
+        let path = entry.path();
+        if kind == "old" && !skills.join(name).exists() {
+            let _ = std::fs::rename(&path, skills.join(name));
+        } else if matches!(kind, "old" | "staging" | "removed") {
+            let _ = std::fs::remove_dir_all(&path);
         }
     }
 }

@@ -2,10 +2,12 @@
 //! of path templates. Plain TOML so a security reviewer can read it.
 //!
 //! Two files: the user-level one in the skillhost home (written by `skill install` and
-//! `policy grant`) and an optional project-level `.skillhost/policy.toml`. The project file
-//! overrides the user file per skill (a `[skills.NAME]` table there replaces the user's
-//! table for NAME), per path variable and per limit field. Grants only ever come from these
-//! files or the CLI that writes them; never from a skill or a model.
+//! `policy grant`) and an optional project-level `.skillhost/policy.toml`, which overrides
+//! the user file in one direction only: it narrows grants (`[skills.NAME]` is intersected
+//! with the user's table) and lowers limits, and its `[paths]` is ignored. A project
+//! directory is often writable by a skill, so anything else would let a skill grant itself
+//! rights. Grants only ever come from the user file or the CLI that writes it; never from
+//! a skill or a model.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::{CapabilitySet, LimitsRequest, MemoryAccess, Mount, NetRule};
+use crate::capabilities::{Access, CapabilitySet, LimitsRequest, MemoryAccess, Mount, NetRule};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,14 +61,20 @@ impl Policy {
         crate::library::write_atomic(path, format!("{header}{text}").as_bytes())
     }
 
-    /// `project` over `self` (user-level).
-    pub fn overlaid_with(mut self, project: Policy) -> Policy {
-        self.paths.extend(project.paths);
-        self.limits = project.limits.or(&self.limits);
-        self.skills.extend(project.skills);
-        for (name, lim) in project.skill_limits {
-            let merged = lim.or(self.skill_limits.get(&name).unwrap_or(&LimitsRequest::default()));
-            self.skill_limits.insert(name, merged);
+    /// The user policy (`self`) as narrowed by a project policy. A project file can only
+    /// take rights away: it may live in a directory a skill can write to, so it must never
+    /// widen a grant, raise a limit or repoint a path template (its `[paths]` is ignored).
+    pub fn narrowed_by(mut self, project: Policy) -> Policy {
+        for (name, caps) in self.skills.iter_mut() {
+            if let Some(p) = project.skills.get(name) {
+                *caps = caps.intersect(p);
+            }
+        }
+        let user_global = self.limits;
+        self.limits = user_global.lowered_by(&project.limits);
+        for (name, lim) in &project.skill_limits {
+            let user = self.skill_limits.get(name).copied().unwrap_or_default().or(&user_global);
+            self.skill_limits.insert(name.clone(), user.lowered_by(&lim.or(&project.limits)));
         }
         self
     }
@@ -102,20 +110,49 @@ impl Policy {
         caps.session |= grant.session;
     }
 
+    /// Record everything in `grant` for `skill`.
+    pub fn apply(&mut self, skill: &str, grant: &Grant) {
+        if !grant.capabilities.is_empty() {
+            self.grant(skill, &grant.capabilities);
+        }
+        if grant.limits != LimitsRequest::default() {
+            let current = self.skill_limits.get(skill).copied().unwrap_or_default();
+            self.skill_limits.insert(skill.to_string(), grant.limits.or(&current));
+        }
+    }
+
     /// Remove a right (`spec` as in [`parse_grant`]; `all` removes the skill's table).
     pub fn revoke(&mut self, skill: &str, spec: &str) -> Result<()> {
         if spec == "all" {
-            self.skills.remove(skill);
+            if self.skills.remove(skill).is_none() & self.skill_limits.remove(skill).is_none() {
+                bail!("`{skill}` has no grants in this policy");
+            }
+            return Ok(());
+        }
+        if spec == "limits" {
+            if self.skill_limits.remove(skill).is_none() {
+                bail!("`{skill}` has no raised limits to revoke");
+            }
             return Ok(());
         }
         let Some(caps) = self.skills.get_mut(skill) else {
             bail!("skill `{skill}` has no grants in this policy");
         };
+        let before = caps.clone();
         let (kind, value) = split_spec(spec);
         match (kind, value) {
             ("filesystem", None) => caps.filesystem.clear(),
-            ("filesystem", Some(guest)) => {
-                caps.filesystem.retain(|m| m.guest != guest.split(':').next().unwrap_or(guest))
+            ("filesystem", Some(v)) => {
+                let (guest, downgrade) = match v.rsplit_once(':') {
+                    Some((g, "read-write")) => (g, true),
+                    Some((g, "read")) => (g, false),
+                    _ => (v, false),
+                };
+                if downgrade {
+                    caps.filesystem.iter_mut().filter(|m| m.guest == guest).for_each(|m| m.access = Access::Read);
+                } else {
+                    caps.filesystem.retain(|m| m.guest != guest);
+                }
             }
             ("network", None) => caps.network.clear(),
             ("network", Some(r)) => {
@@ -130,11 +167,32 @@ impl Policy {
             ("session", None) => caps.session = false,
             _ => bail!("cannot revoke `{spec}`: {GRANT_SYNTAX}"),
         }
+        if *caps == before {
+            bail!("`{skill}` holds nothing matching `{spec}`; see `skillhost policy show {skill}`");
+        }
         Ok(())
     }
 }
 
-pub const GRANT_SYNTAX: &str = "use all | filesystem[=GUEST_PATH[:read|read-write]] | network[=URL_RULE] | env[=NAME] | memory[=read|write] | session";
+pub const GRANT_SYNTAX: &str = "use all | filesystem[=GUEST_PATH[:read|read-write]] | network[=URL_RULE] | env[=NAME] | memory[=read|write] | session | limits";
+
+/// What the user consents to for one skill: capabilities, and limit caps above the defaults.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Grant {
+    pub capabilities: CapabilitySet,
+    pub limits: LimitsRequest,
+}
+
+impl Grant {
+    /// Everything a manifest asks for.
+    pub fn everything(m: &crate::manifest::Manifest) -> Grant {
+        Grant { capabilities: m.capabilities.clone(), limits: m.limits }
+    }
+
+    pub fn capabilities(capabilities: CapabilitySet) -> Grant {
+        Grant { capabilities, limits: LimitsRequest::default() }
+    }
+}
 
 fn split_spec(spec: &str) -> (&str, Option<&str>) {
     match spec.split_once('=') {
@@ -145,12 +203,13 @@ fn split_spec(spec: &str) -> (&str, Option<&str>) {
 
 /// Turn a CLI grant (`--grant network=http://127.0.0.1:8080`) into rights, limited to what
 /// the skill declares: you cannot grant what a skill did not ask for, so a typo fails loudly.
-pub fn parse_grant(spec: &str, declared: &CapabilitySet) -> Result<CapabilitySet> {
+pub fn parse_grant(spec: &str, declared: &CapabilitySet, requested: &LimitsRequest) -> Result<Grant> {
     let (kind, value) = split_spec(spec);
     let mut g = CapabilitySet::default();
     let not_declared = |what: &str| anyhow!("the skill does not declare {what}; it cannot be granted");
     match (kind, value) {
-        ("all", None) => return Ok(declared.clone()),
+        ("all", None) => return Ok(Grant { capabilities: declared.clone(), limits: *requested }),
+        ("limits", None) => return Ok(Grant { capabilities: CapabilitySet::default(), limits: *requested }),
         ("filesystem", None) => {
             if declared.filesystem.is_empty() {
                 return Err(not_declared("filesystem access"));
@@ -159,8 +218,8 @@ pub fn parse_grant(spec: &str, declared: &CapabilitySet) -> Result<CapabilitySet
         }
         ("filesystem", Some(v)) => {
             let (guest, access) = match v.rsplit_once(':') {
-                Some((g, "read")) => (g, Some(crate::capabilities::Access::Read)),
-                Some((g, "read-write")) => (g, Some(crate::capabilities::Access::ReadWrite)),
+                Some((g, "read")) => (g, Some(Access::Read)),
+                Some((g, "read-write")) => (g, Some(Access::ReadWrite)),
                 _ => (v, None),
             };
             let m: &Mount = declared
@@ -176,7 +235,13 @@ pub fn parse_grant(spec: &str, declared: &CapabilitySet) -> Result<CapabilitySet
             }
             g.network = declared.network.clone();
         }
-        ("network", Some(v)) => g.network.push(NetRule::parse(v).map_err(|e| anyhow!(e))?),
+        ("network", Some(v)) => {
+            let rule = NetRule::parse(v).map_err(|e| anyhow!(e))?;
+            if !declared.network.iter().any(|d| rule.within(d)) {
+                return Err(not_declared(&format!("network access covering {rule}")));
+            }
+            g.network.push(rule);
+        }
         ("env", None) => {
             if declared.env.is_empty() {
                 return Err(not_declared("environment variables"));
@@ -209,7 +274,7 @@ pub fn parse_grant(spec: &str, declared: &CapabilitySet) -> Result<CapabilitySet
         }
         _ => bail!("unknown grant `{spec}`: {GRANT_SYNTAX}"),
     }
-    Ok(g)
+    Ok(Grant::capabilities(g))
 }
 
 /// Where the two policy files live.
@@ -223,7 +288,7 @@ impl PolicyFiles {
     pub fn load(&self) -> Result<Policy> {
         let user = Policy::load(&self.user)?;
         Ok(match &self.project {
-            Some(p) => user.overlaid_with(Policy::load(p)?),
+            Some(p) => user.narrowed_by(Policy::load(p)?),
             None => user,
         })
     }
@@ -251,7 +316,6 @@ pub fn expand_path(template: &str, vars: &BTreeMap<String, String>) -> Result<Pa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::Access;
 
     fn declared() -> CapabilitySet {
         CapabilitySet {
@@ -270,20 +334,33 @@ mod tests {
     #[test]
     fn grants_are_bounded_by_the_declaration() {
         let d = declared();
-        assert_eq!(parse_grant("all", &d).unwrap(), d);
-        assert_eq!(parse_grant("filesystem=/workspace:read", &d).unwrap().filesystem[0].access, Access::Read);
-        assert!(parse_grant("env=HOME", &d).unwrap_err().to_string().contains("does not declare env HOME"));
-        assert!(parse_grant("filesystem=/etc", &d).is_err());
-        assert!(parse_grant("sockets", &d).unwrap_err().to_string().contains("unknown grant"));
-        assert!(parse_grant("session", &CapabilitySet::default()).is_err());
+        let none = LimitsRequest::default();
+        assert_eq!(parse_grant("all", &d, &none).unwrap().capabilities, d);
+        // A network grant must fall under a declared rule.
+        assert!(parse_grant("network=https://api.example.com/v2", &d, &none).is_ok());
+        assert!(parse_grant("network=https://evil.example.org", &d, &none).is_err());
+        let asks = LimitsRequest { wall_time_ms: Some(60_000), ..Default::default() };
+        assert_eq!(parse_grant("limits", &d, &asks).unwrap().limits, asks);
+        assert_eq!(
+            parse_grant("filesystem=/workspace:read", &d, &none).unwrap().capabilities.filesystem[0].access,
+            Access::Read
+        );
+        assert!(parse_grant("env=HOME", &d, &none).unwrap_err().to_string().contains("does not declare env HOME"));
+        assert!(parse_grant("filesystem=/etc", &d, &none).is_err());
+        assert!(parse_grant("sockets", &d, &none).unwrap_err().to_string().contains("unknown grant"));
+        assert!(parse_grant("session", &CapabilitySet::default(), &none).is_err());
     }
 
     #[test]
     fn grant_revoke_and_overlay() {
         let mut p = Policy::default();
-        p.grant("s", &parse_grant("all", &declared()).unwrap());
+        p.apply("s", &parse_grant("all", &declared(), &LimitsRequest::default()).unwrap());
         p.revoke("s", "memory=write").unwrap();
         p.revoke("s", "env=LANG").unwrap();
+        let err = p.revoke("s", "env=LANG").unwrap_err().to_string();
+        assert!(err.contains("holds nothing matching"), "{err}");
+        p.revoke("s", "filesystem=/workspace:read-write").unwrap();
+        assert_eq!(p.granted("s").filesystem[0].access, Access::Read, "downgraded, not removed");
         let caps = p.granted("s");
         assert_eq!(caps.memory, MemoryAccess::Read);
         assert!(caps.env.is_empty());
@@ -292,10 +369,16 @@ mod tests {
         assert_eq!(back, p);
         let mut project = Policy::default();
         project.skills.insert("s".into(), CapabilitySet::default());
-        project.paths.insert("WORKSPACE".into(), "/p".into());
-        let merged = p.clone().overlaid_with(project);
-        assert!(merged.granted("s").is_empty());
-        assert_eq!(merged.paths["WORKSPACE"], "/p");
+        project.skills.insert("other".into(), declared());
+        project.paths.insert("WORKSPACE".into(), "/etc".into());
+        project.limits.memory_mb = Some(4096);
+        project.skill_limits.insert("s".into(), LimitsRequest { wall_time_ms: Some(100), ..Default::default() });
+        let merged = p.clone().narrowed_by(project);
+        assert!(merged.granted("s").is_empty(), "the project narrowed s to nothing");
+        assert!(merged.granted("other").is_empty(), "the project cannot grant");
+        assert!(merged.paths.is_empty(), "the project cannot repoint paths");
+        assert_eq!(merged.limit_caps("s").memory_mb, Some(crate::capabilities::Limits::DEFAULT.memory_mb));
+        assert_eq!(merged.limit_caps("s").wall_time_ms, Some(100));
     }
 
     #[test]

@@ -61,10 +61,10 @@ impl Env {
         dir
     }
 
-    /// Install `probe_as(name, extra)` granting everything it declares.
+    /// Install `probe_as(name, extra)` granting everything it declares and asks for.
     pub fn install_granted(&self, lib: &Library, name: &str, extra: &str) {
         let dir = self.probe_as(name, extra);
-        lib.install(&dir, &|m| Ok(Some(m.capabilities.clone()))).unwrap();
+        lib.install(&dir, &|m| Ok(Some(skillhost::policy::Grant::everything(m)))).unwrap();
     }
 
     /// Install without granting anything.

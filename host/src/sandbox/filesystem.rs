@@ -19,7 +19,7 @@ pub(super) fn apply(
     denials: &mut Vec<Denial>,
 ) -> Result<()> {
     for m in mounts {
-        let host = match expand_path(&m.host, paths) {
+        let host = match contained_host_path(&m.host, paths) {
             Ok(p) => p,
             Err(e) => {
                 denials.push(Denial { capability: "filesystem".into(), message: format!("mount {m} skipped: {e:#}") });
@@ -36,4 +36,27 @@ pub(super) fn apply(
             .with_context(|| format!("cannot mount {} at {}: does the directory exist?", host.display(), m.guest))?;
     }
     Ok(())
+}
+
+/// Expand a mount's template and resolve symlinks; for `$VAR/sub` the result must stay
+/// inside `$VAR`. Another skill with write access to `$VAR` could otherwise plant
+/// `sub -> /etc` and redirect this mount.
+fn contained_host_path(template: &str, paths: &BTreeMap<String, String>) -> Result<std::path::PathBuf> {
+    let full = expand_path(template, paths)?;
+    let resolved =
+        std::fs::canonicalize(&full).with_context(|| format!("{} does not exist or cannot be read", full.display()))?;
+    if let Some(rest) = template.strip_prefix('$') {
+        let var_end = rest.find('/').unwrap_or(rest.len());
+        let base = expand_path(&template[..=var_end], paths)?;
+        let base = std::fs::canonicalize(&base).with_context(|| format!("{} does not exist", base.display()))?;
+        if !resolved.starts_with(&base) {
+            anyhow::bail!(
+                "{} resolves to {}, outside {} (a symlink?); refusing to mount it",
+                full.display(),
+                resolved.display(),
+                base.display()
+            );
+        }
+    }
+    Ok(resolved)
 }

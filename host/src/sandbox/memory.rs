@@ -129,11 +129,11 @@ pub fn absorb(
             ));
             break;
         }
-        if m.content.len() as u64 > limits.max_memory_bytes {
+        let size = m.content.len() + m.tags.iter().map(String::len).sum::<usize>();
+        if size as u64 > limits.max_memory_bytes {
             out.dropped.push(format!(
-                "memory #{} dropped: {} bytes exceeds the limit of {}; summarize it (counts and key lines)",
+                "memory #{} dropped: {size} bytes (content and tags) exceeds the limit of {}; summarize it (counts and key lines)",
                 i + 1,
-                m.content.len(),
                 limits.max_memory_bytes
             ));
             continue;

@@ -4,9 +4,11 @@
 //!
 //! All of WASI 0.2 and wasi:http are linked for every component, so components from any
 //! toolchain instantiate; what they reach is decided per call by the capability modules
-//! in this directory, one file each. Limits: linear memory through a [`ResourceLimiter`],
-//! CPU through epoch interruption (a ticker thread), wall time through a tokio timeout
-//! (epochs do not fire while the guest waits in a host call), output and new memories
+//! in this directory, one file each. Limits: linear memory through a [`ResourceLimiter`]
+//! (summed over all memories of the instance); CPU and wall time through epoch
+//! interruption (a ticker thread; the deadline callback compares the thread's CPU time and
+//! the elapsed time with the limits), plus a tokio timeout for the wall limit while the
+//! guest waits in a host call (epochs do not fire then); output, metadata and new memories
 //! capped after the call.
 
 mod cache;
@@ -26,7 +28,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -50,8 +54,12 @@ mod bindings {
 use bindings::skillhost::skill::types as wit;
 use bindings::{Skill, SkillPre};
 
-/// Milliseconds between epoch ticks; the CPU deadline is counted in ticks.
+/// Milliseconds between epoch ticks.
 const EPOCH_TICK_MS: u64 = 10;
+/// The deadline callback checks CPU and wall time every this many ticks.
+const CHECK_EVERY_TICKS: u64 = 2;
+/// Linear memories one instance may have (Rust components have one or two).
+const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
 /// Bytes of each pooled memory/table slot kept resident between calls.
@@ -165,28 +173,44 @@ impl Runtime {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(limits.cpu_time_ms.div_ceil(EPOCH_TICK_MS).max(1));
-        store.epoch_deadline_trap();
+        let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
+        let cpu_start = thread_cpu_time();
+        store.set_epoch_deadline(CHECK_EVERY_TICKS);
+        store.epoch_deadline_callback(move |mut ctx| {
+            // Epochs count elapsed time, including time spent waiting in host calls; the
+            // CPU limit is checked against the CPU time this thread actually used.
+            if started.elapsed() >= wall {
+                ctx.data_mut().stopped = Some(CallError::Timeout { limit_ms: wall.as_millis() as u64 });
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            if thread_cpu_time().saturating_sub(cpu_start) >= cpu_limit {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            Ok(UpdateDeadline::Continue(CHECK_EVERY_TICKS))
+        });
 
-        let wall = Duration::from_millis(limits.wall_time_ms);
-        let call = async {
-            let instance = skill.pre.instantiate_async(&mut store).await?;
-            let instantiated = Instant::now();
-            let result = instance.call_execute(&mut store, &invocation.to_wit()).await;
-            Ok::<_, wasmtime::Error>((result, instantiated))
+        let instance = match tokio::time::timeout(wall, skill.pre.instantiate_async(&mut store)).await {
+            Ok(Ok(i)) => Ok(i),
+            Ok(Err(e)) => Err(CallError::Setup(format!("cannot instantiate the component: {e:#}"))),
+            Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
         };
-        let outcome = tokio::time::timeout(wall, call).await;
+        let result = match instance {
+            Err(e) => Err(e),
+            Ok(instance) => {
+                let remaining = wall.saturating_sub(started.elapsed());
+                match tokio::time::timeout(remaining, instance.call_execute(&mut store, &invocation.to_wit())).await {
+                    Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
+                    Ok(Err(e)) => Err(classify_trap(e, store.data_mut(), &limits, &stderr)),
+                    Ok(Ok(Err(wit::SkillError::InvalidParams(m)))) => Err(CallError::InvalidParams(m)),
+                    Ok(Ok(Err(wit::SkillError::Failed(m)))) => Err(CallError::Failed(m)),
+                    Ok(Ok(Ok(r))) => Ok(SkillOutput::from_wit(r, &limits)),
+                }
+            }
+        };
         let execute_end = Instant::now();
         let state = store.into_data();
         denials.extend(state.denials);
         denials.extend(state.net.denials.take());
-        let result = match outcome {
-            Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
-            Ok(Err(e)) | Ok(Ok((Err(e), _))) => Err(classify_trap(e, &state.limiter, &limits, &stderr)),
-            Ok(Ok((Ok(Err(wit::SkillError::InvalidParams(m))), _))) => Err(CallError::InvalidParams(m)),
-            Ok(Ok((Ok(Err(wit::SkillError::Failed(m))), _))) => Err(CallError::Failed(m)),
-            Ok(Ok((Ok(Ok(r)), _))) => Ok(SkillOutput::from_wit(r, &limits)),
-        };
         CallOutcome {
             result,
             denials,
@@ -239,6 +263,8 @@ pub struct CallState {
     host: memory::HostAccess,
     logs: Vec<LogLine>,
     denials: Vec<Denial>,
+    /// Why the deadline callback stopped the guest, when it was not the CPU limit.
+    stopped: Option<CallError>,
 }
 
 impl CallState {
@@ -258,10 +284,11 @@ impl CallState {
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
             net: network::NetworkGate::new(grant.capabilities.network.clone()),
-            limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, peak: 0, hit: false },
+            limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, total: 0, peak: 0, hit: false },
             host: memory::HostAccess::new(grant, &invocation.session_id),
             logs: Vec::new(),
             denials: Vec::new(),
+            stopped: None,
         })
     }
 }
@@ -280,26 +307,47 @@ impl WasiHttpView for CallState {
 
 impl bindings::skillhost::skill::types::Host for CallState {}
 
-/// Linear memory cap; a grow past it traps with a message naming the limit.
+/// Linear memory cap over all memories of the instance; a grow past it traps with a
+/// message naming the limit.
 struct MemoryLimiter {
     max: usize,
+    /// Bytes of linear memory in use, summed over memories (creation counts as a grow from 0).
+    total: usize,
     peak: usize,
     hit: bool,
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.max {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.total.saturating_sub(current).saturating_add(desired);
+        if total > self.max {
             self.hit = true;
             return Err(wasmtime::Error::msg(format!("memory limit of {} MiB exceeded", self.max >> 20)));
         }
-        self.peak = self.peak.max(desired);
+        self.total = total;
+        self.peak = self.peak.max(total);
         Ok(true)
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
     }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES_PER_INSTANCE
+    }
+}
+
+/// CPU time used by the calling thread (the guest runs on it between awaits).
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec we pass; CLOCK_THREAD_CPUTIME_ID is
+    // supported on every Linux and macOS version we build for.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// A right the skill used without holding it. The model reads `message`; the audit log
@@ -354,6 +402,23 @@ impl SkillOutput {
                 limits.output_kb
             ));
         }
+        // Metadata counts against the same budget, separately: it is text for the model too.
+        let mut metadata = Vec::new();
+        let mut used = 0usize;
+        let total = r.metadata.len();
+        for (k, v) in r.metadata {
+            used = used.saturating_add(k.len() + v.len());
+            if used > cap {
+                break;
+            }
+            metadata.push((k, v));
+        }
+        if metadata.len() < total {
+            metadata.push((
+                "skillhost.metadata_truncated".into(),
+                format!("{} entries dropped over the limit of {} KiB", total - metadata.len(), limits.output_kb),
+            ));
+        }
         SkillOutput {
             output,
             status: match r.status {
@@ -361,7 +426,7 @@ impl SkillOutput {
                 wit::Status::Failure => Status::Failure,
                 wit::Status::RequireMore => Status::RequireMore,
             },
-            metadata: r.metadata,
+            metadata,
             new_memories: r.new_memories.into_iter().map(memory::proposed_from_wit).collect(),
             truncated_bytes,
         }
@@ -398,8 +463,11 @@ impl std::fmt::Display for CallError {
     }
 }
 
-fn classify_trap(e: wasmtime::Error, limiter: &MemoryLimiter, limits: &Limits, stderr: &MemoryOutputPipe) -> CallError {
-    if limiter.hit {
+fn classify_trap(e: wasmtime::Error, state: &mut CallState, limits: &Limits, stderr: &MemoryOutputPipe) -> CallError {
+    if let Some(reason) = state.stopped.take() {
+        return reason;
+    }
+    if state.limiter.hit {
         return CallError::MemoryLimit(format!(
             "the skill tried to use more than {} MiB of linear memory",
             limits.memory_mb

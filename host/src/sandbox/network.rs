@@ -54,6 +54,8 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v4.is_unspecified()
                 || v4.is_broadcast()
                 || (o[0] == 100 && (64..128).contains(&o[1]))
+                || (o[0] == 198 && (o[1] == 18 || o[1] == 19))
+                || o[0] >= 224
                 || o[0] == 0
         }
         IpAddr::V6(v6) => {
@@ -62,7 +64,13 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v6.is_unspecified()
                 || (seg0 & 0xfe00) == 0xfc00
                 || (seg0 & 0xffc0) == 0xfe80
+                || v6.is_multicast()
                 || v6.to_ipv4_mapped().is_some_and(|v4| is_internal(IpAddr::V4(v4)))
+                // NAT64 (64:ff9b::/96) reaches the embedded IPv4 address.
+                || (v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && {
+                    let o = v6.octets();
+                    is_internal(IpAddr::V4(std::net::Ipv4Addr::new(o[12], o[13], o[14], o[15])))
+                })
         }
     }
 }
@@ -160,10 +168,14 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "100.64.0.1",
+            "64:ff9b::7f00:1",
+            "224.0.0.1",
+            "198.18.0.1",
+            "ff02::1",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {
+        for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8", "64:ff9b::808:808"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
     }

@@ -9,6 +9,8 @@ use super::{CallState, Denial};
 
 const MAX_KEY_BYTES: usize = 256;
 const MAX_VALUE_BYTES: usize = 256 * 1024;
+/// Keys per session, so a skill cannot fill the store through one session (256 KiB each).
+const MAX_KEYS: usize = 256;
 
 impl CallState {
     fn session_allowed(&mut self, op: &str) -> Result<(), HostError> {
@@ -46,7 +48,15 @@ impl Host for CallState {
                 value.len()
             ))));
         }
-        Ok(self.host.store().and_then(|s| s.session_set(&self.host.session_id, &key, &value).map_err(unavailable)))
+        Ok(self.host.store().and_then(|s| {
+            let keys = s.session_keys(&self.host.session_id).map_err(unavailable)?;
+            if keys.len() >= MAX_KEYS && !keys.contains(&key) {
+                return Err(HostError::InvalidInput(format!(
+                    "this session already holds {MAX_KEYS} keys; overwrite an existing key instead"
+                )));
+            }
+            s.session_set(&self.host.session_id, &key, &value).map_err(unavailable)
+        }))
     }
 
     fn keys(&mut self) -> wasmtime::Result<Result<Vec<String>, HostError>> {

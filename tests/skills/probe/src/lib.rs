@@ -42,6 +42,13 @@ impl Skill for Probe {
                 }
             }
             "flood" => Ok(SkillResult::success("x".repeat(p.n as usize))),
+            "meta-flood" => {
+                let mut r = SkillResult::success("metadata");
+                for i in 0..p.n {
+                    r = r.meta(format!("key-{i}"), "v".repeat(1000));
+                }
+                Ok(r)
+            }
             "stdout-flood" => {
                 for _ in 0..p.n {
                     println!("{}", "y".repeat(1023));
