@@ -234,3 +234,28 @@ fn the_demo_runs_end_to_end() {
         "one audit line per skill run"
     );
 }
+
+#[test]
+fn concurrent_grants_are_not_lost() {
+    let env = Env::new();
+    let names: Vec<String> = (0..8).map(|i| format!("V{i}")).collect();
+    let dir = env.probe_as("p", &format!("capabilities:\n  env: [{}]\n", names.join(", ")));
+    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("skillhost"))
+                .env("SKILLHOST_HOME", env.home.path())
+                .args(["policy", "grant", "p", &format!("env={n}")])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let out = skillhost(&env).args(["--json", "policy", "show", "p"]).assert().success();
+    let granted = json_of(&out.get_output().stdout)["skills"]["p"]["env"].as_array().unwrap().len();
+    assert_eq!(granted, 8, "every concurrent grant kept");
+}

@@ -434,12 +434,7 @@ fn change_grants(
     if specs.is_empty() {
         anyhow::bail!("say what to {verb}: {}", crate::policy::GRANT_SYNTAX);
     }
-    let path = &lib.policy_files().user;
-    let mut p = Policy::load(path)?;
-    for spec in specs {
-        change(&mut p, spec)?;
-    }
-    p.save(path)?;
+    let (p, ()) = Policy::update(&lib.policy_files().user, |p| specs.iter().try_for_each(|spec| change(p, spec)))?;
     let caps = p.granted(name);
     if json {
         print_json(&caps)?;

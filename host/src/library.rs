@@ -346,9 +346,10 @@ impl Library {
 
         // Record grants (bounded by the declaration).
         if let Some(g) = granted_now.filter(|g| *g != Grant::default()) {
-            let mut policy_user = Policy::load(&self.policy.user)?;
-            policy_user.apply(&manifest.name, &g);
-            policy_user.save(&self.policy.user)?;
+            Policy::update(&self.policy.user, |p| {
+                p.apply(&manifest.name, &g);
+                Ok(())
+            })?;
         }
         let policy = self.policy()?;
         let effective = manifest.capabilities.intersect(&policy.granted(&manifest.name));
@@ -473,10 +474,11 @@ impl Library {
     /// invalid policy file) leaves the skill installed rather than half removed.
     pub fn remove(&self, name: &str) -> Result<()> {
         self.read_record(name)?;
-        let mut policy = Policy::load(&self.policy.user)?;
-        if policy.skills.remove(name).is_some() | policy.skill_limits.remove(name).is_some() {
-            policy.save(&self.policy.user)?;
-        }
+        Policy::update(&self.policy.user, |p| {
+            p.skills.remove(name);
+            p.skill_limits.remove(name);
+            Ok(())
+        })?;
         let dir = self.skill_dir(name);
         let trash = self.root.join("skills").join(format!(".removed-{name}-{}", std::process::id()));
         std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;

@@ -54,7 +54,32 @@ impl Policy {
         Ok(policy)
     }
 
+    /// Load, change and save the policy at `path` under an exclusive lock (a sibling
+    /// `.lock` file), so two processes granting at once do not lose each other's update.
+    /// Nothing is written when `change` fails.
+    pub fn update<R>(path: &Path, change: impl FnOnce(&mut Policy) -> Result<R>) -> Result<(Policy, R)> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let lock_path = path.with_extension("toml.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        let mut policy = Policy::load(path)?;
+        let before = policy.clone();
+        let out = change(&mut policy)?;
+        if policy != before {
+            policy.save(path)?;
+        }
+        Ok((policy, out))
+    }
+
     /// Write atomically (temp file + rename), so a crash never leaves half a policy.
+    /// Comments in a hand-edited file are not preserved (the file is re-serialized).
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = toml::to_string_pretty(self).context("cannot serialize policy")?;
         let header = "# skillhost policy: capabilities granted per skill. Edit with `skillhost policy grant|revoke`.\n";
