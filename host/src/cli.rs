@@ -70,8 +70,17 @@ enum SkillCmd {
         #[arg(long)]
         session: Option<String>,
     },
-    /// Remove an installed skill and its grants.
-    Remove { name: String },
+    /// Remove an installed skill and its grants (its versions stay in the history).
+    Remove {
+        name: String,
+        /// Also delete every archived version.
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Versions of a skill (installed and archived), with the rights each added or dropped.
+    History { name: String },
+    /// Reinstall the exact bytes of an archived version (a version or a content-hash prefix).
+    Rollback { name: String, version: String },
 }
 
 #[derive(Subcommand)]
@@ -208,6 +217,15 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                         imports.join(", ")
                     );
                 }
+                if let Some(prev) = &report.replaced {
+                    println!("  replaced {} (kept in `skillhost skill history {}`)", &prev[..12], report.name);
+                }
+                if !report.new_rights.is_empty() {
+                    println!(
+                        "  ! this version asks for rights the previous one did not: {} (not granted unless you grant them)",
+                        report.new_rights.join("; ")
+                    );
+                }
                 if !report.limits_requested.is_empty() {
                     println!(
                         "  asks for limits above the defaults: {} (in force: wall {} ms, cpu {} ms, memory {} MiB; grant with `skillhost policy grant {} limits`)",
@@ -326,8 +344,44 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
             let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
         }
-        SkillCmd::Remove { name } => {
-            lib.remove(&name)?;
+        SkillCmd::History { name } => {
+            let entries = lib.history(&name)?;
+            if json {
+                print_json(&entries)?;
+            } else {
+                for e in &entries {
+                    println!(
+                        "{} {:<10} {}  {}",
+                        if e.installed { "*" } else { " " },
+                        e.version.as_deref().unwrap_or("-"),
+                        &e.content_hash[..16],
+                        if e.installed { "installed" } else { "archived" }
+                    );
+                    for r in &e.added_rights {
+                        println!("      + {r}");
+                    }
+                    for r in &e.removed_rights {
+                        println!("      - {r}");
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Rollback { name, version } => {
+            let entry = lib.rollback(&name, &version)?;
+            if json {
+                print_json(&entry)?;
+            } else {
+                println!(
+                    "{name} rolled back to {} ({}); grants unchanged: rights it declares that you have not granted stay off",
+                    entry.version.as_deref().unwrap_or("-"),
+                    &entry.content_hash[..16]
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Remove { name, purge } => {
+            lib.remove(&name, purge)?;
             if json {
                 print_json(&json!({ "removed": name }))?;
             } else {

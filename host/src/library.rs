@@ -112,7 +112,28 @@ pub struct InstallReport {
     /// The limits in force after this install.
     pub limits: Limits,
     pub compile: Option<CompileOutcome>,
+    /// Content hash of the version this install replaced (now in the history).
     pub replaced: Option<String>,
+    /// Rights this version declares beyond the version it replaced; not granted unless the
+    /// user consents (existing grants never widen by themselves).
+    pub new_rights: Vec<String>,
+}
+
+/// One version of a skill, installed or archived.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryEntry {
+    pub version: Option<String>,
+    pub content_hash: String,
+    pub installed_ms: u64,
+    /// Is this the installed version?
+    pub installed: bool,
+    pub declares: Vec<String>,
+    /// Rights declared here and not by the previous version.
+    pub added_rights: Vec<String>,
+    /// Rights the previous version declared and this one does not.
+    pub removed_rights: Vec<String>,
+    #[serde(skip)]
+    declared: Option<crate::capabilities::CapabilitySet>,
 }
 
 /// One installed skill, for list/info.
@@ -329,20 +350,14 @@ impl Library {
             write_atomic(&staging.join("skill.wasm"), w)?;
         }
         write_atomic(&staging.join("install.json"), &serde_json::to_vec_pretty(&record)?)?;
-        let target = self.skill_dir(&manifest.name);
-        let replaced = self.read_record(&manifest.name).ok().map(|r| r.content_hash);
-        let old = skills.join(format!(".old-{}-{}", manifest.name, std::process::id()));
-        if target.exists() {
-            std::fs::rename(&target, &old).with_context(|| format!("cannot move aside {}", target.display()))?;
-        }
-        if let Err(e) = std::fs::rename(&staging, &target) {
-            if old.exists() {
-                let _ = std::fs::rename(&old, &target);
-            }
-            return Err(e).with_context(|| format!("cannot install into {}", target.display()));
-        }
-        let _ = std::fs::remove_dir_all(&old);
-        self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(&manifest.name);
+        let previous = self.read_record(&manifest.name).ok();
+        let previous_manifest = previous.as_ref().and_then(|_| self.info(&manifest.name).ok()).map(|i| i.manifest);
+        self.swap_in(&manifest.name, &staging)?;
+        let replaced = previous.map(|r| r.content_hash);
+        let new_rights = match &previous_manifest {
+            Some(old) => manifest.capabilities.beyond(&old.capabilities),
+            None => Vec::new(),
+        };
 
         // Record grants (bounded by the declaration).
         if let Some(g) = granted_now.filter(|g| *g != Grant::default()) {
@@ -369,7 +384,135 @@ impl Library {
             limits,
             compile,
             replaced,
+            new_rights,
         })
+    }
+
+    /// Make the prepared directory `staging` the installed version of `name`. The version it
+    /// replaces is archived in `history/<name>/<content hash>/` (see [`Library::history`]).
+    fn swap_in(&self, name: &str, staging: &Path) -> Result<()> {
+        let target = self.skill_dir(name);
+        let old = self.root.join("skills").join(format!(".old-{name}-{}", std::process::id()));
+        if target.exists() {
+            std::fs::rename(&target, &old).with_context(|| format!("cannot move aside {}", target.display()))?;
+        }
+        if let Err(e) = std::fs::rename(staging, &target) {
+            if old.exists() {
+                let _ = std::fs::rename(&old, &target);
+            }
+            return Err(e).with_context(|| format!("cannot install into {}", target.display()));
+        }
+        if old.exists() {
+            let hash_of = |dir: &Path| {
+                std::fs::read(dir.join("install.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<InstallRecord>(&b).ok())
+                    .map(|r| r.content_hash)
+            };
+            if hash_of(&old) == hash_of(&target) {
+                let _ = std::fs::remove_dir_all(&old); // the same bytes again
+            } else {
+                archive(&self.root, name, &old);
+            }
+        }
+        self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
+        Ok(())
+    }
+
+    fn history_dir(&self, name: &str) -> PathBuf {
+        self.root.join("history").join(name)
+    }
+
+    /// Every known version of `name`, newest first: the installed one (if any) and the
+    /// archived ones, each with the rights it declares and what changed from the version
+    /// before it.
+    pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
+        crate::manifest::validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+        let mut entries = Vec::new();
+        let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
+        if self.skill_dir(name).join("install.json").exists() {
+            dirs.push((self.skill_dir(name), true));
+        }
+        if let Ok(rd) = std::fs::read_dir(self.history_dir(name)) {
+            dirs.extend(rd.flatten().map(|e| (e.path(), false)));
+        }
+        for (dir, installed) in dirs {
+            let Ok(bytes) = std::fs::read(dir.join("install.json")) else { continue };
+            let Ok(record) = serde_json::from_slice::<InstallRecord>(&bytes) else { continue };
+            let declared = std::fs::read_to_string(dir.join("SKILL.md"))
+                .ok()
+                .and_then(|t| Manifest::parse(&dir.join("SKILL.md"), &t).ok())
+                .map(|m| m.capabilities);
+            entries.push(HistoryEntry {
+                version: record.version.clone(),
+                content_hash: record.content_hash.clone(),
+                installed_ms: record.installed_ms,
+                installed,
+                declares: declared.as_ref().map(|d| d.describe()).unwrap_or_default(),
+                added_rights: Vec::new(),
+                removed_rights: Vec::new(),
+                declared,
+            });
+        }
+        if entries.is_empty() {
+            bail!("no version of `{name}` is installed or archived");
+        }
+        entries.sort_by(|a, b| a.installed_ms.cmp(&b.installed_ms));
+        for i in 1..entries.len() {
+            if let (Some(prev), Some(cur)) = (entries[i - 1].declared.clone(), entries[i].declared.clone()) {
+                entries[i].added_rights = cur.beyond(&prev);
+                entries[i].removed_rights = prev.beyond(&cur);
+            }
+        }
+        entries.reverse();
+        Ok(entries)
+    }
+
+    /// Reinstall the exact bytes of an archived version (`which`: a version such as 0.1.0,
+    /// or a content-hash prefix of at least 8 characters). The bytes are re-checked against
+    /// the recorded hash first. Grants are left as they are: the effective rights of the
+    /// restored version are its declaration intersected with them, so nothing widens.
+    pub fn rollback(&self, name: &str, which: &str) -> Result<HistoryEntry> {
+        let history = self.history(name)?;
+        let matches: Vec<&HistoryEntry> = history
+            .iter()
+            .filter(|e| !e.installed)
+            .filter(|e| e.version.as_deref() == Some(which) || (which.len() >= 8 && e.content_hash.starts_with(which)))
+            .collect();
+        let entry = match matches.as_slice() {
+            [one] => (*one).clone(),
+            [] => bail!(
+                "`{name}` has no archived version `{which}`; see `skillhost skill history {name}` (versions: {})",
+                history.iter().filter_map(|e| e.version.clone()).collect::<Vec<_>>().join(", ")
+            ),
+            _ => bail!("`{which}` matches several archived versions of `{name}`; give a longer content-hash prefix"),
+        };
+        let src = self.history_dir(name).join(&entry.content_hash);
+        let manifest = std::fs::read(src.join("SKILL.md")).with_context(|| format!("cannot read {}", src.display()))?;
+        let wasm = std::fs::read(src.join("skill.wasm")).ok();
+        let actual = content_hash(&manifest, wasm.as_deref());
+        if actual != entry.content_hash {
+            bail!(
+                "archived files of `{name}` {} do not match their recorded hash (found {actual}); refusing to restore them",
+                entry.content_hash
+            );
+        }
+        if let Some(w) = &wasm {
+            // Recompile into the cache if needed (and reject a corrupt component) before the swap.
+            let sha = sha256_hex(w);
+            self.runtime()?.prepare(w, &sha, &*self.progress)?;
+        }
+        let staging = self.root.join("skills").join(format!(".staging-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)?;
+        for file in ["SKILL.md", "skill.wasm", "install.json"] {
+            if let Ok(bytes) = std::fs::read(src.join(file)) {
+                write_atomic(&staging.join(file), &bytes)?;
+            }
+        }
+        self.swap_in(name, &staging)?;
+        let _ = std::fs::remove_dir_all(&src);
+        Ok(entry)
     }
 
     fn read_record(&self, name: &str) -> Result<InstallRecord> {
@@ -470,9 +613,10 @@ impl Library {
         })
     }
 
-    /// Remove an installed skill and its grants. Grants go first, so a failure (say, an
-    /// invalid policy file) leaves the skill installed rather than half removed.
-    pub fn remove(&self, name: &str) -> Result<()> {
+    /// Remove an installed skill and its grants; its files stay in the history (for
+    /// `rollback`) unless `purge`. Grants go first, so a failure (say, an invalid policy
+    /// file) leaves the skill installed rather than half removed.
+    pub fn remove(&self, name: &str, purge: bool) -> Result<()> {
         self.read_record(name)?;
         Policy::update(&self.policy.user, |p| {
             p.skills.remove(name);
@@ -482,7 +626,12 @@ impl Library {
         let dir = self.skill_dir(name);
         let trash = self.root.join("skills").join(format!(".removed-{name}-{}", std::process::id()));
         std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
-        let _ = std::fs::remove_dir_all(&trash);
+        if purge {
+            let _ = std::fs::remove_dir_all(&trash);
+            let _ = std::fs::remove_dir_all(self.history_dir(name));
+        } else {
+            archive(&self.root, name, &trash);
+        }
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
         Ok(())
     }
@@ -638,10 +787,33 @@ fn recover_interrupted_installs(skills: &Path) {
         let path = entry.path();
         if kind == "old" && !skills.join(name).exists() {
             let _ = std::fs::rename(&path, skills.join(name));
-        } else if matches!(kind, "old" | "staging" | "removed") {
+        } else if matches!(kind, "old" | "removed") {
+            if let Some(root) = skills.parent() {
+                archive(root, name, &path);
+            }
+        } else if kind == "staging" {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
+}
+
+/// Move a replaced or removed version into `history/<name>/<content hash>/`; a version
+/// already there (same bytes) or without a readable record is simply deleted.
+fn archive(root: &Path, name: &str, dir: &Path) {
+    let hash = std::fs::read(dir.join("install.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<InstallRecord>(&b).ok())
+        .map(|r| r.content_hash);
+    if let Some(hash) = hash {
+        let dest = root.join("history").join(name).join(&hash);
+        if !dest.exists()
+            && dest.parent().is_some_and(|p| std::fs::create_dir_all(p).is_ok())
+            && std::fs::rename(dir, &dest).is_ok()
+        {
+            return;
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn validate_params(

@@ -1,0 +1,105 @@
+//! Versions of installed skills: upgrade archives the previous version, history shows what
+//! changed, rollback restores the exact bytes, and rights never widen by themselves.
+
+mod common;
+
+use common::{Env, output, run};
+use serde_json::json;
+use skillhost::policy::Grant;
+
+fn version_dir(env: &Env, name: &str, version: &str, extra: &str) -> std::path::PathBuf {
+    let dir = env.probe_as(name, extra);
+    let text = std::fs::read_to_string(dir.join("SKILL.md"))
+        .unwrap()
+        .replace("version: 0.1.0", &format!("version: {version}"));
+    std::fs::write(dir.join("SKILL.md"), text).unwrap();
+    // Keep a pristine copy of this version's sources to compare bytes later.
+    let keep = env.sources.path().join(format!("{name}@{version}"));
+    std::fs::create_dir_all(&keep).unwrap();
+    for f in ["SKILL.md", "skill.wasm"] {
+        std::fs::copy(dir.join(f), keep.join(f)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn upgrade_history_rollback_round_trip() {
+    let env = Env::new();
+    let lib = env.library();
+    let v1 = version_dir(&env, "tool", "0.1.0", "");
+    lib.install(&v1, &|m| Ok(Some(Grant::everything(m)))).unwrap();
+    let first = lib.info("tool").unwrap().record.content_hash;
+
+    // v2 asks for session: the upgrade reports it as a new right and does not grant it.
+    let v2 = version_dir(&env, "tool", "0.2.0", "capabilities:\n  session: true\n");
+    let report = lib.install(&v2, &|_| Ok(None)).unwrap();
+    assert_eq!(report.replaced.as_deref(), Some(first.as_str()));
+    assert_eq!(report.new_rights, vec!["session".to_string()]);
+    assert!(report.granted.is_empty(), "{:?}", report.granted);
+    let r = run(&lib, "tool", json!({"mode": "session-set", "arg": "x"}));
+    assert!(r.result.is_err(), "session must not be granted by the upgrade");
+
+    let history = lib.history("tool").unwrap();
+    assert_eq!(history.len(), 2);
+    assert!(history[0].installed && history[0].version.as_deref() == Some("0.2.0"));
+    assert_eq!(history[0].added_rights, vec!["session".to_string()]);
+    assert_eq!(history[1].content_hash, first);
+
+    // Rollback restores the exact bytes of 0.1.0 and archives 0.2.0.
+    let restored = lib.rollback("tool", "0.1.0").unwrap();
+    assert_eq!(restored.content_hash, first);
+    let installed = env.home.path().join("skills/tool");
+    let pristine = env.sources.path().join("tool@0.1.0");
+    for f in ["SKILL.md", "skill.wasm"] {
+        assert_eq!(std::fs::read(installed.join(f)).unwrap(), std::fs::read(pristine.join(f)).unwrap(), "{f}");
+    }
+    assert_eq!(lib.info("tool").unwrap().record.content_hash, first);
+    assert_eq!(output(&run(&lib, "tool", json!({"mode": "noop"}))), "ok");
+    let history = lib.history("tool").unwrap();
+    assert_eq!(history.iter().filter(|e| e.installed).count(), 1);
+    assert_eq!(history.iter().find(|e| !e.installed).unwrap().version.as_deref(), Some("0.2.0"));
+
+    // And forward again by content-hash prefix.
+    let v2_hash = history.iter().find(|e| !e.installed).unwrap().content_hash.clone();
+    lib.rollback("tool", &v2_hash[..10]).unwrap();
+    assert_eq!(lib.info("tool").unwrap().record.version.as_deref(), Some("0.2.0"));
+    let err = lib.rollback("tool", "9.9.9").unwrap_err().to_string();
+    assert!(err.contains("no archived version `9.9.9`") && err.contains("0.1.0"), "{err}");
+}
+
+#[test]
+fn tampered_archive_is_refused_and_remove_keeps_history_unless_purged() {
+    let env = Env::new();
+    let lib = env.library();
+    lib.install(&version_dir(&env, "tool", "0.1.0", ""), &|_| Ok(None)).unwrap();
+    let first = lib.info("tool").unwrap().record.content_hash;
+    lib.install(&version_dir(&env, "tool", "0.2.0", "capabilities:\n  session: true\n"), &|_| Ok(None)).unwrap();
+
+    let archived = env.home.path().join("history/tool").join(&first).join("SKILL.md");
+    let original = std::fs::read(&archived).unwrap();
+    std::fs::write(&archived, [original.as_slice(), b"\n<!-- tampered -->\n"].concat()).unwrap();
+    let err = lib.rollback("tool", "0.1.0").unwrap_err().to_string();
+    assert!(err.contains("do not match their recorded hash"), "{err}");
+    assert_eq!(lib.info("tool").unwrap().record.version.as_deref(), Some("0.2.0"), "nothing changed");
+    std::fs::write(&archived, &original).unwrap();
+
+    // Removing keeps both versions; rollback reinstalls one.
+    lib.remove("tool", false).unwrap();
+    assert!(lib.names().unwrap().is_empty());
+    assert_eq!(lib.history("tool").unwrap().len(), 2);
+    lib.rollback("tool", "0.1.0").unwrap();
+    assert_eq!(output(&run(&lib, "tool", json!({"mode": "noop"}))), "ok");
+
+    lib.remove("tool", true).unwrap();
+    assert!(lib.history("tool").is_err(), "purge deletes the history");
+}
+
+#[test]
+fn reinstalling_the_same_bytes_adds_no_history() {
+    let env = Env::new();
+    let lib = env.library();
+    let v1 = version_dir(&env, "tool", "0.1.0", "");
+    lib.install(&v1, &|_| Ok(None)).unwrap();
+    lib.install(&v1, &|_| Ok(None)).unwrap();
+    assert_eq!(lib.history("tool").unwrap().len(), 1);
+}
