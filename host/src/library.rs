@@ -457,7 +457,7 @@ impl Library {
         if entries.is_empty() {
             bail!("no version of `{name}` is installed or archived");
         }
-        entries.sort_by(|a, b| a.installed_ms.cmp(&b.installed_ms));
+        entries.sort_by_key(|e| e.installed_ms);
         for i in 1..entries.len() {
             if let (Some(prev), Some(cur)) = (entries[i - 1].declared.clone(), entries[i].declared.clone()) {
                 entries[i].added_rights = cur.beyond(&prev);
