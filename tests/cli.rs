@@ -259,3 +259,21 @@ fn concurrent_grants_are_not_lost() {
     let granted = json_of(&out.get_output().stdout)["skills"]["p"]["env"].as_array().unwrap().len();
     assert_eq!(granted, 8, "every concurrent grant kept");
 }
+
+#[test]
+fn search_finds_installed_skills_by_task() {
+    let env = Env::new();
+    for s in ["read-log-file", "query-issue-kb", "generate-report", "publish-npm-package"] {
+        skillhost(&env).args(["skill", "install"]).arg(common::built(s)).assert().success();
+    }
+    let top = |query: &str| {
+        let out = skillhost(&env).args(["--json", "skill", "search", query, "--top", "2"]).assert().success();
+        let hits = json_of(&out.get_output().stdout);
+        hits[0]["name"].as_str().unwrap_or("").to_string()
+    };
+    assert_eq!(top("I need to release my package to npm"), "publish-npm-package");
+    assert_eq!(top("find past incidents with the same symptom"), "query-issue-kb");
+    assert_eq!(top("帮我把 npm 包发布出去"), "publish-npm-package");
+    let out = skillhost(&env).args(["--json", "skill", "search", "zebra giraffe"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]));
+}

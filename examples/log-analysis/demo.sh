@@ -56,6 +56,6 @@ banner "The sandbox at work: the log skill cannot read outside its mount"
 sh skill run read-log-file --session "$session" -p path=/etc/passwd || true
 
 banner "Instruction skill: publish-npm-package is guidance, not code"
-sh skill info publish-npm-package | head -12
+sh skill info publish-npm-package | sed -n 1,12p
 echo
 echo "Audit trail: $SKILLHOST_HOME/audit/calls.jsonl ($(wc -l < "$SKILLHOST_HOME/audit/calls.jsonl") calls)"

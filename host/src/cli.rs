@@ -55,6 +55,13 @@ enum SkillCmd {
     },
     /// List installed skills.
     List,
+    /// Find installed skills for a task described in words (English or Chinese).
+    Search {
+        query: String,
+        /// How many skills to show.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+    },
     /// Show a skill: manifest, hashes, imports, declared / granted / effective rights.
     Info { name: String },
     /// Run a skill once in the sandbox and print its SkillResult.
@@ -278,6 +285,30 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                         ),
                         Err(e) => println!("{name:<28} BROKEN   {e:#}"),
                     }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Search { query, top } => {
+            let hits = lib.search(&query, top)?;
+            if json {
+                let rows: Vec<Value> = hits
+                    .iter()
+                    .map(|(h, i)| {
+                        json!({
+                            "name": h.name,
+                            "score": h.score,
+                            "kind": if i.record.is_instruction() { "instruction" } else { "executable" },
+                            "description": i.manifest.description,
+                        })
+                    })
+                    .collect();
+                print_json(&rows)?;
+            } else if hits.is_empty() {
+                println!("no installed skill matches; try other words, or `skillhost skill list`");
+            } else {
+                for (h, i) in &hits {
+                    println!("{:>6.2}  {:<28} {}", h.score, h.name, one_line(&i.manifest.description, 64));
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -13,3 +13,4 @@ pub mod manifest;
 pub mod memory;
 pub mod policy;
 pub mod sandbox;
+pub mod search;

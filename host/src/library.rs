@@ -594,6 +594,25 @@ impl Library {
             .collect())
     }
 
+    /// Installed skills ranked by relevance to a task description (see [`crate::search`]).
+    /// Skills that fail to load are skipped, not fatal.
+    pub fn search(&self, query: &str, top: usize) -> Result<Vec<(crate::search::SearchHit, SkillInfo)>> {
+        let infos: Vec<SkillInfo> = self.scan()?.into_iter().filter_map(|(_, i)| i.ok()).collect();
+        let docs: Vec<crate::search::SearchDoc> = infos
+            .iter()
+            .map(|i| crate::search::SearchDoc {
+                name: i.manifest.name.clone(),
+                description: i.manifest.description.clone(),
+                when_to_use: i.manifest.when_to_use.clone().unwrap_or_default(),
+            })
+            .collect();
+        let hits = crate::search::SkillIndex::build(&docs)?.search(query, top)?;
+        Ok(hits
+            .into_iter()
+            .filter_map(|h| infos.iter().find(|i| i.manifest.name == h.name).map(|i| (h, i.clone())))
+            .collect())
+    }
+
     pub fn info(&self, name: &str) -> Result<SkillInfo> {
         let record = self.read_record(name)?;
         let dir = self.skill_dir(name);

@@ -1,0 +1,225 @@
+//! Relevance search over skills: "describe the task" -> ranked skills.
+//!
+//! BM25 (tantivy) over name, description and when_to_use, with one analyzer for English and
+//! Chinese: Latin words are lowercased, stop words dropped and stemmed (so "publishing"
+//! finds "publish"); runs of CJK characters become overlapping bigrams (so 串口乱码 finds
+//! 串口 and 乱码 without a dictionary). The query is analyzed the same way and becomes a
+//! disjunction of term queries (no query syntax: user text is never parsed as operators),
+//! with the name field boosted. The index lives in RAM and is rebuilt from the library:
+//! a catalog of thousands of skills indexes in milliseconds.
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value};
+use tantivy::tokenizer::{Language, LowerCaser, Stemmer, StopWordFilter, TextAnalyzer, Token, TokenStream, Tokenizer};
+use tantivy::{Index, IndexReader, TantivyDocument, Term, doc};
+
+const ANALYZER: &str = "skill_text";
+/// How much more a query word counts when it is in the skill's name.
+const NAME_BOOST: f32 = 2.0;
+const WHEN_BOOST: f32 = 0.8;
+
+/// What the index knows about one skill.
+#[derive(Debug, Clone)]
+pub struct SearchDoc {
+    pub name: String,
+    pub description: String,
+    pub when_to_use: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchHit {
+    pub name: String,
+    pub score: f32,
+}
+
+/// An in-memory BM25 index of skills.
+pub struct SkillIndex {
+    index: Index,
+    reader: IndexReader,
+    id: Field,
+    fields: [(Field, f32); 3],
+}
+
+impl SkillIndex {
+    pub fn build(docs: &[SearchDoc]) -> Result<SkillIndex> {
+        let mut schema = Schema::builder();
+        let text = TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs),
+        );
+        let id = schema.add_text_field("id", STRING | STORED);
+        let name = schema.add_text_field("name", text.clone());
+        let description = schema.add_text_field("description", text.clone());
+        let when = schema.add_text_field("when_to_use", text);
+        let index = Index::create_in_ram(schema.build());
+        index.tokenizers().register(ANALYZER, analyzer());
+        let mut writer = index.writer_with_num_threads(1, 15_000_000).context("cannot create the search index")?;
+        for d in docs {
+            writer.add_document(doc!(
+                id => d.name.clone(),
+                name => d.name.replace('-', " "),
+                description => d.description.clone(),
+                when => d.when_to_use.clone(),
+            ))?;
+        }
+        writer.commit().context("cannot build the search index")?;
+        let reader = index.reader()?;
+        Ok(SkillIndex { index, reader, id, fields: [(name, NAME_BOOST), (description, 1.0), (when, WHEN_BOOST)] })
+    }
+
+    /// The `top` skills most relevant to `query`, best first; skills sharing no term with
+    /// the query are not returned.
+    pub fn search(&self, query: &str, top: usize) -> Result<Vec<SearchHit>> {
+        let mut analyzer = self.index.tokenizers().get(ANALYZER).unwrap_or_else(analyzer);
+        let mut terms = Vec::new();
+        let mut stream = analyzer.token_stream(query);
+        while let Some(t) = stream.next() {
+            if !terms.contains(&t.text) {
+                terms.push(t.text.clone());
+            }
+        }
+        if terms.is_empty() || top == 0 {
+            return Ok(Vec::new());
+        }
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        for term in &terms {
+            for (field, boost) in self.fields {
+                let q = TermQuery::new(Term::from_field_text(field, term), IndexRecordOption::WithFreqs);
+                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+            }
+        }
+        let searcher = self.reader.searcher();
+        let top_docs = searcher.search(&BooleanQuery::new(clauses), &TopDocs::with_limit(top).order_by_score())?;
+        let mut hits = Vec::with_capacity(top_docs.len());
+        for (score, address) in top_docs {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let name = doc.get_first(self.id).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            hits.push(SearchHit { name, score });
+        }
+        Ok(hits)
+    }
+}
+
+fn analyzer() -> TextAnalyzer {
+    let builder = TextAnalyzer::builder(MixedScriptTokenizer).filter(LowerCaser);
+    match StopWordFilter::new(Language::English) {
+        Some(stop) => builder.filter(stop).filter(Stemmer::new(Language::English)).build(),
+        None => builder.filter(Stemmer::new(Language::English)).build(),
+    }
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x3040..=0x30FF | 0xAC00..=0xD7AF)
+}
+
+/// Latin/digit words, and CJK runs as overlapping character bigrams (a lone CJK character
+/// is its own token).
+#[derive(Clone)]
+struct MixedScriptTokenizer;
+
+struct VecTokenStream {
+    tokens: Vec<Token>,
+    next: usize,
+}
+
+impl TokenStream for VecTokenStream {
+    fn advance(&mut self) -> bool {
+        self.next += 1;
+        self.next <= self.tokens.len()
+    }
+
+    fn token(&self) -> &Token {
+        &self.tokens[self.next - 1]
+    }
+
+    fn token_mut(&mut self) -> &mut Token {
+        &mut self.tokens[self.next - 1]
+    }
+}
+
+impl Tokenizer for MixedScriptTokenizer {
+    type TokenStream<'a> = VecTokenStream;
+
+    fn token_stream<'a>(&'a mut self, text: &'a str) -> VecTokenStream {
+        let mut tokens = Vec::new();
+        let mut push = |from: usize, to: usize| {
+            let position = tokens.len();
+            tokens.push(Token {
+                offset_from: from,
+                offset_to: to,
+                position,
+                text: text[from..to].to_string(),
+                position_length: 1,
+            });
+        };
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
+        let end_of = |i: usize| chars.get(i + 1).map(|(o, _)| *o).unwrap_or(text.len());
+        let mut i = 0;
+        while i < chars.len() {
+            let (start, c) = chars[i];
+            if is_cjk(c) {
+                let mut j = i;
+                while j < chars.len() && is_cjk(chars[j].1) {
+                    j += 1;
+                }
+                if j - i == 1 {
+                    push(start, end_of(i));
+                } else {
+                    for (k, (from, _)) in chars.iter().enumerate().take(j - 1).skip(i) {
+                        push(*from, end_of(k + 1));
+                    }
+                }
+                i = j;
+            } else if c.is_alphanumeric() {
+                let mut j = i;
+                while j < chars.len() && chars[j].1.is_alphanumeric() && !is_cjk(chars[j].1) {
+                    j += 1;
+                }
+                push(start, end_of(j - 1));
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+        VecTokenStream { tokens, next: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(text: &str) -> Vec<String> {
+        let mut a = analyzer();
+        let mut s = a.token_stream(text);
+        let mut out = Vec::new();
+        while let Some(t) = s.next() {
+            out.push(t.text.clone());
+        }
+        out
+    }
+
+    #[test]
+    fn english_is_stemmed_and_chinese_is_bigrammed() {
+        assert_eq!(tokens("Publishing the packages"), vec!["publish", "packag"]);
+        assert_eq!(tokens("串口乱码"), vec!["串口", "口乱", "乱码"]);
+        assert_eq!(tokens("把CSV转成JSON"), vec!["把", "csv", "转成", "json"]);
+    }
+
+    #[test]
+    fn ranks_by_relevance() {
+        let docs = [
+            ("publish-npm-package", "Publish a JavaScript package to the npm registry.", "Releasing to npm."),
+            ("read-log-file", "Read a log file and return matching lines. 读取日志文件", "Looking at logs."),
+            ("bump-semver", "Bump the semantic version of a project.", "Before a release."),
+        ]
+        .map(|(n, d, w)| SearchDoc { name: n.into(), description: d.into(), when_to_use: w.into() });
+        let index = SkillIndex::build(&docs).unwrap();
+        assert_eq!(index.search("publishing my package on npm", 3).unwrap()[0].name, "publish-npm-package");
+        assert_eq!(index.search("查看日志", 3).unwrap()[0].name, "read-log-file");
+        assert!(index.search("zebra", 3).unwrap().is_empty());
+        assert!(index.search("\"unbalanced (query: AND", 3).is_ok(), "user text is never parsed as syntax");
+    }
+}
