@@ -84,6 +84,14 @@ enum SkillCmd {
         #[arg(long)]
         purge: bool,
     },
+    /// Check a skill directory: our SKILL.md format, and with --agent-skills the Agent Skills rules.
+    Lint {
+        path: PathBuf,
+        #[arg(long)]
+        agent_skills: bool,
+    },
+    /// Import a folder of Agent Skills (e.g. .claude/skills) as instruction skills.
+    Import { dir: PathBuf },
     /// Versions of a skill (installed and archived), with the rights each added or dropped.
     History { name: String },
     /// Reinstall the exact bytes of an archived version (a version or a content-hash prefix).
@@ -374,6 +382,43 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
             }
             let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+        }
+        SkillCmd::Lint { path, agent_skills } => {
+            let issues = crate::lint::lint_dir(&path, agent_skills);
+            let errors = issues.iter().filter(|i| i.severity == crate::lint::Severity::Error).count();
+            if json {
+                print_json(&issues)?;
+            } else if issues.is_empty() {
+                println!("{}: ok", path.join("SKILL.md").display());
+            } else {
+                for i in &issues {
+                    println!("{i}");
+                }
+            }
+            Ok(if errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        SkillCmd::Import { dir } => {
+            let results = lib.import(&dir)?;
+            if json {
+                print_json(&results)?;
+            } else {
+                for r in &results {
+                    let name = r.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    match (&r.installed, &r.error) {
+                        (Some(rep), _) => println!("imported {name} ({})", rep.kind),
+                        (None, Some(e)) => println!("failed   {name}: {e}"),
+                        (None, None) => println!("skipped  {name}: lint errors"),
+                    }
+                    for i in &r.issues {
+                        println!("    {i}");
+                    }
+                    if !r.not_imported.is_empty() {
+                        println!("    not imported: {}", r.not_imported.join(", "));
+                    }
+                }
+            }
+            let failed = results.iter().filter(|r| r.installed.is_none()).count();
+            Ok(if failed > 0 { ExitCode::from(3) } else { ExitCode::SUCCESS })
         }
         SkillCmd::History { name } => {
             let entries = lib.history(&name)?;

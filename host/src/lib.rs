@@ -9,6 +9,7 @@
 pub mod capabilities;
 pub mod cli;
 pub mod library;
+pub mod lint;
 pub mod manifest;
 pub mod memory;
 pub mod policy;

@@ -119,6 +119,17 @@ pub struct InstallReport {
     pub new_rights: Vec<String>,
 }
 
+/// The outcome of importing one skill directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportResult {
+    pub dir: PathBuf,
+    pub installed: Option<InstallReport>,
+    pub error: Option<String>,
+    pub issues: Vec<crate::lint::LintIssue>,
+    /// Files next to SKILL.md that were not installed (scripts are never run by skillhost).
+    pub not_imported: Vec<String>,
+}
+
 /// One version of a skill, installed or archived.
 #[derive(Debug, Clone, Serialize)]
 pub struct HistoryEntry {
@@ -592,6 +603,56 @@ impl Library {
                 (n, info)
             })
             .collect())
+    }
+
+    /// Import every skill directory under `dir` (for example a `.claude/skills` tree):
+    /// each is linted with the Agent Skills rules and, if it has no errors, installed
+    /// (as an instruction skill unless it ships a skill.wasm; nothing is granted). One bad
+    /// skill never stops the others.
+    pub fn import(&self, dir: &Path) -> Result<Vec<ImportResult>> {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("SKILL.md").is_file())
+            .collect();
+        dirs.sort();
+        if dirs.is_empty() {
+            bail!("{} has no skill directories (subdirectories with a SKILL.md)", dir.display());
+        }
+        let mut results = Vec::new();
+        for d in dirs {
+            let issues = crate::lint::lint_dir(&d, true);
+            let blocked = issues.iter().any(|i| i.severity == crate::lint::Severity::Error);
+            let mut not_imported: Vec<String> = std::fs::read_dir(&d)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n != "SKILL.md" && n != "skill.wasm")
+                        .collect()
+                })
+                .unwrap_or_default();
+            not_imported.sort();
+            let installed = if blocked {
+                None
+            } else {
+                match self.install(&d, &|_| Ok(None)) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        results.push(ImportResult {
+                            dir: d.clone(),
+                            installed: None,
+                            error: Some(format!("{e:#}")),
+                            issues,
+                            not_imported,
+                        });
+                        continue;
+                    }
+                }
+            };
+            results.push(ImportResult { dir: d, installed, error: None, issues, not_imported });
+        }
+        Ok(results)
     }
 
     /// Installed skills ranked by relevance to a task description (see [`crate::search`]).

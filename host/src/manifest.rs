@@ -170,31 +170,8 @@ impl Manifest {
             field: field.map(str::to_owned),
             message,
         };
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let mut lines = text.split_inclusive('\n');
-        let first = lines.next().unwrap_or("");
-        if first.trim_end() != "---" {
-            return Err(err(
-                Some(1),
-                None,
-                "SKILL.md must start with a `---` line opening the YAML front matter".into(),
-            ));
-        }
-        let mut yaml = String::new();
-        let mut closed = false;
-        let mut consumed = first.len();
-        for line in lines.by_ref() {
-            consumed += line.len();
-            if line.trim_end() == "---" {
-                closed = true;
-                break;
-            }
-            yaml.push_str(line);
-        }
-        if !closed {
-            return Err(err(None, None, "the front matter has no closing `---` line".into()));
-        }
-        let body = text[consumed..].trim().to_string();
+        let (yaml, body) = split_front_matter(text).map_err(|(line, m)| err(line, None, m))?;
+        let body = body.trim().to_string();
         // Line numbers inside `yaml` are offset by the opening `---`.
         let fm: FrontMatter = serde_yaml_ng::from_str(&yaml).map_err(|e| {
             let line = e.location().map(|l| l.line() + 1);
@@ -324,9 +301,30 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Split SKILL.md text into the YAML front matter (without the `---` lines; its line 1 is
+/// the file's line 2) and the body. Errors are (line, message).
+pub fn split_front_matter(text: &str) -> Result<(String, &str), (Option<usize>, String)> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().unwrap_or("");
+    if first.trim_end() != "---" {
+        return Err((Some(1), "SKILL.md must start with a `---` line opening the YAML front matter".into()));
+    }
+    let mut yaml = String::new();
+    let mut consumed = first.len();
+    for line in lines {
+        consumed += line.len();
+        if line.trim_end() == "---" {
+            return Ok((yaml, &text[consumed..]));
+        }
+        yaml.push_str(line);
+    }
+    Err((None, "the front matter has no closing `---` line".into()))
+}
+
 /// 1-based line of the first line in `yaml` whose trimmed text starts with `key:` (or
 /// `- key:`); used to point errors found after parsing at the right line.
-fn field_line(yaml: &str, key: &str) -> Option<usize> {
+pub(crate) fn field_line(yaml: &str, key: &str) -> Option<usize> {
     let needle = if key.contains(':') { key.to_string() } else { format!("{key}:") };
     yaml.lines()
         .position(|l| {
