@@ -103,3 +103,69 @@ fn reinstalling_the_same_bytes_adds_no_history() {
     lib.install(&v1, &|_| Ok(None)).unwrap();
     assert_eq!(lib.history("tool").unwrap().len(), 1);
 }
+
+#[test]
+fn killing_an_install_midway_leaves_a_runnable_skill() {
+    let env = Env::new();
+    let v1 = version_dir(&env, "tool", "0.1.0", "");
+    let v2 = version_dir(&env, "tool", "0.2.0", "limits:\n  memory_mb: 32\n");
+    let bin = assert_cmd::cargo::cargo_bin("skillhost");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(&bin).env("SKILLHOST_HOME", env.home.path()).args(args).output().unwrap()
+    };
+    assert!(cli(&["skill", "install", v1.to_str().unwrap()]).status.success());
+    // Deterministic pseudo-random kill points across the install (compile, staging, swap).
+    let mut seed: u64 = 0x5eed;
+    let mut killed_midway = 0;
+    for round in 0..12 {
+        let src = if round % 2 == 0 { &v2 } else { &v1 };
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let delay = std::time::Duration::from_micros((seed >> 33) % 250_000);
+        let mut child = std::process::Command::new(&bin)
+            .env("SKILLHOST_HOME", env.home.path())
+            .args(["skill", "install", src.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        let _ = child.kill(); // SIGKILL
+        let status = child.wait().unwrap();
+        if !status.success() {
+            killed_midway += 1;
+        }
+        let run = cli(&["skill", "run", "tool", "-p", "mode=noop"]);
+        assert!(
+            run.status.success(),
+            "round {round} (killed after {delay:?}): the skill must stay runnable: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let info = cli(&["--json", "skill", "info", "tool"]);
+        let version = serde_json::from_slice::<serde_json::Value>(&info.stdout).unwrap()["record"]["version"].clone();
+        assert!(version == "0.1.0" || version == "0.2.0", "{version}");
+    }
+    assert!(killed_midway >= 3, "only {killed_midway} installs were interrupted; the test did not exercise much");
+}
+
+#[test]
+fn a_crash_between_the_swap_renames_is_repaired_on_next_open() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        lib.install(&version_dir(&env, "tool", "0.1.0", ""), &|_| Ok(None)).unwrap();
+    }
+    // The state a crash leaves between "move the old version aside" and "move the new one in".
+    let dead_pid = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let skills = env.home.path().join("skills");
+    std::fs::rename(skills.join("tool"), skills.join(format!(".old-tool-{dead_pid}"))).unwrap();
+    std::fs::create_dir_all(skills.join(format!(".staging-tool-{dead_pid}"))).unwrap();
+    let lib = env.library();
+    assert_eq!(lib.names().unwrap(), vec!["tool".to_string()]);
+    assert_eq!(output(&run(&lib, "tool", json!({"mode": "noop"}))), "ok");
+    assert!(!skills.join(format!(".staging-tool-{dead_pid}")).exists(), "stale staging removed");
+}
