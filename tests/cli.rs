@@ -277,3 +277,48 @@ fn search_finds_installed_skills_by_task() {
     let out = skillhost(&env).args(["--json", "skill", "search", "zebra giraffe"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]));
 }
+
+/// Run `skillhost ARGS` on a pseudo-terminal (util-linux `script`), answering `answer`.
+fn on_tty(env: &Env, args: &str, answer: &str) -> String {
+    let bin = assert_cmd::cargo::cargo_bin("skillhost");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"])
+        .env("SKILLHOST_HOME", env.home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(answer.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("util-linux `script` runs the command on a pty");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
+    let env = Env::new();
+    let v1 = env.probe_as("asker", "capabilities:\n  env: [PATH]\n");
+    let screen = on_tty(&env, &format!("skill install {}", v1.display()), "y\n");
+    assert!(screen.contains("asker asks for:") && screen.contains("env PATH"), "{screen}");
+    let out = skillhost(&env).args(["--json", "policy", "show", "asker"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["skills"]["asker"]["env"], serde_json::json!(["PATH"]));
+
+    // v2 adds session: only that is asked, and declining keeps env granted and session off.
+    std::fs::write(
+        v1.join("SKILL.md"),
+        std::fs::read_to_string(v1.join("SKILL.md"))
+            .unwrap()
+            .replace("  env: [PATH]\n", "  env: [PATH]\n  session: true\n"),
+    )
+    .unwrap();
+    let screen = on_tty(&env, &format!("skill install {}", v1.display()), "n\n");
+    assert!(screen.contains("newly asks for:") && screen.contains("- session"), "{screen}");
+    let prompt = &screen[screen.find("newly asks for:").unwrap()..screen.find("Grant these?").unwrap()];
+    assert!(!prompt.contains("env PATH"), "already granted rights are not asked again: {prompt}");
+    let out = skillhost(&env).args(["--json", "policy", "show", "asker"]).assert().success();
+    let granted = json_of(&out.get_output().stdout)["skills"]["asker"].clone();
+    assert_eq!(granted["env"], serde_json::json!(["PATH"]));
+    assert!(granted.get("session").is_none(), "{granted}");
+}

@@ -320,36 +320,41 @@ impl CapabilitySet {
         }
     }
 
-    /// What `self` asks for beyond `other` (for consent on install and upgrade).
+    /// The part of `self` that `other` does not cover (for consent on install and upgrade).
+    pub fn minus(&self, other: &CapabilitySet) -> CapabilitySet {
+        CapabilitySet {
+            filesystem: self
+                .filesystem
+                .iter()
+                .filter(|m| {
+                    !other.filesystem.iter().any(|o| o.host == m.host && o.guest == m.guest && o.access >= m.access)
+                })
+                .cloned()
+                .collect(),
+            network: self.network.iter().filter(|r| !other.network.iter().any(|o| r.within(o))).cloned().collect(),
+            env: self.env.iter().filter(|e| !other.env.contains(e)).cloned().collect(),
+            memory: if self.memory > other.memory { self.memory } else { MemoryAccess::None },
+            session: self.session && !other.session,
+        }
+    }
+
+    /// What `self` asks for beyond `other`, one line per right.
     pub fn beyond(&self, other: &CapabilitySet) -> Vec<String> {
-        let mut out = Vec::new();
-        for m in &self.filesystem {
-            if !other.filesystem.iter().any(|o| o.host == m.host && o.guest == m.guest && o.access >= m.access) {
-                out.push(format!("filesystem {m}"));
-            }
-        }
-        for r in &self.network {
-            if !other.network.contains(r) {
-                out.push(format!("network {r}"));
-            }
-        }
-        for e in &self.env {
-            if !other.env.contains(e) {
-                out.push(format!("env {e}"));
-            }
-        }
-        if self.memory > other.memory {
-            out.push(format!("memory {}", self.memory));
-        }
-        if self.session && !other.session {
-            out.push("session".into());
-        }
-        out
+        self.minus(other).describe()
     }
 
     /// One line per right, for display.
     pub fn describe(&self) -> Vec<String> {
-        self.beyond(&CapabilitySet::default())
+        let mut out: Vec<String> = self.filesystem.iter().map(|m| format!("filesystem {m}")).collect();
+        out.extend(self.network.iter().map(|r| format!("network {r}")));
+        out.extend(self.env.iter().map(|e| format!("env {e}")));
+        if self.memory != MemoryAccess::None {
+            out.push(format!("memory {}", self.memory));
+        }
+        if self.session {
+            out.push("session".into());
+        }
+        out
     }
 }
 

@@ -192,15 +192,22 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                 if !grants.is_empty() {
                     return Ok(Some(Grant { capabilities: set.granted(&m.name), limits: set.limit_caps(&m.name) }));
                 }
-                let asks: Vec<String> =
-                    m.capabilities.describe().into_iter().chain(m.limits.beyond_default()).collect();
+                // On an upgrade, ask only about what the new version adds: the user's
+                // earlier decisions (including revocations) stay as they are.
+                let previous = lib.info(&m.name).ok().map(|i| (i.manifest.capabilities, ()));
+                let new_caps = match &previous {
+                    Some((caps, _)) => m.capabilities.minus(caps),
+                    None => m.capabilities.clone(),
+                };
+                let asks: Vec<String> = new_caps.describe().into_iter().chain(m.limits.beyond_default()).collect();
                 if interactive && !asks.is_empty() {
-                    eprintln!("{} asks for:", m.name);
+                    let what = if previous.is_some() { "this version newly asks for" } else { "asks for" };
+                    eprintln!("{} {what}:", m.name);
                     for d in &asks {
                         eprintln!("  - {d}");
                     }
-                    if ask("Grant all of these?") {
-                        return Ok(Some(Grant::everything(m)));
+                    if ask("Grant these?") {
+                        return Ok(Some(Grant { capabilities: new_caps, limits: m.limits }));
                     }
                 }
                 Ok(None)
