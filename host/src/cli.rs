@@ -43,8 +43,10 @@ enum Command {
 
 #[derive(Subcommand)]
 enum SkillCmd {
-    /// Install a skill directory (SKILL.md + optional skill.wasm).
+    /// Install a skill: a directory (SKILL.md + optional skill.wasm), a `.skill` bundle, or
+    /// an http(s) URL to a bundle.
     Install {
+        #[arg(value_name = "DIR|FILE.skill|URL")]
         dir: PathBuf,
         /// Grant a declared capability: all | filesystem[=GUEST[:read|read-write]] | network[=RULE] | env[=NAME] | memory[=read|write] | session
         #[arg(long = "grant")]
@@ -83,6 +85,13 @@ enum SkillCmd {
         /// Also delete every archived version.
         #[arg(long)]
         purge: bool,
+    },
+    /// Pack a skill directory into a `.skill` bundle (a tar with a manifest of file hashes).
+    Pack {
+        dir: PathBuf,
+        /// Output file (default: NAME-VERSION.skill in the current directory).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
     },
     /// Check a skill directory: our SKILL.md format, and with --agent-skills the Agent Skills rules.
     Lint {
@@ -212,7 +221,17 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                 }
                 Ok(None)
             };
-            let report = lib.install(&dir, &decide)?;
+            let source = dir.to_string_lossy().into_owned();
+            let report = if source.starts_with("http://") || source.starts_with("https://") {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let bytes = rt.block_on(crate::bundle::download(&source))?;
+                lib.install_bundle(&bytes, &decide)?
+            } else if dir.is_file() {
+                let bytes = std::fs::read(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+                lib.install_bundle(&bytes, &decide).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
+            } else {
+                lib.install(&dir, &decide)?
+            };
             if json {
                 print_json(&report)?;
             } else {
@@ -389,6 +408,20 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
             }
             let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+        }
+        SkillCmd::Pack { dir, output } => {
+            let manifest = crate::manifest::Manifest::load_dir(&dir).map_err(|e| anyhow!("{e}"))?;
+            let out = output.unwrap_or_else(|| {
+                let version = manifest.version.as_ref().map(|v| format!("-{v}")).unwrap_or_default();
+                PathBuf::from(format!("{}{version}.skill", manifest.name))
+            });
+            let bundle = crate::bundle::pack(&dir, &out)?;
+            if json {
+                print_json(&json!({ "bundle": out, "manifest": bundle }))?;
+            } else {
+                println!("packed {} ({} files) into {}", bundle.name, bundle.files.len(), out.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
         SkillCmd::Lint { path, agent_skills } => {
             let issues = crate::lint::lint_dir(&path, agent_skills);

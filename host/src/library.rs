@@ -605,6 +605,20 @@ impl Library {
             .collect())
     }
 
+    /// Install from a `.skill` bundle's bytes (verified entry by entry, see [`crate::bundle`]).
+    pub fn install_bundle(
+        &self,
+        bytes: &[u8],
+        grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
+    ) -> Result<InstallReport> {
+        let tmp = tempfile::Builder::new()
+            .prefix(".bundle-")
+            .tempdir_in(&self.root)
+            .with_context(|| format!("cannot create a temporary directory in {}", self.root.display()))?;
+        let dir = crate::bundle::unpack(bytes, tmp.path())?;
+        self.install(&dir, grants)
+    }
+
     /// Import every skill directory under `dir` (for example a `.claude/skills` tree):
     /// each is linted with the Agent Skills rules and, if it has no errors, installed
     /// (as an instruction skill unless it ships a skill.wasm; nothing is granted). One bad

@@ -1,0 +1,191 @@
+//! `.skill` bundles: one file to publish a skill. A bundle is a tar archive whose first
+//! entry, `MANIFEST.json`, lists every other file with its sha256; `skill install` accepts
+//! a bundle file or an http(s) URL to one, and refuses it unless every file is listed, every
+//! hash matches and every path stays inside the bundle.
+//!
+//! Packed: SKILL.md, skill.wasm and the Agent Skills folders (scripts/, references/,
+//! assets/). Build outputs and sources are not part of a bundle.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{Manifest, validate_name};
+
+const FORMAT: &str = "skillhost-bundle/1";
+const MANIFEST: &str = "MANIFEST.json";
+const PACKED_DIRS: [&str; 3] = ["scripts", "references", "assets"];
+const MAX_FILE_BYTES: u64 = 64 << 20;
+const MAX_BUNDLE_BYTES: usize = 256 << 20;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BundleManifest {
+    pub format: String,
+    pub name: String,
+    pub version: Option<String>,
+    /// Relative path -> sha256 of the file's bytes.
+    pub files: BTreeMap<String, String>,
+}
+
+/// Pack the skill in `dir` into a bundle at `out`.
+pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
+    let manifest = Manifest::load_dir(dir).map_err(|e| anyhow!("{e}"))?;
+    let mut files: Vec<(String, PathBuf)> = vec![("SKILL.md".into(), dir.join("SKILL.md"))];
+    if dir.join("skill.wasm").is_file() {
+        files.push(("skill.wasm".into(), dir.join("skill.wasm")));
+    }
+    for sub in PACKED_DIRS {
+        collect(dir, &dir.join(sub), &mut files)?;
+    }
+    let mut listing = BTreeMap::new();
+    let mut contents = Vec::new();
+    for (rel, path) in &files {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        listing.insert(rel.clone(), hex::encode(Sha256::digest(&bytes)));
+        contents.push((rel.clone(), bytes));
+    }
+    let bundle = BundleManifest {
+        format: FORMAT.into(),
+        name: manifest.name.clone(),
+        version: manifest.version.as_ref().map(ToString::to_string),
+        files: listing,
+    };
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut add = |name: &str, bytes: &[u8]| -> Result<()> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder.append_data(&mut header, name, bytes).with_context(|| format!("cannot add {name} to the bundle"))
+    };
+    add(MANIFEST, &serde_json::to_vec_pretty(&bundle)?)?;
+    for (rel, bytes) in &contents {
+        add(rel, bytes)?;
+    }
+    let data = builder.into_inner().context("cannot finish the bundle")?;
+    crate::library::write_atomic(out, &data)?;
+    Ok(bundle)
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Ok(()) };
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let kind = e.file_type()?;
+        if kind.is_symlink() {
+            bail!("{} is a symlink; bundles hold regular files only", path.display());
+        } else if kind.is_dir() {
+            collect(root, &path, out)?;
+        } else {
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            out.push((rel, path));
+        }
+    }
+    Ok(())
+}
+
+/// Unpack and verify `bytes` into `into/<name>/`; returns that directory.
+pub fn unpack(bytes: &[u8], into: &Path) -> Result<PathBuf> {
+    if bytes.len() > MAX_BUNDLE_BYTES {
+        bail!("the bundle is {} bytes, over the limit of {MAX_BUNDLE_BYTES}", bytes.len());
+    }
+    let mut archive = tar::Archive::new(bytes);
+    let mut entries = archive.entries().context("not a .skill bundle (not a tar archive)")?;
+    let mut first = entries
+        .next()
+        .ok_or_else(|| anyhow!("the bundle is empty"))?
+        .context("not a .skill bundle (unreadable first entry)")?;
+    if first.path()?.to_string_lossy() != MANIFEST {
+        bail!("not a .skill bundle: the first entry must be {MANIFEST}");
+    }
+    let mut text = Vec::new();
+    first.by_ref().take(1 << 20).read_to_end(&mut text)?;
+    let manifest: BundleManifest =
+        serde_json::from_slice(&text).map_err(|e| anyhow!("{MANIFEST} in the bundle is invalid: {e}"))?;
+    if manifest.format != FORMAT {
+        bail!("unsupported bundle format `{}` (this skillhost reads {FORMAT})", manifest.format);
+    }
+    validate_name(&manifest.name).map_err(|e| anyhow!("bundle name `{}`: {e}", manifest.name))?;
+    let dir = into.join(&manifest.name);
+    std::fs::create_dir_all(&dir)?;
+    let mut seen = BTreeMap::new();
+    for entry in entries {
+        let mut entry = entry.context("the bundle is truncated or corrupt")?;
+        let path = entry.path()?.into_owned();
+        let rel = path.to_string_lossy().into_owned();
+        if !entry.header().entry_type().is_file() {
+            bail!("bundle entry `{rel}` is not a regular file; refusing the bundle");
+        }
+        if path.components().any(|c| !matches!(c, Component::Normal(_))) {
+            bail!("bundle entry `{rel}` escapes the bundle; refusing it");
+        }
+        let expected =
+            manifest.files.get(&rel).ok_or_else(|| anyhow!("bundle entry `{rel}` is not listed in {MANIFEST}"))?;
+        if entry.size() > MAX_FILE_BYTES {
+            bail!("bundle entry `{rel}` is larger than {MAX_FILE_BYTES} bytes");
+        }
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes)?;
+        let actual = hex::encode(Sha256::digest(&bytes));
+        if &actual != expected {
+            bail!(
+                "bundle entry `{rel}` does not match its hash in {MANIFEST} (expected {expected}, found {actual}); the bundle was modified"
+            );
+        }
+        let target = dir.join(&path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&target, &bytes)?;
+        seen.insert(rel, ());
+    }
+    if let Some(missing) = manifest.files.keys().find(|k| !seen.contains_key(*k)) {
+        bail!("the bundle lists `{missing}` but does not contain it");
+    }
+    Ok(dir)
+}
+
+/// GET `url` (http or https) with timeouts and a size cap.
+pub async fn download(url: &str) -> Result<Vec<u8>> {
+    use http_body_util::{BodyExt, Empty};
+    let uri: http::Uri = url.parse().map_err(|e| anyhow!("`{url}` is not a URL: {e}"))?;
+    let host = uri.host().ok_or_else(|| anyhow!("`{url}` has no host"))?.to_string();
+    let authority = uri.authority().map(|a| a.to_string()).unwrap_or(host);
+    let request = http::Request::get(uri.clone())
+        .header(http::header::HOST, authority)
+        .header(http::header::USER_AGENT, concat!("skillhost/", env!("CARGO_PKG_VERSION")))
+        .body(Empty::<bytes::Bytes>::new().map_err(|never| match never {}))?;
+    let options = wasmtime_wasi_http::RequestOptions {
+        connect_timeout: Some(std::time::Duration::from_secs(15)),
+        first_byte_timeout: Some(std::time::Duration::from_secs(30)),
+        between_bytes_timeout: Some(std::time::Duration::from_secs(30)),
+    };
+    let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options))
+        .await
+        .map_err(|e| anyhow!("cannot fetch {url}: {e}"))?;
+    let io = tokio::spawn(io);
+    let status = response.status();
+    if !status.is_success() {
+        bail!("fetching {url} answered {status}");
+    }
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| anyhow!("download of {url} failed: {e}"))?;
+        if let Some(data) = frame.data_ref() {
+            bytes.extend_from_slice(data);
+            if bytes.len() > MAX_BUNDLE_BYTES {
+                bail!("{url} is larger than {MAX_BUNDLE_BYTES} bytes");
+            }
+        }
+    }
+    io.abort();
+    Ok(bytes)
+}
