@@ -86,6 +86,30 @@ enum SkillCmd {
         #[arg(long)]
         purge: bool,
     },
+    /// Scaffold a new skill that builds and passes its own cases as generated.
+    New {
+        name: String,
+        /// Guest language (only rust for now).
+        #[arg(long, default_value = "rust")]
+        lang: String,
+        /// Parent directory (default: the current one).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Path to skillhost's sdk/rust (default: next to the sources this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a Rust skill crate to DIR/skill.wasm (cargo, wasm32-wasip2, release).
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Run an installed skill against parameter cases and print a table.
+    Test {
+        name: String,
+        #[arg(long)]
+        cases: PathBuf,
+    },
     /// Pack a skill directory into a `.skill` bundle (a tar with a manifest of file hashes).
     Pack {
         dir: PathBuf,
@@ -408,6 +432,59 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
             }
             let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+        }
+        SkillCmd::New { name, lang, dir, sdk } => {
+            if lang != "rust" {
+                anyhow::bail!("`--lang {lang}` is not supported yet; only rust");
+            }
+            let parent = dir.unwrap_or_else(|| PathBuf::from("."));
+            let created = crate::authoring::new_rust_skill(
+                &parent,
+                &name,
+                &sdk.unwrap_or_else(crate::authoring::default_sdk_path),
+            )?;
+            if json {
+                print_json(&json!({ "created": created }))?;
+            } else {
+                println!("created {}", created.display());
+                println!(
+                    "next: skillhost skill build {0} && skillhost skill install {0} --yes && skillhost skill test {name} --cases {0}/cases.json",
+                    created.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Build { dir } => {
+            let wasm = crate::authoring::build(&dir)?;
+            let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
+            if json {
+                print_json(&json!({ "component": wasm, "bytes": size }))?;
+            } else {
+                println!("built {} ({} KiB)", wasm.display(), size / 1024);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Test { name, cases } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let results = rt.block_on(crate::authoring::test(lib, &name, &cases))?;
+            let failed = results.iter().filter(|r| !r.passed).count();
+            if json {
+                print_json(&results)?;
+            } else {
+                println!("{:<4} {:<32} {:<15} {:>9}  detail", "", "case", "status", "us");
+                for r in &results {
+                    println!(
+                        "{:<4} {:<32} {:<15} {:>9}  {}",
+                        if r.passed { "ok" } else { "FAIL" },
+                        one_line(&r.name, 32),
+                        r.status,
+                        r.elapsed_us,
+                        r.detail
+                    );
+                }
+                println!("{} passed, {} failed", results.len() - failed, failed);
+            }
+            Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         SkillCmd::Pack { dir, output } => {
             let manifest = crate::manifest::Manifest::load_dir(&dir).map_err(|e| anyhow!("{e}"))?;

@@ -6,6 +6,7 @@
 //! [`capabilities`] that the skill declares and the user's [`policy`] grants. Skills reach
 //! long-term and session [`memory`] through host interfaces, never directly.
 
+pub mod authoring;
 pub mod bundle;
 pub mod capabilities;
 pub mod cli;
