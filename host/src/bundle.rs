@@ -34,13 +34,7 @@ pub struct BundleManifest {
 /// Pack the skill in `dir` into a bundle at `out`.
 pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
     let manifest = Manifest::load_dir(dir).map_err(|e| anyhow!("{e}"))?;
-    let mut files: Vec<(String, PathBuf)> = vec![("SKILL.md".into(), dir.join("SKILL.md"))];
-    if dir.join("skill.wasm").is_file() {
-        files.push(("skill.wasm".into(), dir.join("skill.wasm")));
-    }
-    for sub in PACKED_DIRS {
-        collect(dir, &dir.join(sub), &mut files)?;
-    }
+    let files = skill_files(dir)?;
     let mut listing = BTreeMap::new();
     let mut contents = Vec::new();
     for (rel, path) in &files {
@@ -70,6 +64,20 @@ pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
     let data = builder.into_inner().context("cannot finish the bundle")?;
     crate::library::write_atomic(out, &data)?;
     Ok(bundle)
+}
+
+/// The files that make up a skill in `dir`, as (relative path, path): SKILL.md, skill.wasm
+/// if present, and everything under scripts/, references/ and assets/. The same set is
+/// packed, installed and hashed into the skill's content hash.
+pub fn skill_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut files: Vec<(String, PathBuf)> = vec![("SKILL.md".into(), dir.join("SKILL.md"))];
+    if dir.join("skill.wasm").is_file() {
+        files.push(("skill.wasm".into(), dir.join("skill.wasm")));
+    }
+    for sub in PACKED_DIRS {
+        collect(dir, &dir.join(sub), &mut files)?;
+    }
+    Ok(files)
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<()> {

@@ -66,6 +66,9 @@ pub struct InstallRecord {
     pub manifest_sha256: String,
     pub wasm_sha256: Option<String>,
     pub installed_ms: u64,
+    /// Every file of the version (relative path -> sha256); `content_hash` covers them all.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
     /// The component's imports (empty for instruction skills).
     pub imports: Vec<String>,
     /// Imports that need a capability the manifest does not declare.
@@ -84,15 +87,40 @@ impl InstallRecord {
     }
 }
 
-fn content_hash(manifest: &[u8], wasm: Option<&[u8]>) -> String {
+/// The identity of a version: sha256 over every file's path and sha256, in path order.
+fn content_hash(files: &BTreeMap<String, String>) -> String {
     let mut h = Sha256::new();
-    h.update(b"SKILL.md\0");
-    h.update(Sha256::digest(manifest));
-    if let Some(w) = wasm {
-        h.update(b"skill.wasm\0");
-        h.update(Sha256::digest(w));
+    for (rel, sha) in files {
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        h.update(sha.as_bytes());
+        h.update(b"\n");
     }
     hex::encode(h.finalize())
+}
+
+/// Re-hash the files a record lists in `dir` and check them against its content hash.
+fn verify_files(dir: &Path, record: &InstallRecord) -> Result<()> {
+    let mut actual = BTreeMap::new();
+    for rel in record.files.keys() {
+        let bytes = std::fs::read(dir.join(rel)).with_context(|| {
+            format!("{} is missing; the copy of `{}` is incomplete", dir.join(rel).display(), record.name)
+        })?;
+        actual.insert(rel.clone(), sha256_hex(&bytes));
+    }
+    let found = content_hash(&actual);
+    if found != record.content_hash {
+        let changed: Vec<&String> =
+            actual.iter().filter(|(k, v)| record.files.get(*k) != Some(*v)).map(|(k, _)| k).collect();
+        bail!(
+            "files of `{}` in {} do not match their recorded hash (expected {}, found {found}; changed: {}): they were modified after install. Refusing them; reinstall the skill from a trusted source.",
+            record.name,
+            dir.display(),
+            record.content_hash,
+            changed.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The result of an install, for display.
@@ -126,7 +154,7 @@ pub struct ImportResult {
     pub installed: Option<InstallReport>,
     pub error: Option<String>,
     pub issues: Vec<crate::lint::LintIssue>,
-    /// Files next to SKILL.md that were not installed (scripts are never run by skillhost).
+    /// Files next to SKILL.md that are not part of a skill (see `bundle::skill_files`).
     pub not_imported: Vec<String>,
 }
 
@@ -333,10 +361,19 @@ impl Library {
                 (!has).then(|| UndeclaredImport { import: i.clone(), capability: cap.to_string() })
             })
             .collect();
+        let sources = crate::bundle::skill_files(src)?;
+        let mut files = BTreeMap::new();
+        let mut contents = Vec::new();
+        for (rel, path) in &sources {
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            files.insert(rel.clone(), sha256_hex(&bytes));
+            contents.push((rel.clone(), bytes));
+        }
         let record = InstallRecord {
             name: manifest.name.clone(),
             version: manifest.version.as_ref().map(ToString::to_string),
-            content_hash: content_hash(&manifest_bytes, wasm.as_deref()),
+            content_hash: content_hash(&files),
+            files,
             manifest_sha256: sha256_hex(&manifest_bytes),
             wasm_sha256: wasm.as_deref().map(sha256_hex),
             installed_ms: now_ms(),
@@ -356,9 +393,8 @@ impl Library {
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)?;
         // Durable before the swap: a power cut must not leave empty files behind the rename.
-        write_atomic(&staging.join("SKILL.md"), &manifest_bytes)?;
-        if let Some(w) = &wasm {
-            write_atomic(&staging.join("skill.wasm"), w)?;
+        for (rel, bytes) in &contents {
+            write_atomic(&staging.join(rel), bytes)?;
         }
         write_atomic(&staging.join("install.json"), &serde_json::to_vec_pretty(&record)?)?;
         let previous = self.read_record(&manifest.name).ok();
@@ -499,15 +535,19 @@ impl Library {
             _ => bail!("`{which}` matches several archived versions of `{name}`; give a longer content-hash prefix"),
         };
         let src = self.history_dir(name).join(&entry.content_hash);
-        let manifest = std::fs::read(src.join("SKILL.md")).with_context(|| format!("cannot read {}", src.display()))?;
-        let wasm = std::fs::read(src.join("skill.wasm")).ok();
-        let actual = content_hash(&manifest, wasm.as_deref());
-        if actual != entry.content_hash {
+        let record: InstallRecord = serde_json::from_slice(
+            &std::fs::read(src.join("install.json")).with_context(|| format!("cannot read {}", src.display()))?,
+        )
+        .with_context(|| format!("{}/install.json is corrupt", src.display()))?;
+        if record.content_hash != entry.content_hash {
             bail!(
-                "archived files of `{name}` {} do not match their recorded hash (found {actual}); refusing to restore them",
+                "{}/install.json does not belong to version {}; refusing to restore it",
+                src.display(),
                 entry.content_hash
             );
         }
+        verify_files(&src, &record)?;
+        let wasm = std::fs::read(src.join("skill.wasm")).ok();
         if let Some(w) = &wasm {
             // Recompile into the cache if needed (and reject a corrupt component) before the swap.
             let sha = sha256_hex(w);
@@ -516,10 +556,8 @@ impl Library {
         let staging = self.root.join("skills").join(format!(".staging-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)?;
-        for file in ["SKILL.md", "skill.wasm", "install.json"] {
-            if let Ok(bytes) = std::fs::read(src.join(file)) {
-                write_atomic(&staging.join(file), &bytes)?;
-            }
+        for rel in record.files.keys().map(String::as_str).chain(["install.json"]) {
+            write_atomic(&staging.join(rel), &std::fs::read(src.join(rel))?)?;
         }
         self.swap_in(name, &staging)?;
         let _ = std::fs::remove_dir_all(&src);
@@ -560,15 +598,9 @@ impl Library {
             std::fs::read(dir.join(file))
                 .with_context(|| format!("cannot read {}; reinstall `{name}`", dir.join(file).display()))
         };
+        verify_files(&dir, &record)?;
         let manifest_bytes = read("SKILL.md")?;
         let wasm = if record.is_instruction() { None } else { Some(read("skill.wasm")?) };
-        let actual = content_hash(&manifest_bytes, wasm.as_deref());
-        if actual != record.content_hash {
-            bail!(
-                "installed files of `{name}` do not match their recorded hash (expected {}, found {actual}): they were modified after install. Refusing to run it; reinstall the skill from a trusted source.",
-                record.content_hash
-            );
-        }
         let text = String::from_utf8(manifest_bytes).map_err(|_| anyhow!("{}/SKILL.md is not UTF-8", dir.display()))?;
         let manifest = Manifest::parse(&dir.join("SKILL.md"), &text).map_err(|e| anyhow!("{e}"))?;
         let validator = jsonschema::validator_for(&manifest.params_schema())
@@ -642,7 +674,9 @@ impl Library {
                 .map(|rd| {
                     rd.flatten()
                         .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .filter(|n| n != "SKILL.md" && n != "skill.wasm")
+                        .filter(|n| {
+                            !["SKILL.md", "skill.wasm", "scripts", "references", "assets"].contains(&n.as_str())
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
