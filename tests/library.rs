@@ -44,6 +44,8 @@ fn upgrade_history_rollback_round_trip() {
     assert!(history[0].installed && history[0].version.as_deref() == Some("0.2.0"));
     assert_eq!(history[0].added_rights, vec!["session".to_string()]);
     assert_eq!(history[1].content_hash, first);
+    assert!(history[1].archived_ms.is_some() && history[0].archived_ms.is_none());
+    assert!(history[1].granted_then.is_empty(), "v1 declared nothing, so nothing was granted");
 
     // Rollback restores the exact bytes of 0.1.0 and archives 0.2.0.
     let restored = lib.rollback("tool", "0.1.0").unwrap();
@@ -168,4 +170,24 @@ fn a_crash_between_the_swap_renames_is_repaired_on_next_open() {
     assert_eq!(lib.names().unwrap(), vec!["tool".to_string()]);
     assert_eq!(output(&run(&lib, "tool", json!({"mode": "noop"}))), "ok");
     assert!(!skills.join(format!(".staging-tool-{dead_pid}")).exists(), "stale staging removed");
+}
+
+#[test]
+fn history_remembers_what_was_granted_when_a_version_was_archived() {
+    let env = Env::new();
+    let lib = env.library();
+    lib.install(&version_dir(&env, "tool", "0.1.0", "capabilities:\n  session: true\n"), &|m| {
+        Ok(Some(Grant::everything(m)))
+    })
+    .unwrap();
+    lib.install(&version_dir(&env, "tool", "0.2.0", "capabilities:\n  session: true\n  env: [PATH]\n"), &|_| Ok(None))
+        .unwrap();
+    let history = lib.history("tool").unwrap();
+    assert_eq!(history[1].version.as_deref(), Some("0.1.0"));
+    assert_eq!(history[1].granted_then, vec!["session".to_string()]);
+    assert_eq!(history[0].added_rights, vec!["env PATH".to_string()]);
+    lib.remove("tool", false).unwrap();
+    let history = lib.history("tool").unwrap();
+    let v2 = history.iter().find(|e| e.version.as_deref() == Some("0.2.0")).unwrap();
+    assert_eq!(v2.granted_then, vec!["session".to_string()], "grants captured before remove revoked them");
 }

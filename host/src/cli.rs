@@ -550,6 +550,9 @@ fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
                         &e.content_hash[..16],
                         if e.installed { "installed" } else { "archived" }
                     );
+                    if !e.granted_then.is_empty() {
+                        println!("      granted when archived: {}", e.granted_then.join("; "));
+                    }
                     for r in &e.added_rights {
                         println!("      + {r}");
                     }

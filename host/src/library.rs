@@ -147,6 +147,13 @@ pub struct InstallReport {
     pub new_rights: Vec<String>,
 }
 
+/// Written next to an archived version.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct ArchiveNote {
+    archived_ms: u64,
+    granted_then: Vec<String>,
+}
+
 /// The outcome of importing one skill directory.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImportResult {
@@ -171,6 +178,10 @@ pub struct HistoryEntry {
     pub added_rights: Vec<String>,
     /// Rights the previous version declared and this one does not.
     pub removed_rights: Vec<String>,
+    /// When it was archived (archived versions only).
+    pub archived_ms: Option<u64>,
+    /// What the user had granted it when it was archived.
+    pub granted_then: Vec<String>,
     #[serde(skip)]
     declared: Option<crate::capabilities::CapabilitySet>,
 }
@@ -459,11 +470,16 @@ impl Library {
             if hash_of(&old) == hash_of(&target) {
                 let _ = std::fs::remove_dir_all(&old); // the same bytes again
             } else {
-                archive(&self.root, name, &old);
+                archive(&self.root, name, &old, self.user_grants(name));
             }
         }
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
         Ok(())
+    }
+
+    /// What the user policy grants `name` now, one line per right (empty if unreadable).
+    fn user_grants(&self, name: &str) -> Vec<String> {
+        Policy::load(&self.policy.user).map(|p| p.granted(name).describe()).unwrap_or_default()
     }
 
     fn history_dir(&self, name: &str) -> PathBuf {
@@ -490,7 +506,11 @@ impl Library {
                 .ok()
                 .and_then(|t| Manifest::parse(&dir.join("SKILL.md"), &t).ok())
                 .map(|m| m.capabilities);
+            let note: Option<ArchiveNote> =
+                std::fs::read(dir.join("archived.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
             entries.push(HistoryEntry {
+                archived_ms: note.as_ref().map(|n| n.archived_ms),
+                granted_then: note.map(|n| n.granted_then).unwrap_or_default(),
                 version: record.version.clone(),
                 content_hash: record.content_hash.clone(),
                 installed_ms: record.installed_ms,
@@ -746,6 +766,7 @@ impl Library {
     /// file) leaves the skill installed rather than half removed.
     pub fn remove(&self, name: &str, purge: bool) -> Result<()> {
         self.read_record(name)?;
+        let granted_then = self.user_grants(name);
         Policy::update(&self.policy.user, |p| {
             p.skills.remove(name);
             p.skill_limits.remove(name);
@@ -758,7 +779,7 @@ impl Library {
             let _ = std::fs::remove_dir_all(&trash);
             let _ = std::fs::remove_dir_all(self.history_dir(name));
         } else {
-            archive(&self.root, name, &trash);
+            archive(&self.root, name, &trash, granted_then);
         }
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
         Ok(())
@@ -917,7 +938,8 @@ fn recover_interrupted_installs(skills: &Path) {
             let _ = std::fs::rename(&path, skills.join(name));
         } else if matches!(kind, "old" | "removed") {
             if let Some(root) = skills.parent() {
-                archive(root, name, &path);
+                let granted = Policy::load(&root.join("policy.toml")).map(|p| p.granted(name)).unwrap_or_default();
+                archive(root, name, &path, granted.describe());
             }
         } else if kind == "staging" {
             let _ = std::fs::remove_dir_all(&path);
@@ -927,13 +949,16 @@ fn recover_interrupted_installs(skills: &Path) {
 
 /// Move a replaced or removed version into `history/<name>/<content hash>/`; a version
 /// already there (same bytes) or without a readable record is simply deleted.
-fn archive(root: &Path, name: &str, dir: &Path) {
+fn archive(root: &Path, name: &str, dir: &Path, granted_then: Vec<String>) {
     let hash = std::fs::read(dir.join("install.json"))
         .ok()
         .and_then(|b| serde_json::from_slice::<InstallRecord>(&b).ok())
         .map(|r| r.content_hash);
     if let Some(hash) = hash {
         let dest = root.join("history").join(name).join(&hash);
+        // When it was archived and what the user had granted it then, for `skill history`.
+        let note = ArchiveNote { archived_ms: now_ms(), granted_then };
+        let _ = serde_json::to_vec_pretty(&note).map(|b| std::fs::write(dir.join("archived.json"), b));
         if !dest.exists()
             && dest.parent().is_some_and(|p| std::fs::create_dir_all(p).is_ok())
             && std::fs::rename(dir, &dest).is_ok()
