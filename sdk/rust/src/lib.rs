@@ -147,6 +147,32 @@ impl Context {
     }
 }
 
+/// Up to 30 entries of the guest directory `dir` (directories marked with `/`), sorted,
+/// for error messages that help the model pick a real path: "Files in /workspace: ...".
+/// `None` when the directory cannot be read (not mounted, or not a directory).
+pub fn dir_listing(dir: &str) -> Option<String> {
+    const MAX: usize = 30;
+    let rd = std::fs::read_dir(dir).ok()?;
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let mut n = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                n.push('/');
+            }
+            n
+        })
+        .collect();
+    names.sort();
+    let more = names.len().saturating_sub(MAX);
+    names.truncate(MAX);
+    let mut s = names.join(", ");
+    if more > 0 {
+        s.push_str(&format!(" (+{more} more)"));
+    }
+    Some(if s.is_empty() { "(empty)".to_string() } else { s })
+}
+
 /// Severity of a log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {

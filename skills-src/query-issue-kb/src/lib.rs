@@ -357,29 +357,15 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
     Ok(Params { query, kb_path, top: top as usize })
 }
 
-fn list_dir(dir: &str) -> Option<String> {
-    let rd = std::fs::read_dir(dir).ok()?;
-    let mut names: Vec<String> =
-        rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
-    let more = names.len().saturating_sub(30);
-    names.truncate(30);
-    let mut s = names.join(", ");
-    if more > 0 {
-        s.push_str(&format!(" (+{more} more)"));
-    }
-    Some(if s.is_empty() { "(empty)".to_string() } else { s })
-}
-
 fn load_kb(path: &str) -> Result<Vec<Entry>, SkillError> {
     let meta = std::fs::metadata(path).map_err(|e| {
         let dir = match path.rfind('/') {
             Some(0) | None => "/",
             Some(i) => &path[..i],
         };
-        let listing = list_dir(dir)
+        let listing = skillhost_sdk::dir_listing(dir)
             .map(|l| format!(" Files in {dir}: {l}."))
-            .or_else(|| list_dir(WORKSPACE).map(|l| format!(" Files in {WORKSPACE}: {l}.")))
+            .or_else(|| skillhost_sdk::dir_listing(WORKSPACE).map(|l| format!(" Files in {WORKSPACE}: {l}.")))
             .unwrap_or_default();
         if e.kind() == std::io::ErrorKind::NotFound {
             SkillError::invalid(format!(

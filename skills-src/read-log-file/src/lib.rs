@@ -482,29 +482,6 @@ fn parse_params(v: Value) -> Result<Params, SkillError> {
 // File access
 // ---------------------------------------------------------------------------------------
 
-/// Up to 30 entries of `dir`, for error messages that help the caller pick a real path.
-fn list_dir(dir: &str) -> Option<String> {
-    let rd = std::fs::read_dir(dir).ok()?;
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| {
-            let mut n = e.file_name().to_string_lossy().into_owned();
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                n.push('/');
-            }
-            n
-        })
-        .collect();
-    names.sort();
-    let more = names.len().saturating_sub(30);
-    names.truncate(30);
-    let mut s = names.join(", ");
-    if more > 0 {
-        s.push_str(&format!(" (+{more} more)"));
-    }
-    Some(if s.is_empty() { "(empty)".to_string() } else { s })
-}
-
 fn parent_dir(path: &str) -> &str {
     match path.rfind('/') {
         Some(0) => "/",
@@ -514,9 +491,9 @@ fn parent_dir(path: &str) -> &str {
 }
 
 fn open_error(path: &str, e: &io::Error) -> SkillError {
-    let listing = list_dir(parent_dir(path))
+    let listing = skillhost_sdk::dir_listing(parent_dir(path))
         .map(|l| format!(" Files in {}: {l}.", parent_dir(path)))
-        .or_else(|| list_dir(WORKSPACE).map(|l| format!(" Files in {WORKSPACE}: {l}.")))
+        .or_else(|| skillhost_sdk::dir_listing(WORKSPACE).map(|l| format!(" Files in {WORKSPACE}: {l}.")))
         .unwrap_or_default();
     match e.kind() {
         io::ErrorKind::NotFound => SkillError::invalid(format!(
@@ -714,7 +691,7 @@ impl Skill for ReadLogFile {
 
         match std::fs::metadata(&p.path) {
             Ok(m) if m.is_dir() => {
-                let listing = list_dir(&p.path).unwrap_or_default();
+                let listing = skillhost_sdk::dir_listing(&p.path).unwrap_or_default();
                 return Err(SkillError::invalid(format!(
                     "path: {} is a directory; pass one log file inside it. Files there: {listing}",
                     p.path
