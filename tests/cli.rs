@@ -322,3 +322,35 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
     assert_eq!(granted["env"], serde_json::json!(["PATH"]));
     assert!(granted.get("session").is_none(), "{granted}");
 }
+
+#[test]
+fn workspace_precedence_flag_then_user_policy_then_cwd() {
+    let env = Env::new();
+    let dir = env.probe_as(
+        "reader",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
+    );
+    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    let [from_flag, from_policy, from_cwd] = [(); 3].map(|_| tempfile::tempdir().unwrap());
+    for (d, text) in [(&from_flag, "flag"), (&from_policy, "policy"), (&from_cwd, "cwd")] {
+        std::fs::write(d.path().join("where.txt"), text).unwrap();
+    }
+    let read = |cwd: &std::path::Path, flag: Option<&std::path::Path>| {
+        let mut c = Command::cargo_bin("skillhost").unwrap();
+        c.env("SKILLHOST_HOME", env.home.path()).current_dir(cwd);
+        if let Some(f) = flag {
+            c.arg("--workspace").arg(f);
+        }
+        let out = c
+            .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/where.txt"])
+            .assert()
+            .success();
+        json_of(&out.get_output().stdout)["result"]["ok"]["output"].as_str().unwrap().to_string()
+    };
+    assert_eq!(read(from_cwd.path(), None), "cwd");
+    let policy = env.home.path().join("policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, format!("[paths]\nWORKSPACE = \"{}\"\n\n{text}", from_policy.path().display())).unwrap();
+    assert_eq!(read(from_cwd.path(), None), "policy");
+    assert_eq!(read(from_cwd.path(), Some(from_flag.path())), "flag");
+}

@@ -175,9 +175,9 @@ fn open_library(cli: &Cli) -> Result<Library> {
         None => default_home()?,
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let workspace = cli.workspace.clone().unwrap_or_else(|| cwd.clone());
     let project = cwd.join(".skillhost").join("policy.toml");
-    let mut lib = Library::open(&home, Some(&workspace), project.exists().then_some(project))?;
+    let mut lib = Library::open(&home, cli.workspace.as_deref(), project.exists().then_some(project))?;
+    lib.set_default_workspace(&cwd)?;
     let quiet = cli.json;
     lib.on_progress(move |msg| {
         if !quiet || std::io::stderr().is_terminal() {

@@ -266,7 +266,10 @@ struct Loaded {
 pub struct Library {
     root: PathBuf,
     policy: PolicyFiles,
+    /// Path variables given explicitly (`--workspace`): they win over the policy's `[paths]`.
     paths: BTreeMap<String, String>,
+    /// Fallbacks (the current directory for `$WORKSPACE`) for variables nobody set.
+    default_paths: BTreeMap<String, String>,
     runtime: OnceLock<Runtime>,
     store: OnceLock<Arc<dyn MemoryStore>>,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
@@ -274,8 +277,8 @@ pub struct Library {
 }
 
 impl Library {
-    /// Open (creating if needed) the home at `root`. `workspace` fills `$WORKSPACE` unless
-    /// the policy sets it; `project_policy` is the project-level policy file, if any.
+    /// Open (creating if needed) the home at `root`. `workspace`, when given, is `$WORKSPACE`
+    /// (over the policy's `[paths]`); `project_policy` is the project-level policy file.
     pub fn open(root: &Path, workspace: Option<&Path>, project_policy: Option<PathBuf>) -> Result<Library> {
         std::fs::create_dir_all(root.join("skills"))
             .with_context(|| format!("cannot create the skillhost home {}", root.display()))?;
@@ -289,11 +292,19 @@ impl Library {
             root: root.to_path_buf(),
             policy: PolicyFiles { user: root.join("policy.toml"), project: project_policy },
             paths,
+            default_paths: BTreeMap::new(),
             runtime: OnceLock::new(),
             store: OnceLock::new(),
             loaded: Mutex::new(HashMap::new()),
             progress: Box::new(|_| {}),
         })
+    }
+
+    /// `$WORKSPACE` when neither `--workspace` nor the policy's `[paths]` sets it.
+    pub fn set_default_workspace(&mut self, dir: &Path) -> Result<()> {
+        let dir = std::fs::canonicalize(dir).with_context(|| format!("workspace {} does not exist", dir.display()))?;
+        self.default_paths.insert("WORKSPACE".to_string(), dir.to_string_lossy().into_owned());
+        Ok(())
     }
 
     /// Receive progress lines (compiles) while long operations run.
@@ -839,8 +850,10 @@ impl Library {
                 ),
             });
         }
+        // Explicit flags, then the user policy, then defaults.
         let mut paths = policy.paths.clone();
-        for (k, v) in &self.paths {
+        paths.extend(self.paths.clone());
+        for (k, v) in &self.default_paths {
             paths.entry(k.clone()).or_insert_with(|| v.clone());
         }
         let needs_store = effective.memory != crate::capabilities::MemoryAccess::None || effective.session;
