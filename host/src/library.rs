@@ -312,10 +312,6 @@ impl Library {
         self.progress = Box::new(f);
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     pub fn policy_files(&self) -> &PolicyFiles {
         &self.policy
     }
@@ -360,10 +356,7 @@ impl Library {
                 let rt = self.runtime()?;
                 let (component, outcome) =
                     rt.compile(bytes, &*self.progress).map_err(|e| anyhow!("{}: {e:#}", wasm_path.display()))?;
-                let mut imports: Vec<String> =
-                    component.component_type().imports(rt.engine()).map(|(n, _)| n.to_string()).collect();
-                imports.sort();
-                (imports, Some(outcome))
+                (sandbox::component_imports(rt.engine(), &component), Some(outcome))
             }
             None => (Vec::new(), None),
         };
@@ -712,24 +705,15 @@ impl Library {
                 })
                 .unwrap_or_default();
             not_imported.sort();
-            let installed = if blocked {
-                None
+            let (installed, error) = if blocked {
+                (None, None)
             } else {
                 match self.install(&d, &|_| Ok(None)) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        results.push(ImportResult {
-                            dir: d.clone(),
-                            installed: None,
-                            error: Some(format!("{e:#}")),
-                            issues,
-                            not_imported,
-                        });
-                        continue;
-                    }
+                    Ok(r) => (Some(r), None),
+                    Err(e) => (None, Some(format!("{e:#}"))),
                 }
             };
-            results.push(ImportResult { dir: d, installed, error: None, issues, not_imported });
+            results.push(ImportResult { dir: d, installed, error, issues, not_imported });
         }
         Ok(results)
     }
@@ -794,13 +778,6 @@ impl Library {
         }
         self.loaded.lock().map_err(|_| anyhow!("library lock poisoned"))?.remove(name);
         Ok(())
-    }
-
-    /// Validate `params` against the skill's schema and fill declared defaults. The error
-    /// tells the caller what to change.
-    pub fn check_params(&self, name: &str, params: Value) -> Result<Value, CallError> {
-        let loaded = self.load(name).map_err(|e| CallError::Setup(format!("{e:#}")))?;
-        validate_params(&loaded.manifest, &loaded.validator, params)
     }
 
     /// Run an installed skill once.

@@ -85,7 +85,6 @@ impl Drop for Runtime {
 #[derive(Clone)]
 pub struct PreparedSkill {
     pre: SkillPre<CallState>,
-    pub imports: Vec<String>,
 }
 
 impl Runtime {
@@ -150,14 +149,13 @@ impl Runtime {
     ) -> Result<(PreparedSkill, CompileOutcome)> {
         check_is_component(wasm)?;
         let (component, outcome) = self.cache.load(&self.engine, wasm, sha256, progress)?;
-        let imports = component_imports(&self.engine, &component);
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             anyhow::anyhow!("the component cannot be linked against the skill world: {e:#}\nRebuild it against wit/ (package skillhost:skill@0.1.0).")
         })?;
         let pre = SkillPre::new(pre).map_err(|e| {
             anyhow::anyhow!("the component does not export `execute` from the skill world: {e:#}\nBuild it with skillhost-sdk's export_skill! or against wit/.")
         })?;
-        Ok((PreparedSkill { pre, imports }, outcome))
+        Ok((PreparedSkill { pre }, outcome))
     }
 
     /// Run one call in a fresh store.
@@ -532,7 +530,7 @@ fn check_is_component(wasm: &[u8]) -> Result<()> {
 }
 
 /// The component's imports, for the install report (`wasi:filesystem/preopens@0.2.x`...).
-fn component_imports(engine: &Engine, component: &Component) -> Vec<String> {
+pub fn component_imports(engine: &Engine, component: &Component) -> Vec<String> {
     let mut names: Vec<String> = component.component_type().imports(engine).map(|(n, _)| n.to_string()).collect();
     names.sort();
     names
