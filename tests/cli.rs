@@ -203,11 +203,18 @@ fn a_busy_memory_store_blocks_only_the_skills_that_need_it() {
     let stateful = env.probe_as("stateful", "capabilities:\n  session: true\n");
     skillhost(&env).args(["skill", "install"]).arg(&plain).arg("--yes").assert().success();
     skillhost(&env).args(["skill", "install"]).arg(&stateful).arg("--yes").assert().success();
-    let _held = skillhost::memory::RedbStore::open(&env.home.path().join("memory.redb")).unwrap();
+    let _held =
+        skillhost::memory::Memory::open(&env.home.path().join("memory"), skillhost::memory::MemoryConfig::default())
+            .unwrap();
     skillhost(&env).args(["skill", "run", "plain", "-p", "mode=noop"]).assert().success();
-    let out = skillhost(&env).args(["skill", "run", "stateful", "-p", "mode=session-get"]).assert().code(1);
+    let out = skillhost(&env)
+        .args(["skill", "run", "stateful", "-p", "mode=session-get"])
+        .env("SKILLHOST_MEMORY_WAIT_MS", "200")
+        .assert()
+        .code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    assert!(err.contains("in use by another skillhost process"), "{err}");
+    let me = format!("held by pid {}", std::process::id());
+    assert!(err.contains("memory store") && err.contains("is busy") && err.contains(&me), "{err}");
 }
 
 #[test]

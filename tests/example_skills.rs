@@ -59,7 +59,7 @@ fn read_log_file_cites_real_lines_and_remembers_a_summary() {
     // One summarized memory, stored with provenance, not the raw log.
     assert_eq!(r.memories.stored.len(), 1, "{:?}", r.memories);
     let records = lib.store().unwrap().list("default").unwrap();
-    assert_eq!(records[0].provenance.skill, "read-log-file");
+    assert_eq!(records[0].provenance[0].skill, "read-log-file");
     assert!(records[0].content.len() < 2048);
     assert!(records[0].content.contains("RX overrun"), "{}", records[0].content);
 

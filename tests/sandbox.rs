@@ -249,9 +249,9 @@ fn memories_are_stored_with_provenance_within_limits() {
     );
     let records = lib.store().unwrap().list("ops").unwrap();
     assert_eq!(records.len(), 2);
-    assert_eq!(records[0].provenance.skill, "p");
-    assert_eq!(records[0].provenance.skill_hash, r.content_hash);
-    assert_eq!((records[0].provenance.session.as_str(), records[0].provenance.step), ("sess-m", 2));
+    assert_eq!(records[0].provenance[0].skill, "p");
+    assert_eq!(records[0].provenance[0].skill_hash, r.content_hash);
+    assert_eq!((records[0].provenance[0].session.as_str(), records[0].provenance[0].step), ("sess-m", 2));
     assert!(lib.store().unwrap().list("default").unwrap().is_empty());
 
     let long = "x".repeat(100);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use skillhost::capabilities::{CapabilitySet, Limits};
 use skillhost::library::{Library, RunOptions};
-use skillhost::memory::RedbStore;
+use skillhost::memory::{Memory, MemoryConfig};
 use skillhost::sandbox::{CallGrant, Invocation, Runtime};
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
@@ -54,7 +54,8 @@ fn main() {
 
     // Cold first call from the cache: what a fresh CLI process does after the engine exists.
     let sha = hex_sha(&wasm);
-    let store: Arc<dyn skillhost::memory::MemoryStore> = Arc::new(RedbStore::open(&tmp.path().join("m.redb")).unwrap());
+    let store: Arc<dyn skillhost::memory::MemoryStore> =
+        Arc::new(Memory::open(&tmp.path().join("memory"), MemoryConfig::default()).unwrap());
     let grant = CallGrant {
         skill: "probe".into(),
         skill_hash: sha.clone(),

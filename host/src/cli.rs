@@ -15,6 +15,8 @@ use crate::library::{Library, RunOptions, RunReport, params_from_pairs};
 use crate::policy::{Grant, Policy, parse_grant};
 use crate::sandbox::Status;
 
+mod memory;
+
 #[derive(Parser)]
 #[command(name = "skillhost", version, about = "A WebAssembly-sandboxed skill host for AI agents")]
 struct Cli {
@@ -39,6 +41,9 @@ enum Command {
     /// Show and change what skills are granted.
     #[command(subcommand)]
     Policy(PolicyCmd),
+    /// Long-term memory: the MEMORY.md view, search, daily notes, housekeeping, export.
+    #[command(subcommand)]
+    Memory(memory::MemoryCmd),
 }
 
 #[derive(Subcommand)]
@@ -198,6 +203,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
+        Command::Memory(cmd) => memory::run(&lib, cmd, json),
     }
 }
 

@@ -8,7 +8,7 @@
 //! skills/<name>/skill.wasm  installed component (executable skills only)
 //! skills/<name>/install.json  hashes, imports, install time
 //! cache/                    compiled components (see `sandbox::cache`)
-//! memory.redb               long-term + session memory
+//! memory/                   long-term + session memory, daily notes (see crate::memory)
 //! audit/calls.jsonl         one line per skill call
 //! ```
 //!
@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::capabilities::Limits;
 use crate::manifest::{Manifest, ParamType};
-use crate::memory::{MemoryStore, Provenance, RedbStore};
+use crate::memory::{Memory, MemoryConfig, MemoryStore, Provenance};
 use crate::policy::{Grant, Policy, PolicyFiles};
 use crate::sandbox::{
     self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, Runtime, SkillOutput,
@@ -271,7 +271,7 @@ pub struct Library {
     /// Fallbacks (the current directory for `$WORKSPACE`) for variables nobody set.
     default_paths: BTreeMap<String, String>,
     runtime: OnceLock<Runtime>,
-    store: OnceLock<Arc<dyn MemoryStore>>,
+    store: OnceLock<Arc<Memory>>,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
     progress: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -324,12 +324,25 @@ impl Library {
         Ok(self.runtime.get_or_init(|| r))
     }
 
-    pub fn store(&self) -> Result<Arc<dyn MemoryStore>> {
+    /// The memory system of this home, opened on first use (it locks the store against
+    /// other processes for as long as this library lives).
+    pub fn memory(&self) -> Result<Arc<Memory>> {
         if let Some(s) = self.store.get() {
             return Ok(s.clone());
         }
-        let s: Arc<dyn MemoryStore> = Arc::new(RedbStore::open(&self.root.join("memory.redb"))?);
+        let mut config = MemoryConfig::default();
+        if let Ok(ms) = std::env::var("SKILLHOST_MEMORY_WAIT_MS") {
+            let ms: u64 = ms.trim().parse().map_err(|_| {
+                anyhow::anyhow!("SKILLHOST_MEMORY_WAIT_MS must be a number of milliseconds, not `{ms}`")
+            })?;
+            config.busy_wait = std::time::Duration::from_millis(ms);
+        }
+        let s = Arc::new(Memory::open(&self.root.join("memory"), config)?);
         Ok(self.store.get_or_init(|| s).clone())
+    }
+
+    pub fn store(&self) -> Result<Arc<dyn MemoryStore>> {
+        Ok(self.memory()?)
     }
 
     fn skill_dir(&self, name: &str) -> PathBuf {

@@ -102,7 +102,7 @@ impl SkillIndex {
     }
 }
 
-fn analyzer() -> TextAnalyzer {
+pub(crate) fn analyzer() -> TextAnalyzer {
     let builder = TextAnalyzer::builder(MixedScriptTokenizer).filter(LowerCaser);
     match StopWordFilter::new(Language::English) {
         Some(stop) => builder.filter(stop).filter(Stemmer::new(Language::English)).build(),

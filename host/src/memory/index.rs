@@ -1,0 +1,313 @@
+//! The BM25 index over long-term records and daily notes (tantivy, on disk).
+//!
+//! redb is the source of truth; this index is derived. Every commit carries a stamp (the
+//! store's write generation and a fingerprint of the daily notes); on open, an index whose
+//! stamp differs from the store's, or that cannot be read, is rebuilt from the store. So a
+//! crash between the redb commit and the index commit costs a rebuild, never a wrong answer.
+//! Text is analyzed like skill search (English stemmed, CJK bigrams: see
+//! [`crate::search::analyzer`]). Only live records are indexed; expiry is checked when
+//! results are loaded, because it depends on the clock, not on a write.
+
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{Context as _, Result, anyhow};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::schema::Value as _;
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
+};
+use tantivy::tokenizer::TokenStream as _;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+
+use super::daily::DailyEntry;
+use super::records::{MemoryRecord, SearchFilter};
+
+const ANALYZER: &str = "memory_text";
+/// Bump when the schema or the analyzer changes: a different version forces a rebuild.
+const INDEX_VERSION: u32 = 1;
+const WRITER_HEAP: usize = 32_000_000;
+
+struct Fields {
+    id: Field,
+    doc_type: Field,
+    namespace: Field,
+    kind: Field,
+    priority: Field,
+    session: Field,
+    skill: Field,
+    text: Field,
+    date: Field,
+    line: Field,
+    note: Field,
+}
+
+pub(super) struct MemoryIndex {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<Option<IndexWriter>>,
+    f: Fields,
+}
+
+/// A daily-note hit: which file, which line, what it says.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DailyHit {
+    pub date: String,
+    pub line: u32,
+    pub text: String,
+    pub score: f32,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut s = Schema::builder();
+    let text = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs),
+    );
+    let f = Fields {
+        id: s.add_u64_field("id", INDEXED | STORED | FAST),
+        doc_type: s.add_text_field("doc_type", STRING),
+        namespace: s.add_text_field("namespace", STRING),
+        kind: s.add_text_field("kind", STRING),
+        priority: s.add_u64_field("priority", INDEXED | FAST),
+        session: s.add_text_field("session", STRING),
+        skill: s.add_text_field("skill", STRING),
+        text: s.add_text_field("text", text),
+        date: s.add_text_field("date", STRING | STORED),
+        line: s.add_u64_field("line", STORED),
+        note: s.add_text_field("note", STORED),
+    };
+    (s.build(), f)
+}
+
+/// What the index must have been committed with to match the store.
+pub(super) fn stamp(generation: u64, daily_fingerprint: &str) -> String {
+    format!("v{INDEX_VERSION}:g{generation}:d{daily_fingerprint}")
+}
+
+impl MemoryIndex {
+    /// Open (or create) the index in `dir`; returns it and whether its stamp equals `expected`.
+    /// An unreadable index is deleted and recreated empty (it is rebuilt from the store).
+    pub fn open(dir: &Path, expected: &str) -> Result<(MemoryIndex, bool)> {
+        let (schema, f) = schema();
+        let opened = if dir.join("meta.json").exists() {
+            Index::open_in_dir(dir).ok().filter(|i| i.schema() == schema)
+        } else {
+            None
+        };
+        let index = match opened {
+            Some(i) => i,
+            None => {
+                if dir.exists() {
+                    std::fs::remove_dir_all(dir)
+                        .with_context(|| format!("cannot clear the stale memory index {}", dir.display()))?;
+                }
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+                Index::create_in_dir(dir, schema).context("cannot create the memory index")?
+            }
+        };
+        index.tokenizers().register(ANALYZER, crate::search::analyzer());
+        let fresh = index.load_metas().ok().and_then(|m| m.payload).as_deref() == Some(expected);
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .context("cannot open the memory index reader")?;
+        Ok((MemoryIndex { index, reader, writer: Mutex::new(None), f }, fresh))
+    }
+
+    fn memory_doc(&self, r: &MemoryRecord) -> TantivyDocument {
+        let f = &self.f;
+        let mut d = doc!(
+            f.id => r.id,
+            f.doc_type => "memory",
+            f.namespace => r.namespace.clone(),
+            f.kind => r.kind.as_str(),
+            f.priority => u64::from(r.priority),
+            f.session => r.session.clone(),
+            f.text => r.content.clone(),
+        );
+        for tag in &r.tags {
+            d.add_text(f.text, tag);
+        }
+        let mut skills: Vec<&str> = r.skills().collect();
+        skills.sort_unstable();
+        skills.dedup();
+        for s in skills {
+            d.add_text(f.skill, s);
+        }
+        d
+    }
+
+    fn daily_doc(&self, e: &DailyEntry) -> TantivyDocument {
+        let f = &self.f;
+        doc!(
+            f.doc_type => "daily",
+            f.date => e.date.clone(),
+            f.line => u64::from(e.line),
+            f.note => e.text.clone(),
+            f.text => e.text.clone(),
+        )
+    }
+
+    /// Run `edit` with the writer, then commit with `stamp` and make the result visible.
+    fn commit_with(&self, stamp: &str, edit: impl FnOnce(&IndexWriter, &Fields) -> Result<()>) -> Result<()> {
+        let mut guard = self.writer.lock().map_err(|_| anyhow!("memory index writer poisoned by an earlier panic"))?;
+        if guard.is_none() {
+            *guard = Some(
+                self.index
+                    .writer_with_num_threads(1, WRITER_HEAP)
+                    .context("cannot open the memory index for writing")?,
+            );
+        }
+        let writer = guard.as_mut().ok_or_else(|| anyhow!("memory index writer missing"))?;
+        if let Err(e) = edit(writer, &self.f) {
+            let _ = writer.rollback();
+            return Err(e);
+        }
+        let mut prepared = writer.prepare_commit().context("cannot commit the memory index")?;
+        prepared.set_payload(stamp);
+        prepared.commit().context("cannot commit the memory index")?;
+        self.reader.reload().context("cannot reload the memory index")?;
+        Ok(())
+    }
+
+    /// Replace everything with `records` (live ones only) and `daily`.
+    pub fn rebuild<'a>(
+        &self,
+        records: impl Iterator<Item = &'a MemoryRecord>,
+        daily: &[DailyEntry],
+        stamp: &str,
+    ) -> Result<()> {
+        self.commit_with(stamp, |w, _| {
+            w.delete_all_documents()?;
+            for r in records.filter(|r| r.deprecated.is_none()) {
+                w.add_document(self.memory_doc(r))?;
+            }
+            for e in daily {
+                w.add_document(self.daily_doc(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Reindex `upserts`, drop `deletes`, add `daily` entries; one commit.
+    pub fn apply(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry], stamp: &str) -> Result<()> {
+        self.commit_with(stamp, |w, f| {
+            for id in deletes.iter().copied().chain(upserts.iter().map(|r| r.id)) {
+                w.delete_term(Term::from_field_u64(f.id, id));
+            }
+            for r in upserts.iter().filter(|r| r.deprecated.is_none()) {
+                w.add_document(self.memory_doc(r))?;
+            }
+            for e in daily {
+                w.add_document(self.daily_doc(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Analyzed terms of `text`, deduplicated, in order of first appearance.
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = self.index.tokenizers().get(ANALYZER).unwrap_or_else(crate::search::analyzer);
+        let mut stream = analyzer.token_stream(text);
+        let mut out: Vec<String> = Vec::new();
+        while let Some(t) = stream.next() {
+            if !out.contains(&t.text) {
+                out.push(t.text.clone());
+            }
+        }
+        out
+    }
+
+    fn text_query(&self, query: &str) -> Option<Box<dyn Query>> {
+        let terms = self.terms(query);
+        if terms.is_empty() {
+            return None;
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .iter()
+            .map(|t| {
+                let q: Box<dyn Query> =
+                    Box::new(TermQuery::new(Term::from_field_text(self.f.text, t), IndexRecordOption::WithFreqs));
+                (Occur::Should, q)
+            })
+            .collect();
+        Some(Box::new(BooleanQuery::new(clauses)))
+    }
+
+    fn filter_term(&self, field: Field, value: &str) -> (Occur, Box<dyn Query>) {
+        let q = TermQuery::new(Term::from_field_text(field, value), IndexRecordOption::Basic);
+        (Occur::Must, Box::new(ConstScoreQuery::new(Box::new(q), 0.0)))
+    }
+
+    /// Ids of records matching `query` under `filter`, best first.
+    pub fn search(&self, query: &str, filter: &SearchFilter, limit: usize) -> Result<Vec<(u64, f32)>> {
+        let Some(text) = self.text_query(query) else { return Ok(Vec::new()) };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let f = &self.f;
+        let mut clauses = vec![(Occur::Must, text), self.filter_term(f.doc_type, "memory")];
+        if let Some(ns) = &filter.namespace {
+            clauses.push(self.filter_term(f.namespace, ns));
+        }
+        if let Some(s) = &filter.session {
+            clauses.push(self.filter_term(f.session, s));
+        }
+        if let Some(s) = &filter.skill {
+            clauses.push(self.filter_term(f.skill, s));
+        }
+        if !filter.kinds.is_empty() {
+            let kinds: Vec<(Occur, Box<dyn Query>)> = filter
+                .kinds
+                .iter()
+                .map(|k| {
+                    let q: Box<dyn Query> =
+                        Box::new(TermQuery::new(Term::from_field_text(f.kind, k.as_str()), IndexRecordOption::Basic));
+                    (Occur::Should, q)
+                })
+                .collect();
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(Box::new(BooleanQuery::new(kinds)), 0.0))));
+        }
+        if filter.min_priority > 0 {
+            let range = RangeQuery::new(
+                Bound::Included(Term::from_field_u64(f.priority, u64::from(filter.min_priority))),
+                Bound::Unbounded,
+            );
+            clauses.push((Occur::Must, Box::new(ConstScoreQuery::new(Box::new(range), 0.0))));
+        }
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&BooleanQuery::new(clauses), &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let d: TantivyDocument = searcher.doc(address)?;
+            if let Some(id) = d.get_first(f.id).and_then(|v| v.as_u64()) {
+                out.push((id, score));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Daily-note entries matching `query`, best first.
+    pub fn search_daily(&self, query: &str, limit: usize) -> Result<Vec<DailyHit>> {
+        let Some(text) = self.text_query(query) else { return Ok(Vec::new()) };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let f = &self.f;
+        let q = BooleanQuery::new(vec![(Occur::Must, text), self.filter_term(f.doc_type, "daily")]);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&q, &TopDocs::with_limit(limit).order_by_score())?;
+        let mut out = Vec::with_capacity(top.len());
+        for (score, address) in top {
+            let d: TantivyDocument = searcher.doc(address)?;
+            let date = d.get_first(f.date).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            let line = d.get_first(f.line).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+            let text = d.get_first(f.note).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            out.push(DailyHit { date, line, text, score });
+        }
+        Ok(out)
+    }
+}

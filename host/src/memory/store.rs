@@ -1,0 +1,1160 @@
+//! [`Memory`]: the redb store, its index, the daily notes and the housekeeping rules.
+//!
+//! Schema (version 2; version 1 was the single-table store of the first runtime and is
+//! migrated on open):
+//!
+//! ```text
+//! meta              name -> u64           schema_version, generation, next_id, next_archive_id
+//! memory_records    id -> JSON MemoryRecord
+//! records_by_ns     namespace => ids      (multimap; listing and the view)
+//! records_by_skill  skill => ids          (multimap; quarantine)
+//! archive           archive id -> JSON ArchiveEntry (everything housekeeping removed)
+//! agent_sessions    session id -> JSON    (paused agent runs)
+//! session_kv        (session, key) -> value  (working memory written by skills)
+//! daily_promoted    (date, line) -> record id
+//! ```
+//!
+//! Each public write is one redb transaction (durable on return), followed by one index
+//! commit stamped with the new generation.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use redb::{
+    Database, MultimapTableDefinition, ReadableDatabase, ReadableMultimapTable, ReadableTable, TableDefinition,
+    TableHandle, WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
+
+use super::MemoryStore;
+use super::daily::{self, DailyEntry, DailyNotes, PROMOTE_FLAG};
+use super::index::{self, DailyHit, MemoryIndex};
+use super::lock::StoreLock;
+use super::records::{
+    ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, SearchHit, SearchOrder,
+};
+use super::tokens::count_tokens;
+use super::view::{self, MemoryView};
+
+const SCHEMA_VERSION: u64 = 2;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("memory_records");
+const BY_NAMESPACE: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("records_by_ns");
+const BY_SKILL: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("records_by_skill");
+const ARCHIVE: TableDefinition<u64, &[u8]> = TableDefinition::new("archive");
+const AGENT_SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("agent_sessions");
+const SESSION_KV: TableDefinition<(&str, &str), &str> = TableDefinition::new("session_kv");
+const PROMOTED: TableDefinition<(&str, u32), u64> = TableDefinition::new("daily_promoted");
+/// Schema 1: `id -> JSON` with a single provenance and no lifecycle fields.
+const V1_RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("memories");
+
+const DAY_MS: u64 = 86_400_000;
+
+/// Tunables; [`MemoryConfig::default`] is what SPEC §5 prescribes.
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// Hard budget of the MEMORY.md view, in cl100k_base tokens.
+    pub budget_tokens: usize,
+    /// Largest record accepted (content + tags, bytes); bigger ones must be summarized.
+    pub max_record_bytes: usize,
+    /// Records of priority <= 1 expire this long after they were written.
+    pub low_priority_ttl_ms: u64,
+    /// `memory maintain` archives daily notes older than this.
+    pub daily_archive_days: i64,
+    /// `memory maintain` archives records whose importance fell below this (priority < 5).
+    pub demote_below: f64,
+    /// Dice similarity of analyzed terms at or above which two records are one fact.
+    pub merge_similarity: f64,
+    /// How long to wait for another process holding the store.
+    pub busy_wait: Duration,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> MemoryConfig {
+        MemoryConfig {
+            budget_tokens: 2000,
+            max_record_bytes: 4096,
+            low_priority_ttl_ms: DAY_MS,
+            daily_archive_days: 90,
+            demote_below: 0.01,
+            merge_similarity: 0.75,
+            busy_wait: Duration::from_secs(3),
+        }
+    }
+}
+
+type Clock = Box<dyn Fn() -> u64 + Send + Sync>;
+
+/// The memory system of one skillhost home.
+pub struct Memory {
+    dir: PathBuf,
+    db: Database,
+    index: MemoryIndex,
+    daily: DailyNotes,
+    config: MemoryConfig,
+    clock: Clock,
+    line_tokens: Mutex<HashMap<(u64, u64, u8), usize>>,
+    _lock: StoreLock,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompactReport {
+    pub merged: Vec<(u64, u64)>,
+    pub expired: Vec<u64>,
+    pub deprecated_removed: Vec<u64>,
+    /// Archive ids of everything removed (`memory restore ID` undoes one).
+    pub archived: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MaintainReport {
+    pub compact: CompactReport,
+    pub demoted: Vec<u64>,
+    pub daily_archived: Vec<String>,
+    pub promoted: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportReport {
+    pub imported: usize,
+    pub unchanged: usize,
+    /// (id in the file, id given) for records whose id was taken by a different record.
+    pub renumbered: Vec<(u64, u64)>,
+}
+
+fn system_now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(v).context("cannot encode a memory record")
+}
+
+fn decode_record(bytes: &[u8], id: u64) -> Result<MemoryRecord> {
+    serde_json::from_slice(bytes).with_context(|| format!("memory record #{id} is corrupt"))
+}
+
+/// Namespaces name agent profiles: short, lowercase, safe in file names and JSON.
+pub fn validate_namespace(ns: &str) -> Result<()> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 64
+        && ns.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        bail!("memory namespace `{ns}` is invalid: use 1-64 characters of a-z, 0-9, `-`, `_`, `.`");
+    }
+    Ok(())
+}
+
+fn numbers(terms: &[String]) -> BTreeSet<&str> {
+    terms.iter().filter(|t| t.chars().any(|c| c.is_ascii_digit())).map(String::as_str).collect()
+}
+
+/// Dice coefficient over analyzed terms; texts that mention different numbers are never
+/// the same fact ("512 errors" vs "513 errors").
+fn similarity(a: &[String], b: &[String]) -> f64 {
+    if a.is_empty() || b.is_empty() || numbers(a) != numbers(b) {
+        return 0.0;
+    }
+    let shared = a.iter().filter(|t| b.contains(t)).count();
+    2.0 * shared as f64 / (a.len() + b.len()) as f64
+}
+
+/// Fold `other` into `keep`: the higher priority's wording wins, every provenance stays.
+fn merge_into(keep: &mut MemoryRecord, other: &MemoryRecord, now: u64) {
+    if other.priority > keep.priority {
+        keep.content = other.content.clone();
+        keep.kind = other.kind;
+        keep.priority = other.priority;
+    }
+    for t in &other.tags {
+        if !keep.tags.contains(t) {
+            keep.tags.push(t.clone());
+        }
+    }
+    for p in &other.provenance {
+        if !keep.provenance.contains(p) {
+            keep.provenance.push(p.clone());
+        }
+    }
+    keep.references = keep.references.saturating_add(other.references);
+    keep.expires_ms = match (keep.expires_ms, other.expires_ms) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        _ => None,
+    };
+    keep.updated_ms = now;
+    keep.importance = keep.importance_at(now);
+}
+
+struct Txn {
+    txn: WriteTransaction,
+}
+
+impl Txn {
+    fn meta(&self, key: &str) -> Result<u64> {
+        let t = self.txn.open_table(META)?;
+        Ok(t.get(key)?.map(|v| v.value()).unwrap_or(0))
+    }
+
+    fn set_meta(&self, key: &str, value: u64) -> Result<()> {
+        self.txn.open_table(META)?.insert(key, value)?;
+        Ok(())
+    }
+
+    fn next(&self, key: &str) -> Result<u64> {
+        let id = self.meta(key)?.max(1);
+        self.set_meta(key, id + 1)?;
+        Ok(id)
+    }
+
+    fn get(&self, id: u64) -> Result<Option<MemoryRecord>> {
+        let t = self.txn.open_table(RECORDS)?;
+        let v = t.get(id)?;
+        v.map(|v| decode_record(v.value(), id)).transpose()
+    }
+
+    fn put(&self, r: &MemoryRecord) -> Result<()> {
+        self.txn.open_table(RECORDS)?.insert(r.id, encode(r)?.as_slice())?;
+        self.txn.open_multimap_table(BY_NAMESPACE)?.insert(r.namespace.as_str(), r.id)?;
+        let mut by_skill = self.txn.open_multimap_table(BY_SKILL)?;
+        for s in r.skills() {
+            by_skill.insert(s, r.id)?;
+        }
+        Ok(())
+    }
+
+    fn delete(&self, r: &MemoryRecord) -> Result<()> {
+        self.txn.open_table(RECORDS)?.remove(r.id)?;
+        self.txn.open_multimap_table(BY_NAMESPACE)?.remove(r.namespace.as_str(), r.id)?;
+        let mut by_skill = self.txn.open_multimap_table(BY_SKILL)?;
+        for s in r.skills() {
+            by_skill.remove(s, r.id)?;
+        }
+        Ok(())
+    }
+
+    fn archive(&self, at_ms: u64, reason: &str, record: MemoryRecord, merged_into: Option<u64>) -> Result<u64> {
+        let id = self.next("next_archive_id")?;
+        let entry = ArchiveEntry { id, at_ms, reason: reason.to_string(), record, merged_into };
+        self.txn.open_table(ARCHIVE)?.insert(id, encode(&entry)?.as_slice())?;
+        Ok(id)
+    }
+
+    fn bump_generation(&self) -> Result<u64> {
+        let g = self.meta("generation")? + 1;
+        self.set_meta("generation", g)?;
+        Ok(g)
+    }
+
+    fn commit(self) -> Result<()> {
+        self.txn.commit().context("cannot commit to the memory store")
+    }
+}
+
+impl Memory {
+    /// Open the memory of a skillhost home (`dir` = `<home>/memory`), waiting up to
+    /// `config.busy_wait` for another process that holds it.
+    pub fn open(dir: &Path, config: MemoryConfig) -> Result<Memory> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let lock = StoreLock::acquire(&dir.join("store.lock"), config.busy_wait)?;
+        let path = dir.join("store.redb");
+        // The first runtime kept a schema-1 store at <home>/memory.redb: adopt it.
+        if let Some(legacy) = dir.parent().map(|p| p.join("memory.redb"))
+            && legacy.exists()
+            && !path.exists()
+        {
+            std::fs::rename(&legacy, &path)
+                .with_context(|| format!("cannot move {} to {}", legacy.display(), path.display()))?;
+        }
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                anyhow!("memory store {} is already open in this process", path.display())
+            }
+            other => anyhow!(
+                "cannot open memory store {}: {other}; if the file is damaged, restore it from `skillhost memory export` output",
+                path.display()
+            ),
+        })?;
+        let daily = DailyNotes::new(dir.join("daily"));
+        let (generation, fingerprint) = {
+            migrate(&db, system_now_ms())?;
+            let txn = db.begin_read()?;
+            let meta = txn.open_table(META)?;
+            let g = meta.get("generation")?.map(|v| v.value()).unwrap_or(0);
+            (g, daily.fingerprint()?)
+        };
+        let stamp = index::stamp(generation, &fingerprint);
+        let (index, fresh) = MemoryIndex::open(&dir.join("index"), &stamp)?;
+        let memory = Memory {
+            dir: dir.to_path_buf(),
+            db,
+            index,
+            daily,
+            config,
+            clock: Box::new(system_now_ms),
+            line_tokens: Mutex::new(HashMap::new()),
+            _lock: lock,
+        };
+        if !fresh {
+            memory.rebuild_index()?;
+        }
+        Ok(memory)
+    }
+
+    /// Replace the clock (tests of expiry and recency; imports of old data).
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Memory {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        (self.clock)()
+    }
+
+    fn begin(&self) -> Result<Txn> {
+        Ok(Txn { txn: self.db.begin_write().context("cannot start a memory store transaction")? })
+    }
+
+    fn current_stamp(&self) -> Result<String> {
+        let txn = self.db.begin_read()?;
+        let g = txn.open_table(META)?.get("generation")?.map(|v| v.value()).unwrap_or(0);
+        Ok(index::stamp(g, &self.daily.fingerprint()?))
+    }
+
+    /// Rebuild the search index from the store (and the daily notes).
+    pub fn rebuild_index(&self) -> Result<()> {
+        let records = self.all_records()?;
+        let daily = self.daily.all()?;
+        self.index.rebuild(records.iter(), &daily, &self.current_stamp()?)
+    }
+
+    fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
+        self.index
+            .apply(upserts, deletes, daily, &self.current_stamp()?)
+            .context("the memory store is updated, but its search index is not (it is rebuilt on the next open)")
+    }
+
+    /// A record by id (any state).
+    pub fn get(&self, id: u64) -> Result<Option<MemoryRecord>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(RECORDS)?;
+        let v = t.get(id)?;
+        v.map(|v| decode_record(v.value(), id)).transpose()
+    }
+
+    fn load(&self, ids: impl IntoIterator<Item = u64>) -> Result<Vec<MemoryRecord>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(RECORDS)?;
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(v) = t.get(id)? {
+                out.push(decode_record(v.value(), id)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every record of every namespace, by id.
+    pub fn all_records(&self) -> Result<Vec<MemoryRecord>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(RECORDS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(decode_record(v.value(), k.value())?);
+        }
+        Ok(out)
+    }
+
+    fn ids_of_namespace(&self, namespace: &str) -> Result<Vec<u64>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_multimap_table(BY_NAMESPACE)?;
+        let mut ids = Vec::new();
+        for v in t.get(namespace)? {
+            ids.push(v?.value());
+        }
+        Ok(ids)
+    }
+
+    /// Live (not deprecated, not expired) records of `namespace`, oldest first.
+    pub fn live(&self, namespace: &str) -> Result<Vec<MemoryRecord>> {
+        let now = self.now_ms();
+        Ok(self.load(self.ids_of_namespace(namespace)?)?.into_iter().filter(|r| r.is_live(now)).collect())
+    }
+
+    /// Namespaces that hold records.
+    pub fn namespaces(&self) -> Result<Vec<String>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_multimap_table(BY_NAMESPACE)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, _) = row?;
+            out.push(k.value().to_string());
+        }
+        Ok(out)
+    }
+
+    fn check_new(&self, r: &NewRecord) -> Result<()> {
+        validate_namespace(&r.namespace)?;
+        if r.content.trim().is_empty() {
+            bail!("a memory needs content; it was empty");
+        }
+        if r.priority > 5 {
+            bail!("priority {} is out of range; use 0 (ephemeral) to 5 (never dropped)", r.priority);
+        }
+        let size = r.content.len() + r.tags.iter().map(String::len).sum::<usize>();
+        if size > self.config.max_record_bytes {
+            bail!(
+                "memory is {size} bytes (content and tags), over the limit of {} bytes; summarize it (counts, key lines, the conclusion) and store the summary",
+                self.config.max_record_bytes
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuse a write that would leave the priority-5 records of `namespace` over budget.
+    fn check_protected(&self, namespace: &str, live: &[MemoryRecord]) -> Result<()> {
+        let tokens = view::protected_tokens(namespace, live);
+        if tokens <= self.config.budget_tokens {
+            return Ok(());
+        }
+        let mut protected: Vec<(usize, u64)> =
+            live.iter().filter(|r| r.priority == 5).map(|r| (count_tokens(&view::line(r)), r.id)).collect();
+        protected.sort_by(|a, b| b.cmp(a));
+        let list = protected.iter().take(8).map(|(t, id)| format!("#{id} ({t} tokens)")).collect::<Vec<_>>().join(", ");
+        bail!(
+            "refused: priority-5 memories of `{namespace}` would take {tokens} tokens, over the {}-token MEMORY.md budget, and priority 5 is never dropped. Shorten or merge some (`skillhost memory compact`), lower one (`skillhost memory promote ID --priority 4`) or forget one (`skillhost memory forget ID`); largest: {list}",
+            self.config.budget_tokens
+        )
+    }
+
+    /// The live record of `namespace` that states the same fact as `text`, if any.
+    fn duplicate_of(&self, namespace: &str, text: &str, except: Option<u64>) -> Result<Option<MemoryRecord>> {
+        let terms = self.index.terms(text);
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        let now = self.now_ms();
+        let candidates = self.index.search(text, &SearchFilter::namespace(namespace), 8)?;
+        let mut best: Option<(f64, MemoryRecord)> = None;
+        for r in self.load(candidates.into_iter().map(|(id, _)| id))? {
+            if Some(r.id) == except || !r.is_live(now) {
+                continue;
+            }
+            let s = similarity(&terms, &self.index.terms(&r.content));
+            if s >= self.config.merge_similarity && best.as_ref().is_none_or(|(b, _)| s > *b) {
+                best = Some((s, r));
+            }
+        }
+        Ok(best.map(|(_, r)| r))
+    }
+
+    fn new_record(&self, id: u64, r: NewRecord, now: u64) -> MemoryRecord {
+        let mut tags = Vec::new();
+        for t in r.tags {
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
+        }
+        let mut record = MemoryRecord {
+            id,
+            namespace: r.namespace,
+            session: r.provenance.session.clone(),
+            kind: r.kind,
+            content: r.content.trim().to_string(),
+            priority: r.priority,
+            importance: 0.0,
+            tags,
+            created_ms: now,
+            updated_ms: now,
+            expires_ms: (r.priority <= 1).then(|| now + self.config.low_priority_ttl_ms),
+            deprecated: None,
+            references: 0,
+            provenance: vec![r.provenance],
+        };
+        record.importance = record.importance_at(now);
+        record
+    }
+
+    /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
+    /// incoming version), else as a new record. Returns the id that holds the fact.
+    pub fn add(&self, r: NewRecord) -> Result<u64> {
+        self.check_new(&r)?;
+        let now = self.now_ms();
+        let namespace = r.namespace.clone();
+        let dup = self.duplicate_of(&namespace, &r.content, None)?;
+        let txn = self.begin()?;
+        let incoming = self.new_record(txn.next("next_id")?, r, now);
+        let stored = match dup {
+            Some(mut existing) => {
+                merge_into(&mut existing, &incoming, now);
+                if existing.priority == 5 {
+                    let mut live = self.live(&namespace)?;
+                    live.retain(|l| l.id != existing.id);
+                    live.push(existing.clone());
+                    self.check_protected(&namespace, &live)?;
+                }
+                txn.put(&existing)?;
+                txn.archive(now, "merged", incoming, Some(existing.id))?;
+                existing
+            }
+            None => {
+                if incoming.priority == 5 {
+                    let mut live = self.live(&namespace)?;
+                    live.push(incoming.clone());
+                    self.check_protected(&namespace, &live)?;
+                }
+                txn.put(&incoming)?;
+                incoming
+            }
+        };
+        txn.bump_generation()?;
+        txn.commit()?;
+        self.reindex(&[&stored], &[], &[])?;
+        Ok(stored.id)
+    }
+
+    /// Store many records in one transaction, without merging (bulk loads and benchmarks;
+    /// `memory compact` merges duplicates afterwards). Priority-5 budgets are checked.
+    pub fn add_batch(&self, records: Vec<NewRecord>) -> Result<Vec<u64>> {
+        for r in &records {
+            self.check_new(r)?;
+        }
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let mut stored = Vec::with_capacity(records.len());
+        for r in records {
+            let rec = self.new_record(txn.next("next_id")?, r, now);
+            txn.put(&rec)?;
+            stored.push(rec);
+        }
+        let mut namespaces: BTreeSet<&str> = BTreeSet::new();
+        for r in stored.iter().filter(|r| r.priority == 5) {
+            namespaces.insert(&r.namespace);
+        }
+        for ns in namespaces {
+            let mut live = self.live(ns)?;
+            live.extend(stored.iter().filter(|r| r.namespace == ns).cloned());
+            self.check_protected(ns, &live)?;
+        }
+        txn.bump_generation()?;
+        txn.commit()?;
+        let refs: Vec<&MemoryRecord> = stored.iter().collect();
+        self.reindex(&refs, &[], &[])?;
+        Ok(stored.iter().map(|r| r.id).collect())
+    }
+
+    /// Live records relevant to `query` under `filter`.
+    pub fn search(&self, query: &str, filter: &SearchFilter, limit: usize) -> Result<Vec<SearchHit>> {
+        if let Some(ns) = &filter.namespace {
+            validate_namespace(ns)?;
+        }
+        let now = self.now_ms();
+        // Expired records are still indexed until the cleanup job runs: over-fetch a little.
+        let fetch = match filter.order {
+            SearchOrder::Relevance => limit + 8,
+            SearchOrder::PriorityThenRecency => (limit * 5).max(50),
+        };
+        let ranked = self.index.search(query, filter, fetch)?;
+        let scores: HashMap<u64, f32> = ranked.iter().copied().collect();
+        let mut hits: Vec<SearchHit> = self
+            .load(ranked.iter().map(|(id, _)| *id))?
+            .into_iter()
+            .filter(|r| r.is_live(now))
+            .map(|r| SearchHit { score: scores.get(&r.id).copied().unwrap_or(0.0), record: r })
+            .collect();
+        if filter.order == SearchOrder::PriorityThenRecency {
+            hits.sort_by(|a, b| {
+                b.record.priority.cmp(&a.record.priority).then(b.record.created_ms.cmp(&a.record.created_ms))
+            });
+        }
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// Daily-note entries relevant to `query`.
+    pub fn search_daily(&self, query: &str, limit: usize) -> Result<Vec<DailyHit>> {
+        self.index.search_daily(query, limit)
+    }
+
+    /// What goes into a prompt besides MEMORY.md: the 5 most recent records of the
+    /// namespace plus the 5 highest-priority records relevant to `query`, without repeats.
+    /// Counts as a reference for each returned record.
+    pub fn recall(&self, namespace: &str, query: &str) -> Result<Vec<MemoryRecord>> {
+        let now = self.now_ms();
+        let mut recent = Vec::new();
+        {
+            let ids = self.ids_of_namespace(namespace)?;
+            for r in self.load(ids.into_iter().rev())? {
+                if r.is_live(now) {
+                    recent.push(r);
+                    if recent.len() == 5 {
+                        break;
+                    }
+                }
+            }
+        }
+        let filter = SearchFilter {
+            namespace: Some(namespace.to_string()),
+            order: SearchOrder::PriorityThenRecency,
+            ..SearchFilter::default()
+        };
+        let mut out = recent;
+        for hit in self.search(query, &filter, 5)? {
+            if !out.iter().any(|r| r.id == hit.record.id) {
+                out.push(hit.record);
+            }
+        }
+        self.touch(&out.iter().map(|r| r.id).collect::<Vec<_>>())?;
+        Ok(out)
+    }
+
+    /// Count a reference to each record. Not fsynced: a crash may lose a few counts,
+    /// never a record.
+    pub fn touch(&self, ids: &[u64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::None).map_err(|e| anyhow!("memory store: {e}"))?;
+        {
+            let mut t = txn.open_table(RECORDS)?;
+            for &id in ids {
+                let found = t.get(id)?.map(|v| decode_record(v.value(), id)).transpose()?;
+                if let Some(mut r) = found {
+                    r.references = r.references.saturating_add(1);
+                    t.insert(id, encode(&r)?.as_slice())?;
+                }
+            }
+        }
+        txn.commit().context("cannot commit to the memory store")
+    }
+
+    fn cached_line_tokens(&self, r: &MemoryRecord) -> usize {
+        let key = (r.id, r.updated_ms, r.priority);
+        if let Ok(cache) = self.line_tokens.lock()
+            && let Some(n) = cache.get(&key)
+        {
+            return *n;
+        }
+        let n = count_tokens(&view::line(r));
+        if let Ok(mut cache) = self.line_tokens.lock() {
+            cache.insert(key, n);
+        }
+        n
+    }
+
+    /// The MEMORY.md view of `namespace`.
+    pub fn view(&self, namespace: &str) -> Result<MemoryView> {
+        validate_namespace(namespace)?;
+        let live = self.live(namespace)?;
+        let now = self.now_ms();
+        Ok(view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r)))
+    }
+
+    fn update_record(&self, id: u64, change: impl FnOnce(&mut MemoryRecord) -> Result<()>) -> Result<MemoryRecord> {
+        let txn = self.begin()?;
+        let mut r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
+        change(&mut r)?;
+        r.updated_ms = self.now_ms();
+        r.importance = r.importance_at(r.updated_ms);
+        if r.priority == 5 && r.deprecated.is_none() {
+            let mut live = self.live(&r.namespace)?;
+            live.retain(|l| l.id != r.id);
+            live.push(r.clone());
+            self.check_protected(&r.namespace, &live)?;
+        }
+        txn.put(&r)?;
+        txn.bump_generation()?;
+        txn.commit()?;
+        self.reindex(&[&r], &[], &[])?;
+        Ok(r)
+    }
+
+    /// Set a record's priority (0-5); lifting it above 1 removes its expiry.
+    pub fn set_priority(&self, id: u64, priority: u8) -> Result<MemoryRecord> {
+        if priority > 5 {
+            bail!("priority {priority} is out of range; use 0 to 5");
+        }
+        let ttl = self.config.low_priority_ttl_ms;
+        self.update_record(id, |r| {
+            r.priority = priority;
+            r.expires_ms = (priority <= 1).then(|| r.created_ms + ttl);
+            Ok(())
+        })
+    }
+
+    /// Copy daily-note entry `date:line` into long-term memory (once).
+    pub fn promote_daily(&self, date: &str, line: u32, namespace: &str, kind: MemoryKind, priority: u8) -> Result<u64> {
+        let entry = self
+            .daily
+            .read(date)?
+            .into_iter()
+            .find(|e| e.line == line)
+            .ok_or_else(|| anyhow!("the daily note of {date} has no entry on line {line}; `skillhost memory daily --date {date}` shows them"))?;
+        {
+            let txn = self.db.begin_read()?;
+            if let Some(id) = txn.open_table(PROMOTED)?.get((date, line))? {
+                bail!("{date}:{line} was already promoted to memory #{}", id.value());
+            }
+        }
+        let content = entry.text.replace(PROMOTE_FLAG, "");
+        // Drop the HH:MM:SS stamp the note carries.
+        let content = match content.split_once(' ') {
+            Some((time, rest)) if time.len() == 8 && time.as_bytes()[2] == b':' => rest.trim().to_string(),
+            _ => content.trim().to_string(),
+        };
+        let id = self.add(NewRecord {
+            namespace: namespace.to_string(),
+            kind,
+            content,
+            priority,
+            tags: vec![],
+            provenance: Provenance {
+                skill: "daily-note".into(),
+                skill_hash: String::new(),
+                session: format!("daily:{date}"),
+                step: line,
+            },
+        })?;
+        let txn = self.begin()?;
+        txn.txn.open_table(PROMOTED)?.insert((date, line), id)?;
+        txn.commit()?;
+        Ok(id)
+    }
+
+    /// Move a record to the archive (`memory restore` brings it back).
+    pub fn forget(&self, id: u64) -> Result<u64> {
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
+        txn.delete(&r)?;
+        let archive_id = txn.archive(now, "forgotten", r, None)?;
+        txn.bump_generation()?;
+        txn.commit()?;
+        self.reindex(&[], &[id], &[])?;
+        Ok(archive_id)
+    }
+
+    /// Put an archived record back (same id). Fails if that id is in use again.
+    pub fn restore(&self, archive_id: u64) -> Result<MemoryRecord> {
+        let txn = self.begin()?;
+        let entry: ArchiveEntry = {
+            let t = txn.txn.open_table(ARCHIVE)?;
+            let v = t
+                .get(archive_id)?
+                .ok_or_else(|| anyhow!("no archive entry {archive_id}; `skillhost memory archive` lists them"))?;
+            serde_json::from_slice(v.value()).with_context(|| format!("archive entry {archive_id} is corrupt"))?
+        };
+        let mut record = entry.record;
+        if txn.get(record.id)?.is_some() {
+            bail!("memory #{} exists again; forget it first or export it", record.id);
+        }
+        record.deprecated = None;
+        record.expires_ms = record.expires_ms.map(|_| self.now_ms() + self.config.low_priority_ttl_ms);
+        if record.priority == 5 {
+            let mut live = self.live(&record.namespace)?;
+            live.push(record.clone());
+            self.check_protected(&record.namespace, &live)?;
+        }
+        txn.put(&record)?;
+        txn.txn.open_table(ARCHIVE)?.remove(archive_id)?;
+        txn.bump_generation()?;
+        txn.commit()?;
+        self.reindex(&[&record], &[], &[])?;
+        Ok(record)
+    }
+
+    /// The archive, oldest first.
+    pub fn archive(&self) -> Result<Vec<ArchiveEntry>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(ARCHIVE)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(
+                serde_json::from_slice(v.value()).with_context(|| format!("archive entry {} is corrupt", k.value()))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Deprecate every live record that `skill` wrote (only version `hash_prefix`, if
+    /// given): the response to poisoned memory. Returns the ids.
+    pub fn quarantine(&self, skill: &str, hash_prefix: Option<&str>) -> Result<Vec<u64>> {
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let ids: Vec<u64> = {
+            let t = txn.txn.open_multimap_table(BY_SKILL)?;
+            let mut ids = Vec::new();
+            for v in t.get(skill)? {
+                ids.push(v?.value());
+            }
+            ids
+        };
+        let reason = match hash_prefix {
+            Some(h) => format!("quarantined: written by {skill} version {h}"),
+            None => format!("quarantined: written by {skill}"),
+        };
+        let mut changed = Vec::new();
+        for id in ids {
+            let Some(mut r) = txn.get(id)? else { continue };
+            let hit = r
+                .provenance
+                .iter()
+                .any(|p| p.skill == skill && hash_prefix.is_none_or(|h| p.skill_hash.starts_with(h)));
+            if hit && r.deprecated.is_none() {
+                r.deprecated = Some(Deprecation { at_ms: now, reason: reason.clone() });
+                r.updated_ms = now;
+                txn.put(&r)?;
+                changed.push(id);
+            }
+        }
+        txn.bump_generation()?;
+        txn.commit()?;
+        self.reindex(&[], &changed, &[])?;
+        Ok(changed)
+    }
+
+    /// Cleanup job: archive deprecated and expired records, merge near-duplicates.
+    pub fn compact(&self, namespace: Option<&str>) -> Result<CompactReport> {
+        let now = self.now_ms();
+        let mut report = CompactReport::default();
+        let records: Vec<MemoryRecord> = match namespace {
+            Some(ns) => self.load(self.ids_of_namespace(ns)?)?,
+            None => self.all_records()?,
+        };
+        let txn = self.begin()?;
+        let mut removed: Vec<u64> = Vec::new();
+        let mut survivors: Vec<MemoryRecord> = Vec::new();
+        for r in records {
+            if r.deprecated.is_some() {
+                txn.delete(&r)?;
+                removed.push(r.id);
+                report.deprecated_removed.push(r.id);
+                report.archived.push(txn.archive(now, "deprecated", r, None)?);
+            } else if !r.is_live(now) {
+                txn.delete(&r)?;
+                removed.push(r.id);
+                report.expired.push(r.id);
+                report.archived.push(txn.archive(now, "expired", r, None)?);
+            } else {
+                survivors.push(r);
+            }
+        }
+        // Pairwise within a namespace, oldest record absorbs; term sets computed once.
+        let terms: Vec<Vec<String>> = survivors.iter().map(|r| self.index.terms(&r.content)).collect();
+        let mut gone = vec![false; survivors.len()];
+        let mut updated: Vec<usize> = Vec::new();
+        for i in 0..survivors.len() {
+            if gone[i] {
+                continue;
+            }
+            for j in i + 1..survivors.len() {
+                if gone[j] || survivors[j].namespace != survivors[i].namespace {
+                    continue;
+                }
+                if similarity(&terms[i], &terms[j]) >= self.config.merge_similarity {
+                    let other = survivors[j].clone();
+                    merge_into(&mut survivors[i], &other, now);
+                    gone[j] = true;
+                    txn.delete(&other)?;
+                    removed.push(other.id);
+                    report.merged.push((other.id, survivors[i].id));
+                    report.archived.push(txn.archive(now, "merged", other, Some(survivors[i].id))?);
+                    if !updated.contains(&i) {
+                        updated.push(i);
+                    }
+                }
+            }
+        }
+        for &i in &updated {
+            txn.put(&survivors[i])?;
+        }
+        txn.bump_generation()?;
+        txn.commit()?;
+        let upserts: Vec<&MemoryRecord> = updated.iter().map(|&i| &survivors[i]).collect();
+        self.reindex(&upserts, &removed, &[])?;
+        Ok(report)
+    }
+
+    /// The weekly job: compact, archive records whose importance decayed below the
+    /// threshold, archive daily notes older than 90 days, promote `#promote` entries.
+    pub fn maintain(&self, namespace: &str) -> Result<MaintainReport> {
+        validate_namespace(namespace)?;
+        let compact = self.compact(None)?;
+        let now = self.now_ms();
+        let mut report = MaintainReport { compact, ..MaintainReport::default() };
+
+        let decayed: Vec<MemoryRecord> = self
+            .all_records()?
+            .into_iter()
+            .filter(|r| r.priority < 5 && r.importance_at(now) < self.config.demote_below)
+            .collect();
+        if !decayed.is_empty() {
+            let txn = self.begin()?;
+            for r in decayed {
+                txn.delete(&r)?;
+                report.demoted.push(r.id);
+                report.compact.archived.push(txn.archive(now, "demoted", r, None)?);
+            }
+            txn.bump_generation()?;
+            txn.commit()?;
+            self.reindex(&[], &report.demoted, &[])?;
+        }
+
+        let today = daily::date_of(now);
+        for date in self.daily.dates()? {
+            let flagged: Vec<DailyEntry> = self.daily.read(&date)?.into_iter().filter(DailyEntry::flagged).collect();
+            for e in flagged {
+                let done = {
+                    let txn = self.db.begin_read()?;
+                    txn.open_table(PROMOTED)?.get((date.as_str(), e.line))?.is_some()
+                };
+                if !done {
+                    report.promoted.push(self.promote_daily(&date, e.line, namespace, MemoryKind::General, 3)?);
+                }
+            }
+            if daily::days_between(&date, &today)? > self.config.daily_archive_days {
+                let to = self.dir.join("archive").join("daily");
+                std::fs::create_dir_all(&to).with_context(|| format!("cannot create {}", to.display()))?;
+                let from = self.daily.path(&date);
+                std::fs::rename(&from, to.join(format!("{date}.md")))
+                    .with_context(|| format!("cannot move {} to the archive", from.display()))?;
+                report.daily_archived.push(date);
+            }
+        }
+        if !report.daily_archived.is_empty() {
+            self.rebuild_index()?;
+        }
+        Ok(report)
+    }
+
+    /// Append to today's daily note.
+    pub fn note(&self, text: &str) -> Result<DailyEntry> {
+        let entry = self.daily.append(self.now_ms(), text)?;
+        self.reindex(&[], &[], std::slice::from_ref(&entry))?;
+        Ok(entry)
+    }
+
+    /// Entries of the daily note of `date` (default: today).
+    pub fn daily(&self, date: Option<&str>) -> Result<(String, Vec<DailyEntry>)> {
+        let date = date.map(str::to_string).unwrap_or_else(|| daily::date_of(self.now_ms()));
+        let entries = self.daily.read(&date)?;
+        Ok((date, entries))
+    }
+
+    /// Every record as JSON lines, by id (the archive is not included).
+    pub fn export(&self, out: &mut dyn std::io::Write) -> Result<usize> {
+        let records = self.all_records()?;
+        for r in &records {
+            serde_json::to_writer(&mut *out, r)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(records.len())
+    }
+
+    /// Load `memory export` output. All or nothing: one bad line imports nothing and the
+    /// error names it. Ids are kept when free; a record identical to the stored one is
+    /// skipped; a different record under a taken id gets a new id.
+    pub fn import(&self, input: &str, source: &str) -> Result<ImportReport> {
+        let mut incoming = Vec::new();
+        for (i, line) in input.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let r: MemoryRecord =
+                serde_json::from_str(line).with_context(|| format!("{source}:{}: not a memory record", i + 1))?;
+            validate_namespace(&r.namespace).with_context(|| format!("{source}:{}", i + 1))?;
+            if r.priority > 5 || r.content.trim().is_empty() {
+                bail!("{source}:{}: priority must be 0-5 and content non-empty", i + 1);
+            }
+            incoming.push(r);
+        }
+        let mut report = ImportReport::default();
+        let txn = self.begin()?;
+        let mut stored = Vec::new();
+        for mut r in incoming {
+            match txn.get(r.id)? {
+                Some(existing) if existing == r => {
+                    report.unchanged += 1;
+                    continue;
+                }
+                Some(_) => {
+                    let new_id = txn.next("next_id")?;
+                    report.renumbered.push((r.id, new_id));
+                    r.id = new_id;
+                }
+                None => {
+                    if r.id >= txn.meta("next_id")? {
+                        txn.set_meta("next_id", r.id + 1)?;
+                    }
+                }
+            }
+            txn.put(&r)?;
+            report.imported += 1;
+            stored.push(r);
+        }
+        let namespaces: BTreeSet<String> =
+            stored.iter().filter(|r| r.priority == 5).map(|r| r.namespace.clone()).collect();
+        for ns in namespaces {
+            let now = self.now_ms();
+            let mut live: Vec<MemoryRecord> = self.live(&ns)?;
+            live.extend(stored.iter().filter(|r| r.namespace == ns && r.is_live(now)).cloned());
+            self.check_protected(&ns, &live)?;
+        }
+        txn.bump_generation()?;
+        txn.commit()?;
+        let refs: Vec<&MemoryRecord> = stored.iter().collect();
+        self.reindex(&refs, &[], &[])?;
+        Ok(report)
+    }
+
+    /// State of a paused agent run.
+    pub fn agent_session(&self, id: &str) -> Result<Option<serde_json::Value>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(AGENT_SESSIONS)?;
+        let v = t.get(id)?;
+        v.map(|v| serde_json::from_slice(v.value()).with_context(|| format!("agent session {id} is corrupt")))
+            .transpose()
+    }
+
+    pub fn save_agent_session(&self, id: &str, state: &serde_json::Value) -> Result<()> {
+        let txn = self.begin()?;
+        txn.txn.open_table(AGENT_SESSIONS)?.insert(id, encode(state)?.as_slice())?;
+        txn.commit()
+    }
+}
+
+/// Bring the store to [`SCHEMA_VERSION`]; creates the tables of a new store.
+fn migrate(db: &Database, now: u64) -> Result<()> {
+    let txn = db.begin_write().context("cannot start the memory store migration")?;
+    let version = txn.open_table(META)?.get("schema_version")?.map(|v| v.value());
+    match version {
+        Some(SCHEMA_VERSION) => {
+            txn.abort()?;
+            return Ok(());
+        }
+        Some(v) if v > SCHEMA_VERSION => {
+            bail!(
+                "the memory store was written by a newer skillhost (schema {v}, this one knows {SCHEMA_VERSION}); upgrade skillhost"
+            )
+        }
+        _ => {}
+    }
+    let t = Txn { txn };
+    t.txn.open_table(RECORDS)?;
+    t.txn.open_multimap_table(BY_NAMESPACE)?;
+    t.txn.open_multimap_table(BY_SKILL)?;
+    t.txn.open_table(ARCHIVE)?;
+    t.txn.open_table(AGENT_SESSIONS)?;
+    t.txn.open_table(SESSION_KV)?;
+    t.txn.open_table(PROMOTED)?;
+    let has_v1 = t.txn.list_tables()?.any(|h| h.name() == V1_RECORDS.name());
+    if has_v1 {
+        #[derive(Deserialize)]
+        struct V1 {
+            id: u64,
+            namespace: String,
+            kind: MemoryKind,
+            content: String,
+            priority: u8,
+            tags: Vec<String>,
+            created_ms: u64,
+            provenance: Provenance,
+        }
+        let old: Vec<V1> = {
+            let table = t.txn.open_table(V1_RECORDS)?;
+            let mut out = Vec::new();
+            for row in table.iter()? {
+                let (k, v) = row?;
+                out.push(
+                    serde_json::from_slice(v.value())
+                        .with_context(|| format!("schema-1 memory record #{} is corrupt", k.value()))?,
+                );
+            }
+            out
+        };
+        let mut next = 1;
+        for o in old {
+            let mut r = MemoryRecord {
+                id: o.id,
+                namespace: o.namespace,
+                session: o.provenance.session.clone(),
+                kind: o.kind,
+                content: o.content,
+                priority: o.priority.min(5),
+                importance: 0.0,
+                tags: o.tags,
+                created_ms: o.created_ms,
+                updated_ms: o.created_ms,
+                expires_ms: (o.priority <= 1).then(|| o.created_ms + DAY_MS),
+                deprecated: None,
+                references: 0,
+                provenance: vec![o.provenance],
+            };
+            r.importance = r.importance_at(now);
+            next = next.max(r.id + 1);
+            t.put(&r)?;
+        }
+        t.txn.delete_table(V1_RECORDS)?;
+        t.set_meta("next_id", next.max(t.meta("next_id")?))?;
+    }
+    t.set_meta("schema_version", SCHEMA_VERSION)?;
+    t.bump_generation()?;
+    t.commit()
+}
+
+impl MemoryStore for Memory {
+    fn search(&self, namespace: &str, query: &str, limit: usize) -> Result<Vec<(MemoryRecord, f32)>> {
+        let hits = Memory::search(self, query, &SearchFilter::namespace(namespace), limit)?;
+        self.touch(&hits.iter().map(|h| h.record.id).collect::<Vec<_>>())?;
+        Ok(hits.into_iter().map(|h| (h.record, h.score)).collect())
+    }
+
+    fn insert(&self, record: NewRecord) -> Result<u64> {
+        self.add(record)
+    }
+
+    fn list(&self, namespace: &str) -> Result<Vec<MemoryRecord>> {
+        self.load(self.ids_of_namespace(namespace)?)
+    }
+
+    fn session_get(&self, session: &str, key: &str) -> Result<Option<String>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SESSION_KV)?;
+        Ok(table.get((session, key))?.map(|v| v.value().to_string()))
+    }
+
+    fn session_set(&self, session: &str, key: &str, value: &str) -> Result<()> {
+        let txn = self.begin()?;
+        txn.txn.open_table(SESSION_KV)?.insert((session, key), value)?;
+        txn.commit()
+    }
+
+    fn session_keys(&self, session: &str) -> Result<Vec<String>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(SESSION_KV)?;
+        let mut keys = Vec::new();
+        for row in table.range((session, "")..)? {
+            let (k, _) = row?;
+            let (s, key) = k.value();
+            if s != session {
+                break;
+            }
+            keys.push(key.to_string());
+        }
+        Ok(keys)
+    }
+}

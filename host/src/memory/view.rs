@@ -1,0 +1,137 @@
+//! The MEMORY.md view: the most valuable live records of a namespace, grouped in sections,
+//! within a hard token budget (counted with the real tokenizer on the rendered text).
+//!
+//! Priority-5 records are always in. The rest are taken by importance score (see
+//! [`MemoryRecord::importance_at`]) while they fit. Writes that would make the priority-5
+//! records alone overflow the budget are refused by the store, so the view never has to
+//! drop one silently.
+
+use serde::Serialize;
+
+use super::records::{MemoryKind, MemoryRecord};
+use super::tokens::count_tokens;
+
+pub const SECTIONS: [&str; 4] = ["User preferences", "Project knowledge", "Pitfalls", "Other"];
+
+fn section_of(kind: MemoryKind) -> usize {
+    match kind {
+        MemoryKind::Preference => 0,
+        MemoryKind::Fact | MemoryKind::TaskResult | MemoryKind::Snapshot => 1,
+        MemoryKind::Pitfall => 2,
+        MemoryKind::General => 3,
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ViewSection {
+    pub title: String,
+    pub records: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryView {
+    pub namespace: String,
+    /// The Markdown that is injected into the prompt.
+    pub text: String,
+    /// cl100k_base tokens of `text`.
+    pub tokens: usize,
+    pub budget: usize,
+    pub sections: Vec<ViewSection>,
+    /// Live records that did not fit.
+    pub omitted: Vec<u64>,
+    /// Only possible when priority-5 records alone exceed the budget (e.g. after lowering it).
+    pub over_budget: bool,
+}
+
+impl MemoryView {
+    pub fn included(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sections.iter().flat_map(|s| s.records.iter().copied())
+    }
+}
+
+/// One bullet: the id and priority let a model or user refer to the record.
+pub(super) fn line(r: &MemoryRecord) -> String {
+    let content = r.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("- [#{} p{}] {content}\n", r.id, r.priority)
+}
+
+fn header(namespace: &str) -> String {
+    format!("# MEMORY.md ({namespace})\n")
+}
+
+fn render_text(namespace: &str, chosen: &[&MemoryRecord]) -> (String, Vec<ViewSection>) {
+    let mut text = header(namespace);
+    let mut sections = Vec::new();
+    for (i, title) in SECTIONS.iter().enumerate() {
+        let members: Vec<&&MemoryRecord> = chosen.iter().filter(|r| section_of(r.kind) == i).collect();
+        if members.is_empty() {
+            continue;
+        }
+        text.push_str(&format!("\n## {title}\n"));
+        for r in &members {
+            text.push_str(&line(r));
+        }
+        sections.push(ViewSection { title: title.to_string(), records: members.iter().map(|r| r.id).collect() });
+    }
+    (text, sections)
+}
+
+/// Render `live` records within `budget` tokens. `line_tokens` counts one bullet (callers
+/// cache it); the final text is always counted in full.
+pub(super) fn render(
+    namespace: &str,
+    live: &[MemoryRecord],
+    budget: usize,
+    now_ms: u64,
+    line_tokens: &mut dyn FnMut(&MemoryRecord) -> usize,
+) -> MemoryView {
+    let mut ranked: Vec<(&MemoryRecord, f64)> = live.iter().map(|r| (r, r.importance_at(now_ms))).collect();
+    // Protected first, then by score; newer and then lower id break ties so the view is stable.
+    ranked.sort_by(|a, b| {
+        (b.0.priority == 5)
+            .cmp(&(a.0.priority == 5))
+            .then(b.1.total_cmp(&a.1))
+            .then(b.0.updated_ms.cmp(&a.0.updated_ms))
+            .then(a.0.id.cmp(&b.0.id))
+    });
+    let frame =
+        count_tokens(&header(namespace)) + SECTIONS.iter().map(|t| count_tokens(&format!("\n## {t}\n"))).sum::<usize>();
+    let mut used = frame;
+    let mut chosen: Vec<&MemoryRecord> = Vec::new();
+    let mut omitted = Vec::new();
+    for (r, _) in &ranked {
+        let cost = line_tokens(r);
+        if r.priority == 5 || used + cost <= budget {
+            used += cost;
+            chosen.push(r);
+        } else {
+            omitted.push(r.id);
+        }
+    }
+    loop {
+        let (text, sections) = render_text(namespace, &chosen);
+        let tokens = count_tokens(&text);
+        // The bullet sum is an estimate (BPE merges across lines); the full count decides.
+        let droppable = chosen.iter().rposition(|r| r.priority < 5);
+        match droppable {
+            Some(i) if tokens > budget => omitted.push(chosen.remove(i).id),
+            _ => {
+                return MemoryView {
+                    namespace: namespace.to_string(),
+                    over_budget: tokens > budget,
+                    text,
+                    tokens,
+                    budget,
+                    sections,
+                    omitted,
+                };
+            }
+        }
+    }
+}
+
+/// Tokens the priority-5 records of `live` take when rendered alone.
+pub(super) fn protected_tokens(namespace: &str, live: &[MemoryRecord]) -> usize {
+    let protected: Vec<&MemoryRecord> = live.iter().filter(|r| r.priority == 5).collect();
+    count_tokens(&render_text(namespace, &protected).0)
+}
