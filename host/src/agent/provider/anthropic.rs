@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::http::{Endpoint, JsonClient, ModelRef};
 use super::{
-    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
-    Role, ToolCall, Usage,
+    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat, Role,
+    ToolCall, Usage,
 };
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -56,10 +56,8 @@ impl AnthropicProvider {
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
         let model = ModelRef { name: &self.model, setting: "SKILLHOST_MODEL or `model` in skillhost.toml" };
         let reply = self.client.post(&url, &headers, &body, model).await?;
-        parse_reply(&reply, &self.model).map_err(|detail| ProviderError::BadResponse {
-            provider: self.client.endpoint().label.clone(),
-            detail,
-        })
+        parse_reply(&reply, &self.model)
+            .map_err(|detail| ProviderError::BadResponse { provider: self.client.endpoint().label.clone(), detail })
     }
 }
 
@@ -77,7 +75,8 @@ impl Provider for AnthropicProvider {
             Err(ProviderError::Unsupported {
                 provider: self.client.endpoint().label.clone(),
                 what: "compute embeddings, because Anthropic has no embeddings endpoint".to_string(),
-                hint: "use an OpenAI-compatible provider (e.g. Ollama with an embedding model) for embeddings".to_string(),
+                hint: "use an OpenAI-compatible provider (e.g. Ollama with an embedding model) for embeddings"
+                    .to_string(),
             })
         })
     }
@@ -180,7 +179,11 @@ pub fn parse_reply(reply: &Value, configured_model: &str) -> Result<ChatReply, S
                 text.get_or_insert_default().push_str(block.get("text").and_then(Value::as_str).unwrap_or_default())
             }
             Some("tool_use") => tool_calls.push(ToolCall {
-                id: block.get("id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("toolu_{index}")),
+                id: block
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| format!("toolu_{index}")),
                 name: block.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
                 arguments: block.get("input").map(Value::to_string).unwrap_or_else(|| "{}".to_string()),
             }),

@@ -199,9 +199,12 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
         ProviderKind::OpenAi => {
             ProviderConfig::with_defaults(kind, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_MODEL, "OPENAI_API_KEY")
         }
-        ProviderKind::Anthropic => {
-            ProviderConfig::with_defaults(kind, DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, "ANTHROPIC_API_KEY")
-        }
+        ProviderKind::Anthropic => ProviderConfig::with_defaults(
+            kind,
+            DEFAULT_ANTHROPIC_BASE_URL,
+            DEFAULT_ANTHROPIC_MODEL,
+            "ANTHROPIC_API_KEY",
+        ),
         ProviderKind::Scripted => ProviderConfig::with_defaults(kind, "", "scripted", ""),
     };
 

@@ -114,7 +114,10 @@ impl JsonClient {
         model: ModelRef<'_>,
     ) -> Result<Value, ProviderError> {
         let uri: Uri = url.parse().map_err(|_| {
-            ProviderError::Config(format!("`{url}` is not a valid URL for the {}; check the base URL", self.endpoint.label))
+            ProviderError::Config(format!(
+                "`{url}` is not a valid URL for the {}; check the base URL",
+                self.endpoint.label
+            ))
         })?;
         let body = Bytes::from(body.to_string());
         let attempts = self.policy.max_retries + 1;
@@ -201,16 +204,18 @@ impl JsonClient {
                 setting: model.setting.to_string(),
                 detail,
             },
-            status => ProviderError::Rejected {
-                provider,
-                status: status.as_u16(),
-                model: model.name.to_string(),
-                detail,
-            },
+            status => {
+                ProviderError::Rejected { provider, status: status.as_u16(), model: model.name.to_string(), detail }
+            }
         }
     }
 
-    async fn attempt(&self, uri: &Uri, headers: &[(&'static str, String)], body: Bytes) -> Result<RawReply, AttemptError> {
+    async fn attempt(
+        &self,
+        uri: &Uri,
+        headers: &[(&'static str, String)],
+        body: Bytes,
+    ) -> Result<RawReply, AttemptError> {
         let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
         // `Uri::host` keeps the brackets of an IPv6 literal; sockets and TLS want it bare.
@@ -224,20 +229,26 @@ impl JsonClient {
             })
         };
 
-        let tcp = TcpStream::connect((host.as_str(), port)).await.map_err(|error| unreachable(connect_reason(&error)))?;
+        let tcp =
+            TcpStream::connect((host.as_str(), port)).await.map_err(|error| unreachable(connect_reason(&error)))?;
         // Small request/response pairs: do not wait for Nagle.
         let _ = tcp.set_nodelay(true);
         let stream: Box<dyn Stream> = if https {
             let name = rustls::pki_types::ServerName::try_from(host.clone())
                 .map_err(|_| unreachable(format!("`{host}` is not a valid TLS server name")))?;
-            let tls = self.tls.connect(name, tcp).await.map_err(|error| unreachable(format!("TLS handshake failed: {error}")))?;
+            let tls = self
+                .tls
+                .connect(name, tcp)
+                .await
+                .map_err(|error| unreachable(format!("TLS handshake failed: {error}")))?;
             Box::new(tls)
         } else {
             Box::new(tcp)
         };
 
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|error| classify(&self.endpoint.label, &error))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| classify(&self.endpoint.label, &error))?;
         let mut request = Request::post(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
             .header(HOST, authority)
             .header(CONTENT_TYPE, "application/json")
@@ -255,7 +266,8 @@ impl JsonClient {
         })?;
 
         let exchange = async move {
-            let response = sender.send_request(request).await.map_err(|error| classify(&self.endpoint.label, &error))?;
+            let response =
+                sender.send_request(request).await.map_err(|error| classify(&self.endpoint.label, &error))?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, MAX_RESPONSE_BYTES).collect().await.map_err(|error| {
                 if error.is::<http_body_util::LengthLimitError>() {
@@ -286,7 +298,8 @@ fn is_retryable(status: StatusCode) -> bool {
 
 /// `Retry-After` as delay-seconds or an HTTP date; OpenAI's `retry-after-ms` when present.
 fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok())
+    if let Some(ms) =
+        headers.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok())
         && ms.is_finite()
         && ms >= 0.0
     {
@@ -410,8 +423,7 @@ mod tests {
         let mut config = ProviderConfig::openai("http://127.0.0.1:1/v1", "m");
         config.backoff_base = Duration::from_millis(100);
         config.max_backoff = Duration::from_millis(1000);
-        let endpoint =
-            Endpoint { label: "test".into(), key_env: "K".into(), unreachable_hint: "h".into() };
+        let endpoint = Endpoint { label: "test".into(), key_env: "K".into(), unreachable_hint: "h".into() };
         let client = JsonClient::new(endpoint, &config).unwrap();
         for _ in 0..50 {
             let first = client.backoff(1);

@@ -245,7 +245,9 @@ pub enum ProviderError {
     Rejected { provider: String, status: u16, model: String, detail: String },
 
     /// A 2xx whose body is not what the API promises (not JSON, no choices, ...).
-    #[error("the {provider} sent a reply skillhost cannot use: {detail}; check that the base URL points at the right API")]
+    #[error(
+        "the {provider} sent a reply skillhost cannot use: {detail}; check that the base URL points at the right API"
+    )]
     BadResponse { provider: String, detail: String },
 
     #[error(

@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use super::http::{Endpoint, JsonClient, ModelRef};
 use super::{
-    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
-    Role, ToolCall, Usage,
+    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat, Role,
+    ToolCall, Usage,
 };
 
 pub struct OpenAiProvider {
@@ -29,8 +29,9 @@ impl OpenAiProvider {
         let endpoint = Endpoint {
             label: format!("OpenAI-compatible provider at {}", config.base_url),
             key_env: config.api_key_env.clone(),
-            unreachable_hint: "is the server running? set OPENAI_BASE_URL or `base_url` in skillhost.toml to where it listens"
-                .to_string(),
+            unreachable_hint:
+                "is the server running? set OPENAI_BASE_URL or `base_url` in skillhost.toml to where it listens"
+                    .to_string(),
         };
         Ok(OpenAiProvider {
             client: JsonClient::new(endpoint, config)?,
@@ -51,10 +52,8 @@ impl OpenAiProvider {
         let url = format!("{}/chat/completions", self.base_url);
         let model = ModelRef { name: &self.model, setting: "SKILLHOST_MODEL or `model` in skillhost.toml" };
         let reply = self.client.post(&url, &self.headers(), &body, model).await?;
-        parse_reply(&reply, &self.model).map_err(|detail| ProviderError::BadResponse {
-            provider: self.client.endpoint().label.clone(),
-            detail,
-        })
+        parse_reply(&reply, &self.model)
+            .map_err(|detail| ProviderError::BadResponse { provider: self.client.endpoint().label.clone(), detail })
     }
 
     async fn embed_inner(&self, text: &str) -> Result<Vec<f32>, ProviderError> {
@@ -62,10 +61,8 @@ impl OpenAiProvider {
         let url = format!("{}/embeddings", self.base_url);
         let model = ModelRef { name: &self.embedding_model, setting: "`embedding_model` in skillhost.toml" };
         let reply = self.client.post(&url, &self.headers(), &body, model).await?;
-        parse_embedding(&reply).map_err(|detail| ProviderError::BadResponse {
-            provider: self.client.endpoint().label.clone(),
-            detail,
-        })
+        parse_embedding(&reply)
+            .map_err(|detail| ProviderError::BadResponse { provider: self.client.endpoint().label.clone(), detail })
     }
 }
 
@@ -247,7 +244,10 @@ mod tests {
         });
         let parsed = parse_reply(&reply, "configured").unwrap();
         assert_eq!(parsed.text.as_deref(), Some("ab"));
-        assert_eq!(parsed.tool_calls[0], ToolCall { id: "call_0".into(), name: "x".into(), arguments: r#"{"k":1}"#.into() });
+        assert_eq!(
+            parsed.tool_calls[0],
+            ToolCall { id: "call_0".into(), name: "x".into(), arguments: r#"{"k":1}"#.into() }
+        );
         assert_eq!(parsed.model, "configured");
         assert_eq!(parsed.usage, None);
 

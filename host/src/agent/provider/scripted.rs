@@ -61,8 +61,7 @@ impl ScriptedProvider {
     /// Like [`load`](Self::load), with the file's text given; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<ScriptedProvider, ProviderError> {
         let invalid = |detail: String| ProviderError::Config(format!("decisions file {} {detail}", path.display()));
-        let json: Value =
-            serde_json::from_str(text).map_err(|error| invalid(format!("is not valid JSON: {error}")))?;
+        let json: Value = serde_json::from_str(text).map_err(|error| invalid(format!("is not valid JSON: {error}")))?;
         let Value::Object(sections) = json else {
             return Err(invalid(
                 "must be a JSON object with a list of replies per purpose, e.g. {\"decide\": [...]}".to_string(),
@@ -75,10 +74,7 @@ impl ScriptedProvider {
             }
             let Some(purpose) = Purpose::ALL.into_iter().find(|purpose| purpose.as_str() == key) else {
                 let known: Vec<&str> = Purpose::ALL.iter().map(|p| p.as_str()).collect();
-                return Err(invalid(format!(
-                    "has an unknown key `{key}`; use {} (or `comment`)",
-                    known.join(", ")
-                )));
+                return Err(invalid(format!("has an unknown key `{key}`; use {} (or `comment`)", known.join(", "))));
             };
             let Value::Array(entries) = entries else {
                 return Err(invalid(format!("has `{key}` that is not a list of replies")));
@@ -86,7 +82,9 @@ impl ScriptedProvider {
             let replies = entries
                 .into_iter()
                 .enumerate()
-                .map(|(index, entry)| reply(purpose, index, entry).map_err(|detail| invalid(format!("{key}[{index}]: {detail}"))))
+                .map(|(index, entry)| {
+                    reply(purpose, index, entry).map_err(|detail| invalid(format!("{key}[{index}]: {detail}")))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             queues.insert(purpose, Queue { replies, used: 0 });
         }
@@ -200,16 +198,20 @@ mod tests {
         assert_eq!(provider.next(Purpose::Decide).unwrap().text.as_deref(), Some("raw {"));
         let call = provider.next(Purpose::Decide).unwrap();
         assert_eq!(call.text, None);
-        assert_eq!(call.tool_calls[0], ToolCall { id: "scripted-decide-3".into(), name: "x".into(), arguments: "{bad".into() });
+        assert_eq!(
+            call.tool_calls[0],
+            ToolCall { id: "scripted-decide-3".into(), name: "x".into(), arguments: "{bad".into() }
+        );
         assert_eq!(provider.next(Purpose::Decide).unwrap().text.as_deref(), Some("[1]"));
     }
 
     #[test]
     fn bad_entries_are_named() {
-        let error = ScriptedProvider::parse(Path::new("d.json"), r#"{"decide": ["ok", {"tool_call": {"arguments": {}}}]}"#)
-            .err()
-            .unwrap()
-            .to_string();
+        let error =
+            ScriptedProvider::parse(Path::new("d.json"), r#"{"decide": ["ok", {"tool_call": {"arguments": {}}}]}"#)
+                .err()
+                .unwrap()
+                .to_string();
         assert!(error.contains("d.json") && error.contains("decide[1]") && error.contains("`name`"), "{error}");
         let error = ScriptedProvider::parse(Path::new("d.json"), r#"{"decde": []}"#).err().unwrap().to_string();
         assert!(error.contains("unknown key `decde`") && error.contains("decide, route, summarize"), "{error}");
