@@ -338,6 +338,24 @@ async fn provider_down_is_unreachable_in_one_sentence() {
 }
 
 #[tokio::test]
+async fn tls_to_a_plain_http_server_fails_the_handshake_clearly() {
+    // Exercises the https path (rustls with ring, webpki roots, an IP as server name) without
+    // leaving loopback: the mock speaks plain HTTP, so the handshake must fail, once.
+    let server = MockServer::start(vec![Reply::ok(llm_mock::openai_text("{}"))]).await;
+    let base = server.base.replace("http://", "https://");
+    let mut config = ProviderConfig::openai(&format!("{base}/v1"), "m");
+    config.timeout = Duration::from_secs(5);
+    let error = chat_error(open(&config).unwrap().as_ref(), &decide_json()).await;
+    assert!(matches!(error, ProviderError::Unreachable { .. }), "{error:?}");
+    let message = error.to_string();
+    assert_one_sentence(&message);
+    assert!(
+        message.starts_with(&format!("cannot reach the OpenAI-compatible provider at {base}/v1: TLS handshake failed")),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn bad_key_is_an_auth_error_naming_the_variable() {
     let server = MockServer::start(vec![Reply::error(401, "Incorrect API key provided: sk-test.")]).await;
     let error = chat_error(open(&openai_config(&server)).unwrap().as_ref(), &decide_json()).await;

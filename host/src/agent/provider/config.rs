@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Environment wins over the file: `SKILLHOST_PROVIDER` (kind), `SKILLHOST_MODEL`,
-//! `SKILLHOST_DECISIONS`, `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` (for that kind), and the key
+//! `SKILLHOST_DECISIONS` (relative to the current directory), `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` (for that kind), and the key
 //! from the variable `api_key_env` names (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`). With no
 //! kind in the file or `SKILLHOST_PROVIDER`, a set `OPENAI_API_KEY` or `OPENAI_BASE_URL` selects
 //! OpenAI-compatible, else a set `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` selects Anthropic;

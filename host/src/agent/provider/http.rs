@@ -120,7 +120,7 @@ impl JsonClient {
             ))
         })?;
         let body = Bytes::from(body.to_string());
-        let attempts = self.policy.max_retries + 1;
+        let attempts = self.policy.max_retries.saturating_add(1);
         let mut attempt = 0;
         loop {
             attempt += 1;
