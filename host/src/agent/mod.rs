@@ -1,0 +1,8 @@
+//! The agent loop (SPEC section 6): each step an LLM picks the next action, the host carries
+//! it out in the sandbox and feeds the result back.
+//!
+//! The loop talks to models only through [`provider::Provider`], so OpenAI-compatible servers,
+//! Anthropic and the scripted replay used by tests and offline demos are interchangeable, and
+//! every transport failure reaches the loop as one [`provider::ProviderError`] sentence.
+
+pub mod provider;

@@ -1,0 +1,313 @@
+//! Which provider to use: the `[provider]` table of `<home>/skillhost.toml`, overridden by the
+//! environment.
+//!
+//! ```toml
+//! [provider]
+//! kind = "openai"                        # "openai" | "anthropic" | "scripted"
+//! base_url = "http://127.0.0.1:11434/v1" # default https://api.openai.com/v1 / https://api.anthropic.com
+//! model = "qwen3:8b"
+//! embedding_model = "nomic-embed-text"   # OpenAI-compatible only; default text-embedding-3-small
+//! api_key_env = "OPENAI_API_KEY"         # the variable holding the key; keys never live in files
+//! timeout_secs = 60                      # per request attempt
+//! max_retries = 3                        # on 429, 5xx and dropped connections
+//! decisions = "decisions.json"           # scripted only; relative to the home
+//! ```
+//!
+//! Environment wins over the file: `SKILLHOST_PROVIDER` (kind), `SKILLHOST_MODEL`,
+//! `SKILLHOST_DECISIONS` (relative to the current directory), `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL` (for that kind), and the key
+//! from the variable `api_key_env` names (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`). With no
+//! kind in the file or `SKILLHOST_PROVIDER`, a set `OPENAI_API_KEY` or `OPENAI_BASE_URL` selects
+//! OpenAI-compatible, else a set `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` selects Anthropic;
+//! with none of these nothing is configured and the caller falls back to its shipped scripted
+//! decisions. Empty variables count as unset. The environment is a parameter so tests never
+//! touch the process environment.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ProviderError;
+
+/// The configuration file in the skillhost home.
+pub const CONFIG_FILE: &str = "skillhost.toml";
+
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+pub const DEFAULT_EMBEDDING_MODEL: &str = "text-embedding-3-small";
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ProviderKind {
+    #[serde(rename = "openai")]
+    OpenAi,
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    #[serde(rename = "scripted")]
+    Scripted,
+}
+
+impl ProviderKind {
+    fn parse(text: &str) -> Option<ProviderKind> {
+        match text {
+            "openai" => Some(ProviderKind::OpenAi),
+            "anthropic" => Some(ProviderKind::Anthropic),
+            "scripted" => Some(ProviderKind::Scripted),
+            _ => None,
+        }
+    }
+}
+
+/// A resolved provider configuration. `Debug` never prints the key.
+#[derive(Clone, PartialEq)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// Without a trailing slash. Unused by `scripted`.
+    pub base_url: String,
+    pub model: String,
+    pub embedding_model: String,
+    pub api_key: Option<String>,
+    /// Where the key came from (or should come from), named in auth errors.
+    pub api_key_env: String,
+    /// Per request attempt, connect to last byte.
+    pub timeout: Duration,
+    pub max_retries: u32,
+    /// First backoff delay; doubled per retry, with jitter. Not in the file: tests shorten it.
+    pub backoff_base: Duration,
+    /// Cap on any single wait, including a server's `Retry-After`.
+    pub max_backoff: Duration,
+    /// The decisions file of `scripted`.
+    pub decisions: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("embedding_model", &self.embedding_model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_env", &self.api_key_env)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("backoff_base", &self.backoff_base)
+            .field("max_backoff", &self.max_backoff)
+            .field("decisions", &self.decisions)
+            .finish()
+    }
+}
+
+impl ProviderConfig {
+    fn with_defaults(kind: ProviderKind, base_url: &str, model: &str, api_key_env: &str) -> ProviderConfig {
+        ProviderConfig {
+            kind,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            model: model.to_string(),
+            embedding_model: DEFAULT_EMBEDDING_MODEL.to_string(),
+            api_key: None,
+            api_key_env: api_key_env.to_string(),
+            timeout: DEFAULT_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            backoff_base: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+            decisions: None,
+        }
+    }
+
+    /// An OpenAI-compatible server at `base_url` (e.g. `http://127.0.0.1:11434/v1`), no key.
+    pub fn openai(base_url: &str, model: &str) -> ProviderConfig {
+        ProviderConfig::with_defaults(ProviderKind::OpenAi, base_url, model, "OPENAI_API_KEY")
+    }
+
+    /// Anthropic Messages at `base_url` (e.g. `https://api.anthropic.com`).
+    pub fn anthropic(base_url: &str, model: &str, api_key: &str) -> ProviderConfig {
+        ProviderConfig {
+            api_key: Some(api_key.to_string()),
+            ..ProviderConfig::with_defaults(ProviderKind::Anthropic, base_url, model, "ANTHROPIC_API_KEY")
+        }
+    }
+
+    /// Replays `decisions`.
+    pub fn scripted(decisions: &Path) -> ProviderConfig {
+        ProviderConfig {
+            decisions: Some(decisions.to_path_buf()),
+            ..ProviderConfig::with_defaults(ProviderKind::Scripted, "", "scripted", "")
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    provider: Option<ProviderTable>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderTable {
+    kind: Option<ProviderKind>,
+    base_url: Option<String>,
+    model: Option<String>,
+    embedding_model: Option<String>,
+    api_key_env: Option<String>,
+    timeout_secs: Option<u64>,
+    max_retries: Option<u32>,
+    decisions: Option<PathBuf>,
+}
+
+/// [`resolve`] with the process environment.
+pub fn resolve_from_process_env(home: &Path) -> Result<Option<ProviderConfig>, ProviderError> {
+    resolve(home, &|name| std::env::var(name).ok())
+}
+
+/// The provider configured by `<home>/skillhost.toml` and `env` (see the module docs), or `None`
+/// when nothing is configured.
+pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ProviderConfig>, ProviderError> {
+    let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+    let path = home.join(CONFIG_FILE);
+    let file = read_config_file(&path)?;
+    let table_present = file.provider.is_some();
+    let table = file.provider.unwrap_or_default();
+
+    let kind = match env("SKILLHOST_PROVIDER") {
+        Some(text) => Some(ProviderKind::parse(text.trim()).ok_or_else(|| {
+            ProviderError::Config(format!(
+                "SKILLHOST_PROVIDER is `{text}`, which is not a provider kind; use openai, anthropic or scripted"
+            ))
+        })?),
+        None => table.kind,
+    };
+    let kind = match kind {
+        Some(kind) => kind,
+        None if env("OPENAI_API_KEY").is_some() || env("OPENAI_BASE_URL").is_some() => ProviderKind::OpenAi,
+        None if env("ANTHROPIC_API_KEY").is_some() || env("ANTHROPIC_BASE_URL").is_some() => ProviderKind::Anthropic,
+        None if table_present => {
+            return Err(ProviderError::Config(format!(
+                "the [provider] table in {} has no `kind`; set kind = \"openai\", \"anthropic\" or \"scripted\"",
+                path.display()
+            )));
+        }
+        None => return Ok(None),
+    };
+
+    let mut config = match kind {
+        ProviderKind::OpenAi => {
+            ProviderConfig::with_defaults(kind, DEFAULT_OPENAI_BASE_URL, DEFAULT_OPENAI_MODEL, "OPENAI_API_KEY")
+        }
+        ProviderKind::Anthropic => ProviderConfig::with_defaults(
+            kind,
+            DEFAULT_ANTHROPIC_BASE_URL,
+            DEFAULT_ANTHROPIC_MODEL,
+            "ANTHROPIC_API_KEY",
+        ),
+        ProviderKind::Scripted => ProviderConfig::with_defaults(kind, "", "scripted", ""),
+    };
+
+    let base_env = match kind {
+        ProviderKind::OpenAi => Some("OPENAI_BASE_URL"),
+        ProviderKind::Anthropic => Some("ANTHROPIC_BASE_URL"),
+        ProviderKind::Scripted => None,
+    };
+    let base_from_env = base_env.and_then(|name| env(name).map(|url| (url, name.to_string())));
+    let base_from_file = table.base_url.map(|url| (url, format!("`base_url` in {}", path.display())));
+    if let Some((url, source)) = base_from_env.or(base_from_file) {
+        check_base_url(&url, &source)?;
+        config.base_url = url.trim().trim_end_matches('/').to_string();
+    }
+
+    if let Some(model) = env("SKILLHOST_MODEL").or(table.model) {
+        config.model = model.trim().to_string();
+    }
+    if let Some(model) = table.embedding_model {
+        config.embedding_model = model;
+    }
+    if let Some(name) = table.api_key_env {
+        config.api_key_env = name;
+    }
+    if !config.api_key_env.is_empty() {
+        config.api_key = env(&config.api_key_env).map(|key| key.trim().to_string());
+    }
+    if let Some(secs) = table.timeout_secs {
+        if secs == 0 {
+            return Err(ProviderError::Config(format!(
+                "`timeout_secs` in {} is 0; use a number of seconds such as 60",
+                path.display()
+            )));
+        }
+        config.timeout = Duration::from_secs(secs);
+    }
+    if let Some(retries) = table.max_retries {
+        config.max_retries = retries;
+    }
+    config.decisions = match env("SKILLHOST_DECISIONS") {
+        Some(file) => Some(PathBuf::from(file)),
+        None => table.decisions.map(|file| home.join(file)),
+    };
+    if kind == ProviderKind::Scripted && config.decisions.is_none() {
+        return Err(ProviderError::Config(format!(
+            "provider kind `scripted` needs a decisions file: set `decisions` in the [provider] table of {} or SKILLHOST_DECISIONS",
+            path.display()
+        )));
+    }
+    Ok(Some(config))
+}
+
+fn read_config_file(path: &Path) -> Result<ConfigFile, ProviderError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(ConfigFile::default()),
+        Err(error) => return Err(ProviderError::Config(format!("cannot read {}: {error}", path.display()))),
+    };
+    toml::from_str(&text).map_err(|error| {
+        // toml's message spans several lines (a source excerpt); keep the user's error to one line.
+        let message = error.message();
+        let location = error
+            .span()
+            .map(|span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!(" (line {line})")
+            })
+            .unwrap_or_default();
+        ProviderError::Config(format!("{} is not valid{location}: {message}", path.display()))
+    })
+}
+
+fn check_base_url(url: &str, source: &str) -> Result<(), ProviderError> {
+    let parsed: Result<http::Uri, _> = url.trim().parse();
+    let ok = parsed.is_ok_and(|uri| {
+        matches!(uri.scheme_str(), Some("http") | Some("https")) && uri.host().is_some_and(|host| !host.is_empty())
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ProviderError::Config(format!(
+            "the base URL `{url}` from {source} is not an http(s) URL; use e.g. http://127.0.0.1:11434/v1 or https://api.openai.com/v1"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_url_must_be_http() {
+        assert!(check_base_url("http://127.0.0.1:11434/v1", "test").is_ok());
+        assert!(check_base_url("https://api.openai.com/v1", "test").is_ok());
+        let error = check_base_url("127.0.0.1:11434", "OPENAI_BASE_URL").unwrap_err().to_string();
+        assert!(error.contains("OPENAI_BASE_URL") && error.contains("not an http(s) URL"), "{error}");
+        assert!(check_base_url("ftp://host/x", "test").is_err());
+    }
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let config = ProviderConfig::anthropic("https://api.anthropic.com", "m", "sk-secret-123");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("sk-secret-123") && shown.contains("<redacted>"), "{shown}");
+    }
+}

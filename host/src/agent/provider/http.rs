@@ -1,0 +1,436 @@
+//! POSTing JSON to an LLM service: timeouts, retries with backoff, and HTTP failures turned into
+//! [`ProviderError`] sentences.
+//!
+//! Built on the hyper 1 / tokio-rustls (ring) / webpki-roots stack that wasmtime-wasi-http
+//! already compiles, instead of a second HTTP client. One HTTP/1.1 connection per request:
+//! a model call takes seconds, so a pool would save nothing worth its code.
+
+use std::error::Error as StdError;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, RETRY_AFTER, USER_AGENT};
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls;
+use wasmtime_wasi_http::io::TokioIo;
+
+use super::ProviderError;
+use super::config::ProviderConfig;
+
+/// Larger replies are refused: no chat completion or embedding is anywhere near this.
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Who is on the other end, for error sentences.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// e.g. "OpenAI-compatible provider at http://127.0.0.1:11434/v1".
+    pub label: String,
+    /// The variable that holds (or should hold) the key.
+    pub key_env: String,
+    /// What to tell the user when nothing answers.
+    pub unreachable_hint: String,
+}
+
+/// The model a request is for, and the setting that chooses it, named when the server does not
+/// know it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ModelRef<'a> {
+    pub name: &'a str,
+    pub setting: &'static str,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RetryPolicy {
+    timeout: Duration,
+    max_retries: u32,
+    backoff_base: Duration,
+    max_backoff: Duration,
+}
+
+pub(crate) struct JsonClient {
+    endpoint: Endpoint,
+    policy: RetryPolicy,
+    tls: TlsConnector,
+}
+
+/// How one attempt failed.
+enum AttemptError {
+    /// The connection broke mid-exchange (reset, closed early): worth another attempt.
+    Dropped(String),
+    /// Final.
+    Fatal(ProviderError),
+}
+
+struct RawReply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+impl JsonClient {
+    pub fn new(endpoint: Endpoint, config: &ProviderConfig) -> Result<JsonClient, ProviderError> {
+        // An explicit ring provider: the process-default lookup panics if another crate ever
+        // enables a second rustls backend.
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| ProviderError::Config(format!("cannot set up TLS for the {}: {error}", endpoint.label)))?
+            .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
+            .with_no_client_auth();
+        let mut tls = tls;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(JsonClient {
+            endpoint,
+            policy: RetryPolicy {
+                timeout: config.timeout,
+                max_retries: config.max_retries,
+                backoff_base: config.backoff_base,
+                max_backoff: config.max_backoff,
+            },
+            tls: TlsConnector::from(Arc::new(tls)),
+        })
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// POSTs `body` to `url` and returns the JSON of a 2xx reply, retrying 408/429/5xx and
+    /// dropped connections up to `max_retries` times.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: &[(&'static str, String)],
+        body: &Value,
+        model: ModelRef<'_>,
+    ) -> Result<Value, ProviderError> {
+        let uri: Uri = url.parse().map_err(|_| {
+            ProviderError::Config(format!(
+                "`{url}` is not a valid URL for the {}; check the base URL",
+                self.endpoint.label
+            ))
+        })?;
+        let body = Bytes::from(body.to_string());
+        let attempts = self.policy.max_retries.saturating_add(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = tokio::time::timeout(self.policy.timeout, self.attempt(&uri, headers, body.clone())).await;
+            let wait = match outcome {
+                Err(_) => {
+                    return Err(ProviderError::Timeout {
+                        provider: self.endpoint.label.clone(),
+                        after: self.policy.timeout,
+                    });
+                }
+                Ok(Err(AttemptError::Fatal(error))) => return Err(error),
+                Ok(Err(AttemptError::Dropped(reason))) => {
+                    if attempt >= attempts {
+                        return Err(ProviderError::Unreachable {
+                            provider: self.endpoint.label.clone(),
+                            reason: format!("{reason} (on all {attempts} attempts)"),
+                            hint: self.endpoint.unreachable_hint.clone(),
+                        });
+                    }
+                    self.backoff(attempt)
+                }
+                Ok(Ok(reply)) if reply.status.is_success() => return self.parse_json(&reply.body),
+                Ok(Ok(reply)) if is_retryable(reply.status) => {
+                    if attempt >= attempts {
+                        return Err(self.exhausted(&reply, attempts));
+                    }
+                    let backoff = self.backoff(attempt);
+                    match retry_after(&reply.headers, SystemTime::now()) {
+                        // The server knows when it will take us again; backoff is only a floor
+                        // against a `Retry-After: 0` hammering loop.
+                        Some(asked) => asked.max(backoff.min(Duration::from_millis(100))),
+                        None => backoff,
+                    }
+                    .min(self.policy.max_backoff)
+                }
+                Ok(Ok(reply)) => return Err(self.rejected(&reply, model)),
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Exponential backoff with up to 50% jitter, so clients that failed together do not
+    /// retry together.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exponential = self.policy.backoff_base.saturating_mul(1 << (attempt - 1).min(16));
+        let jitter = exponential.mul_f64(fastrand::f64() * 0.5);
+        (exponential + jitter).min(self.policy.max_backoff)
+    }
+
+    fn parse_json(&self, body: &[u8]) -> Result<Value, ProviderError> {
+        serde_json::from_slice(body).map_err(|error| ProviderError::BadResponse {
+            provider: self.endpoint.label.clone(),
+            detail: format!("the body is not JSON ({error}): {}", excerpt(body)),
+        })
+    }
+
+    fn exhausted(&self, reply: &RawReply, attempts: u32) -> ProviderError {
+        let provider = self.endpoint.label.clone();
+        let detail = error_detail(&reply.body);
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            ProviderError::RateLimited { provider, attempts, detail }
+        } else {
+            ProviderError::Server { provider, status: reply.status.as_u16(), attempts, detail }
+        }
+    }
+
+    fn rejected(&self, reply: &RawReply, model: ModelRef<'_>) -> ProviderError {
+        let provider = self.endpoint.label.clone();
+        let detail = error_detail(&reply.body);
+        match reply.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ProviderError::Auth {
+                provider,
+                status: reply.status.as_u16(),
+                detail,
+                key_env: self.endpoint.key_env.clone(),
+            },
+            StatusCode::NOT_FOUND => ProviderError::NotFound {
+                provider,
+                model: model.name.to_string(),
+                setting: model.setting.to_string(),
+                detail,
+            },
+            status => {
+                ProviderError::Rejected { provider, status: status.as_u16(), model: model.name.to_string(), detail }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        uri: &Uri,
+        headers: &[(&'static str, String)],
+        body: Bytes,
+    ) -> Result<RawReply, AttemptError> {
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
+        // `Uri::host` keeps the brackets of an IPv6 literal; sockets and TLS want it bare.
+        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let unreachable = |reason: String| {
+            AttemptError::Fatal(ProviderError::Unreachable {
+                provider: self.endpoint.label.clone(),
+                reason,
+                hint: self.endpoint.unreachable_hint.clone(),
+            })
+        };
+
+        let tcp =
+            TcpStream::connect((host.as_str(), port)).await.map_err(|error| unreachable(connect_reason(&error)))?;
+        // Small request/response pairs: do not wait for Nagle.
+        let _ = tcp.set_nodelay(true);
+        let stream: Box<dyn Stream> = if https {
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|_| unreachable(format!("`{host}` is not a valid TLS server name")))?;
+            let tls = self
+                .tls
+                .connect(name, tcp)
+                .await
+                .map_err(|error| unreachable(format!("TLS handshake failed: {error}")))?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| classify(&self.endpoint.label, &error))?;
+        let mut request = Request::post(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+            .header(HOST, authority)
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .header(USER_AGENT, concat!("skillhost/", env!("CARGO_PKG_VERSION")));
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
+        }
+        let request = request.body(Full::new(body)).map_err(|_| {
+            // The builder's error would not say which header; the only user-supplied one is the key.
+            AttemptError::Fatal(ProviderError::Config(format!(
+                "cannot build the request to the {}: a header value is not valid HTTP; check {} for stray characters such as newlines",
+                self.endpoint.label, self.endpoint.key_env
+            )))
+        })?;
+
+        let exchange = async move {
+            let response =
+                sender.send_request(request).await.map_err(|error| classify(&self.endpoint.label, &error))?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_RESPONSE_BYTES).collect().await.map_err(|error| {
+                if error.is::<http_body_util::LengthLimitError>() {
+                    AttemptError::Fatal(ProviderError::BadResponse {
+                        provider: self.endpoint.label.clone(),
+                        detail: format!("the reply is larger than {} MiB", MAX_RESPONSE_BYTES >> 20),
+                    })
+                } else {
+                    classify(&self.endpoint.label, error.as_ref())
+                }
+            })?;
+            Ok(RawReply { status: parts.status, headers: parts.headers, body: body.to_bytes() })
+        };
+        // The connection future moves the bytes; it must be polled while the exchange waits. When
+        // it ends first (server closed), the exchange still holds what was received, or the error.
+        let mut exchange = pin!(exchange);
+        let mut connection = pin!(connection);
+        tokio::select! {
+            result = &mut exchange => result,
+            _ = &mut connection => exchange.await,
+        }
+    }
+}
+
+fn is_retryable(status: StatusCode) -> bool {
+    status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::REQUEST_TIMEOUT || status.is_server_error()
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date; OpenAI's `retry-after-ms` when present.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(ms) =
+        headers.get("retry-after-ms").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// A failure during the HTTP exchange: dropped connections are retried, anything else (a reply
+/// that is not HTTP) is final.
+fn classify(provider: &str, error: &(dyn StdError + 'static)) -> AttemptError {
+    let mut cause: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if let Some(hyper_error) = current.downcast_ref::<hyper::Error>()
+            && (hyper_error.is_incomplete_message() || hyper_error.is_canceled() || hyper_error.is_closed())
+        {
+            return AttemptError::Dropped("the server closed the connection before answering".to_string());
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof) {
+                return AttemptError::Dropped(format!("the connection was dropped ({io})"));
+            }
+        }
+        cause = current.source();
+    }
+    AttemptError::Fatal(ProviderError::BadResponse {
+        provider: provider.to_string(),
+        detail: format!("the reply is not valid HTTP ({error})"),
+    })
+}
+
+fn connect_reason(error: &std::io::Error) -> String {
+    use std::io::ErrorKind::*;
+    match error.kind() {
+        ConnectionRefused => "connection refused".to_string(),
+        TimedOut => "connecting timed out".to_string(),
+        HostUnreachable | NetworkUnreachable => "no route to the host".to_string(),
+        _ => error.to_string(),
+    }
+}
+
+/// The service's own error message when the body is the usual `{"error": {"message": ...}}`
+/// (OpenAI, Anthropic, Ollama, vLLM all use it), else the start of the body.
+fn error_detail(body: &[u8]) -> String {
+    if let Ok(json) = serde_json::from_slice::<Value>(body) {
+        let message = json
+            .pointer("/error/message")
+            .or_else(|| json.get("error").filter(|e| e.is_string()))
+            .or_else(|| json.get("message"))
+            .and_then(Value::as_str);
+        if let Some(message) = message {
+            return one_line(message, 300);
+        }
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return "empty body".to_string();
+    }
+    format!("body: {}", excerpt(body))
+}
+
+fn excerpt(body: &[u8]) -> String {
+    one_line(&String::from_utf8_lossy(body), 200)
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}...", &flat[..cut]),
+        None => flat,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn retry_after_seconds_date_and_ms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after(&headers(&[("retry-after", "7")]), now), Some(Duration::from_secs(7)));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(12));
+        assert_eq!(retry_after(&headers(&[("retry-after", &later)]), now), Some(Duration::from_secs(12)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(12));
+        assert_eq!(retry_after(&headers(&[("retry-after", &past)]), now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7"), ("retry-after-ms", "250")]), now),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
+        assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn error_detail_prefers_the_service_message() {
+        let body = br#"{"error": {"message": "Incorrect API key\nprovided", "type": "invalid_request_error"}}"#;
+        assert_eq!(error_detail(body), "Incorrect API key provided");
+        assert_eq!(error_detail(br#"{"error": "model 'x' not found"}"#), "model 'x' not found");
+        assert_eq!(error_detail(b"<html>Bad Gateway</html>"), "body: <html>Bad Gateway</html>");
+        assert_eq!(error_detail(b"  "), "empty body");
+        let long = "x".repeat(500);
+        assert_eq!(error_detail(long.as_bytes()).len(), "body: ".len() + 200 + 3);
+    }
+
+    #[test]
+    fn backoff_doubles_with_bounded_jitter_and_cap() {
+        let mut config = ProviderConfig::openai("http://127.0.0.1:1/v1", "m");
+        config.backoff_base = Duration::from_millis(100);
+        config.max_backoff = Duration::from_millis(1000);
+        let endpoint = Endpoint { label: "test".into(), key_env: "K".into(), unreachable_hint: "h".into() };
+        let client = JsonClient::new(endpoint, &config).unwrap();
+        for _ in 0..50 {
+            let first = client.backoff(1);
+            assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(150), "{first:?}");
+            let third = client.backoff(3);
+            assert!(third >= Duration::from_millis(400) && third <= Duration::from_millis(600), "{third:?}");
+            assert_eq!(client.backoff(10), Duration::from_millis(1000));
+        }
+    }
+}

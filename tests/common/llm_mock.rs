@@ -1,0 +1,223 @@
+//! A mock LLM service on 127.0.0.1 for provider and agent tests: answers from a queue of
+//! canned replies and records every request (path, headers, JSON body, arrival time) so tests
+//! can assert what was sent and when.
+//!
+//! Include with `#[path = "common/llm_mock.rs"] mod llm_mock;` (it does not need the skill
+//! fixtures of `common/mod.rs`).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use wasmtime_wasi_http::io::TokioIo;
+
+/// What the mock answers to one request.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Respond {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    /// Never answers (for timeouts).
+    Hang,
+    /// Closes the connection without answering (a dropped connection).
+    Drop,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Reply {
+        Reply::Respond {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_string(),
+        }
+    }
+
+    pub fn ok(body: Value) -> Reply {
+        Reply::json(200, body)
+    }
+
+    /// An error status with the usual `{"error": {"message": ...}}` body.
+    pub fn error(status: u16, message: &str) -> Reply {
+        Reply::json(status, json!({ "error": { "message": message, "type": "mock_error" } }))
+    }
+
+    pub fn raw(status: u16, body: &str) -> Reply {
+        Reply::Respond { status, headers: vec![("content-type".into(), "text/html".into())], body: body.to_string() }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Reply {
+        if let Reply::Respond { headers, .. } = &mut self {
+            headers.push((name.to_string(), value.to_string()));
+        }
+        self
+    }
+}
+
+/// One request as the mock received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: http::HeaderMap,
+    /// The body as JSON, or as a JSON string when it was not JSON.
+    pub body: Value,
+    pub at: Instant,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    replies: Mutex<VecDeque<Reply>>,
+    requests: Mutex<Vec<Recorded>>,
+}
+
+/// A running mock; stops when dropped.
+pub struct MockServer {
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockServer {
+    /// Listens on 127.0.0.1 (an OS-chosen port) and answers with `replies` in order; once they
+    /// run out, every request gets a 500 saying so.
+    pub async fn start(replies: Vec<Reply>) -> MockServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let base = format!("http://{}", listener.local_addr().expect("local addr"));
+        let state = Arc::new(State { replies: Mutex::new(replies.into()), requests: Mutex::default() });
+        let accept_state = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let state = accept_state.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| answer(state.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        MockServer { base, state, task }
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    let at = Instant::now();
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).to_string();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    state.requests.lock().unwrap().push(Recorded {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        headers: parts.headers,
+        body,
+        at,
+    });
+    let reply = state.replies.lock().unwrap().pop_front();
+    match reply.unwrap_or_else(|| Reply::error(500, "mock server has no more replies")) {
+        Reply::Respond { status, headers, body } => {
+            let mut response = Response::builder().status(status);
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            Ok(response.body(Full::new(Bytes::from(body))).expect("valid mock response"))
+        }
+        Reply::Hang => {
+            let never = std::future::pending::<Infallible>().await;
+            match never {}
+        }
+        // An error from the service makes hyper close the connection without a response.
+        Reply::Drop => Err(std::io::Error::other("mock drops the connection")),
+    }
+}
+
+/// An OpenAI chat completion whose message content is `text`.
+pub fn openai_text(text: &str) -> Value {
+    json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "model": "mock-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    })
+}
+
+/// An OpenAI chat completion with one tool call; `arguments` is the raw JSON text.
+pub fn openai_tool_call(id: &str, name: &str, arguments: &str) -> Value {
+    json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "model": "mock-model",
+        "choices": [{
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}],
+            },
+            "finish_reason": "tool_calls",
+        }],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+    })
+}
+
+pub fn openai_embedding(vector: &[f32]) -> Value {
+    json!({"object": "list", "model": "mock-embed", "data": [{"object": "embedding", "index": 0, "embedding": vector}]})
+}
+
+/// An Anthropic Messages reply with one text block.
+pub fn anthropic_text(text: &str) -> Value {
+    json!({
+        "id": "msg_mock",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-mock",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 30, "output_tokens": 6},
+    })
+}
+
+/// An Anthropic Messages reply with a text block and one `tool_use` block.
+pub fn anthropic_tool_use(id: &str, name: &str, input: Value) -> Value {
+    json!({
+        "id": "msg_mock",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-mock",
+        "content": [
+            {"type": "text", "text": "I will read the log."},
+            {"type": "tool_use", "id": id, "name": name, "input": input},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 40, "output_tokens": 9},
+    })
+}
