@@ -4,8 +4,10 @@
 //! WebAssembly component built against `wit/`. The [`library`] installs skills, verifies
 //! their bytes and runs them in the [`sandbox`], which gives each call only the
 //! [`capabilities`] that the skill declares and the user's [`policy`] grants. Skills reach
-//! long-term and session [`memory`] through host interfaces, never directly.
+//! long-term and session [`memory`] through host interfaces, never directly. Every call is
+//! recorded in the hash-chained [`audit`] log.
 
+pub mod audit;
 pub mod authoring;
 pub mod bundle;
 pub mod capabilities;
