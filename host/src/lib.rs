@@ -7,6 +7,7 @@
 //! long-term and session [`memory`] through host interfaces, never directly. Every call is
 //! recorded in the hash-chained [`audit`] log.
 
+pub mod agent;
 pub mod audit;
 pub mod authoring;
 pub mod bundle;
