@@ -12,8 +12,9 @@
 //! previous hash from the last line (read backwards from the end, so an append costs the
 //! same on a large log), and write the line with one `write_all` followed by `sync_data`.
 //! A crash mid-write leaves a torn last line without a newline: [`AuditLog::verify`] reports
-//! it as such, not as tampering, and the next append cuts it off and records how many bytes
-//! it discarded in its own entry (`torn_tail_bytes`).
+//! it as such, not as tampering, and the next append cuts it off (that entry was never
+//! complete, so nothing written whole is lost) and records how many bytes it discarded in
+//! its own entry (`torn_tail_bytes`).
 //!
 //! What a chain alone cannot show is lines cut off the end: what remains still verifies.
 //! `skillhost audit verify` prints the head hash; keep it elsewhere if that matters.
@@ -36,6 +37,10 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// Fields the log sets itself; an entry may not bring its own.
 const RESERVED: [&str; 5] = ["seq", "ts", "prev", "hash", "torn_tail_bytes"];
+
+/// Longest last line an append reads back: far above any entry (the sandbox caps logs and
+/// parameters), so a longer one is damage, not an entry.
+const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// Most characters of a skill's output kept in a call entry: enough to recognise the
 /// result, not a second copy of it.
@@ -529,6 +534,12 @@ fn last_entry(file: &File) -> Result<Tail> {
     }
     let end = tail.complete_len - 1; // the newline ending the last complete line
     let start = last_newline_before(file, end)?.map_or(0, |p| p + 1);
+    if end - start > MAX_LINE_BYTES {
+        bail!(
+            "its last line is {} bytes, more than any entry; nothing more can be chained to it. Run `skillhost audit verify` to find the damage",
+            end - start
+        );
+    }
     let mut line = vec![0u8; (end - start) as usize];
     file.read_exact_at(&mut line, start)?;
     let entry: Map<String, Value> = serde_json::from_slice(&line).map_err(|e| {
