@@ -235,11 +235,8 @@ fn the_demo_runs_end_to_end() {
     }
     assert!(stdout.contains("top_id: KB-005"), "{stdout}");
     assert!(stdout.contains("does not exist inside the sandbox"), "{stdout}");
-    assert_eq!(
-        std::fs::read_to_string(home.path().join("audit/calls.jsonl")).unwrap().lines().count(),
-        6,
-        "one audit line per skill run"
-    );
+    let audit = skillhost::audit::AuditLog::in_home(home.path());
+    assert_eq!(audit.verify().unwrap().entries, 6, "one chained audit line per skill run");
 }
 
 #[test]

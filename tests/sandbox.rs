@@ -21,7 +21,7 @@ fn trivial_call_succeeds_and_reports() {
         "install compiled it into the cache: {:?}",
         r.compile
     );
-    let audit = std::fs::read_to_string(env.home.path().join("audit/calls.jsonl")).unwrap();
+    let audit = std::fs::read_to_string(env.home.path().join("audit/audit.jsonl")).unwrap();
     assert!(audit.contains("\"session\":\"sess-1\""), "{audit}");
 }
 

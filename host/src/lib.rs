@@ -4,10 +4,12 @@
 //! WebAssembly component built against `wit/`. The [`library`] installs skills, verifies
 //! their bytes and runs them in the [`sandbox`], which gives each call only the
 //! [`capabilities`] that the skill declares and the user's [`policy`] grants. Skills reach
-//! long-term and session [`memory`] through host interfaces, never directly. The [`agent`]
-//! loop lets an LLM pick which skill to call next.
+//! long-term and session [`memory`] through host interfaces, never directly. Every call is
+//! recorded in the hash-chained [`audit`] log. The [`agent`] loop lets an LLM pick which
+//! skill to call next.
 
 pub mod agent;
+pub mod audit;
 pub mod authoring;
 pub mod bundle;
 pub mod capabilities;

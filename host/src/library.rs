@@ -9,7 +9,7 @@
 //! skills/<name>/install.json  hashes, imports, install time
 //! cache/                    compiled components (see `sandbox::cache`)
 //! memory/                   long-term + session memory, daily notes (see crate::memory)
-//! audit/calls.jsonl         one line per skill call
+//! audit/audit.jsonl         hash-chained log, one line per skill call or agent step (see `audit`)
 //! ```
 //!
 //! Installs are staged in a sibling directory and swapped in with renames, so a crash
@@ -889,32 +889,17 @@ impl Library {
         Ok(report)
     }
 
-    /// Append the call to the audit file. A failure to audit is reported on stderr, never
+    /// The hash-chained audit log of this home (see [`crate::audit`]).
+    pub fn audit_log(&self) -> crate::audit::AuditLog {
+        crate::audit::AuditLog::in_home(&self.root)
+    }
+
+    /// Append the call to the audit log. A failure to audit is reported on stderr, never
     /// silently ignored, but does not undo the call.
     fn audit(&self, report: &RunReport) {
-        let path = self.root.join("audit").join("calls.jsonl");
-        let line = serde_json::json!({
-            "ts_ms": now_ms(),
-            "session": report.session,
-            "step": report.step,
-            "skill": report.skill,
-            "content_hash": report.content_hash,
-            "params": report.params,
-            "status": match &report.result { Ok(o) => serde_json::to_value(o.status).unwrap_or_default(), Err(e) => Value::String(e.to_string()) },
-            "denials": report.denials,
-            "logs": report.logs,
-            "memories_stored": report.memories.stored,
-            "elapsed_us": report.elapsed_us,
-            "memory_peak_bytes": report.memory_peak_bytes,
-        });
-        let result = (|| -> Result<()> {
-            std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-            writeln!(f, "{line}")?;
-            Ok(())
-        })();
-        if let Err(e) = result {
-            eprintln!("warning: cannot write the audit log {}: {e:#}", path.display());
+        let log = self.audit_log();
+        if let Err(e) = log.append(crate::audit::call_entry(report)) {
+            eprintln!("warning: cannot write the audit log {}: {e:#}", log.path().display());
         }
     }
 }

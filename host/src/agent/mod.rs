@@ -4,5 +4,9 @@
 //! The loop talks to models only through [`provider::Provider`], so OpenAI-compatible servers,
 //! Anthropic and the scripted replay used by tests and offline demos are interchangeable, and
 //! every transport failure reaches the loop as one [`provider::ProviderError`] sentence.
+//! [`repair`] turns what a model answered into one JSON action (or a sentence to re-ask
+//! with); [`guardrail`] checks the final answer against the evidence the skills returned.
 
+pub mod guardrail;
 pub mod provider;
+pub mod repair;

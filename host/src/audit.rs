@@ -1,0 +1,639 @@
+//! The audit log: one JSON line per skill call or agent step in `<home>/audit/audit.jsonl`,
+//! hash-chained so that editing, deleting, inserting or reordering a line is detectable.
+//!
+//! Each line is the caller's entry plus `seq` (1-based, contiguous), `ts` (RFC 3339, UTC,
+//! milliseconds), `prev` (the previous line's `hash`; 64 zeros on the first line) and
+//! `hash`: the hex sha256 over `prev` followed by the canonical JSON of the line without
+//! `hash` (no whitespace, object keys sorted by bytes at every level). The canonical form is
+//! written by [`canonical_json`] rather than left to serde_json's map type, whose order a
+//! `preserve_order` feature anywhere in the dependency graph would silently change.
+//!
+//! Appends hold an exclusive lock on the file (flock, through `File::lock`), take the
+//! previous hash from the last line (read backwards from the end, so an append costs the
+//! same on a large log), and write the line with one `write_all` followed by `sync_data`.
+//! A crash mid-write leaves a torn last line without a newline: [`AuditLog::verify`] reports
+//! it as such, not as tampering, and the next append cuts it off (that entry was never
+//! complete, so nothing written whole is lost) and records how many bytes it discarded in
+//! its own entry (`torn_tail_bytes`).
+//!
+//! What a chain alone cannot show is lines cut off the end: what remains still verifies.
+//! `skillhost audit verify` prints the head hash; keep it elsewhere if that matters.
+
+use std::fs::File;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::library::RunReport;
+use crate::sandbox::Denial;
+
+/// `prev` of the first line.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// Fields the log sets itself; an entry may not bring its own.
+const RESERVED: [&str; 5] = ["seq", "ts", "prev", "hash", "torn_tail_bytes"];
+
+/// Longest last line an append reads back: far above any entry (the sandbox caps logs and
+/// parameters), so a longer one is damage, not an entry.
+const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// Most characters of a skill's output kept in a call entry: enough to recognise the
+/// result, not a second copy of it.
+const PREVIEW_CHARS: usize = 200;
+
+/// What a line records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// One skill call (`Library::run`).
+    Call,
+    /// One step of the agent loop.
+    Step,
+}
+
+/// A new entry of `kind` for `session`, to be filled in and passed to [`AuditLog::append`].
+pub fn new_entry(kind: EntryKind, session: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("kind".into(), serde_json::to_value(kind).unwrap_or(Value::Null));
+    m.insert("session".into(), Value::String(session.to_string()));
+    m
+}
+
+/// The `call` entry for one skill call.
+pub fn call_entry(report: &RunReport) -> Map<String, Value> {
+    let mut m = new_entry(EntryKind::Call, &report.session);
+    m.insert("step".into(), report.step.into());
+    m.insert("skill".into(), report.skill.clone().into());
+    m.insert("version".into(), report.version.clone().into());
+    m.insert("skill_hash".into(), report.content_hash.clone().into());
+    m.insert("params".into(), report.params.clone());
+    match &report.result {
+        Ok(out) => {
+            m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
+            m.insert("output_bytes".into(), out.output.len().into());
+            m.insert("output_preview".into(), preview(&out.output).into());
+        }
+        Err(e) => {
+            // The error's kind (`timeout`, `invalid-params`, ...) is the status; the sentence goes beside it.
+            let kind = serde_json::to_value(e).ok().and_then(|v| v.get("kind").cloned()).unwrap_or(Value::Null);
+            m.insert("status".into(), kind);
+            m.insert("error".into(), e.to_string().into());
+        }
+    }
+    m.insert("elapsed_us".into(), report.elapsed_us.into());
+    m.insert("memory_peak_bytes".into(), report.memory_peak_bytes.into());
+    m.insert("denials".into(), serde_json::to_value(&report.denials).unwrap_or_default());
+    m.insert("memories_stored".into(), serde_json::to_value(&report.memories.stored).unwrap_or_default());
+    m.insert("memories_dropped".into(), serde_json::to_value(&report.memories.dropped).unwrap_or_default());
+    m.insert("logs".into(), serde_json::to_value(&report.logs).unwrap_or_default());
+    m
+}
+
+/// One step of the agent loop, as SPEC section 6 lists it. [`StepEntry::into_entry`] makes
+/// it an entry for [`AuditLog::append`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepEntry {
+    pub session: String,
+    pub step: u32,
+    /// Bytes of the context sent to the model.
+    pub prompt_bytes: usize,
+    /// `call_skill`, `reply`, `require_more`, or what the model sent when it was none of them.
+    pub action: String,
+    pub skill: Option<String>,
+    /// Content hash of the skill version that ran.
+    pub skill_hash: Option<String>,
+    pub params: Value,
+    pub result_summary: String,
+    pub status: String,
+    pub model_us: u64,
+    pub elapsed_us: u64,
+    pub memory_peak_bytes: usize,
+    pub denials: Vec<Denial>,
+    pub memories_stored: Vec<u64>,
+}
+
+impl StepEntry {
+    pub fn into_entry(self) -> Map<String, Value> {
+        let mut m = new_entry(EntryKind::Step, &self.session);
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&self) {
+            m.extend(fields);
+        }
+        m
+    }
+}
+
+fn preview(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(PREVIEW_CHARS) {
+        Some((i, _)) => format!("{}…", &flat[..i]),
+        None => flat,
+    }
+}
+
+/// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
+/// scalars as serde_json writes them. What the chain hashes.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in pairs.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// The hash a line records: sha256 over `prev` and the canonical line without `hash`.
+fn line_hash(prev: &str, without_hash: &Map<String, Value>) -> String {
+    let mut h = Sha256::new();
+    h.update(prev.as_bytes());
+    h.update(canonical_json(&Value::Object(without_hash.clone())).as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let now = now.replace_millisecond(now.millisecond()).unwrap_or(now);
+    now.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// What an append wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct Appended {
+    pub seq: u64,
+    pub hash: String,
+    /// Bytes of a torn last line (an interrupted write) cut off before this append.
+    pub torn_tail_bytes: u64,
+}
+
+/// A successful [`AuditLog::verify`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Verified {
+    /// Complete lines, all verified.
+    pub entries: u64,
+    /// `hash` of the last verified line (GENESIS when empty): keep it elsewhere to detect
+    /// lines later cut off the end.
+    pub head: String,
+    pub torn_tail: Option<TornTail>,
+}
+
+/// An unfinished last line: a write interrupted by a crash, not tampering.
+#[derive(Debug, Clone, Serialize)]
+pub struct TornTail {
+    pub line: u64,
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for TornTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {} is incomplete ({} bytes, no newline at the end of the file): a write was interrupted, probably by a crash. It is not part of the chain; the {} lines before it verify, and the next append discards it",
+            self.line,
+            self.bytes,
+            self.line - 1
+        )
+    }
+}
+
+/// Why a line breaks the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Problem {
+    /// Not JSON, or not an object with `seq`, `prev` and `hash`.
+    Unparseable,
+    /// The content does not hash to the recorded `hash`: the line was edited.
+    HashMismatch,
+    /// `prev` is not the previous line's hash: a line was deleted, inserted or reordered.
+    PrevMismatch,
+    /// `seq` is not the line number.
+    SeqGap,
+}
+
+/// The first line that breaks the chain.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainBreak {
+    /// 1-based line number in the file.
+    pub line: u64,
+    pub problem: Problem,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("{}", .0.message)]
+    Broken(ChainBreak),
+    #[error("cannot read the audit log {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Every readable entry of the log, in order.
+#[derive(Debug, Clone, Default)]
+pub struct AuditRead {
+    pub entries: Vec<Map<String, Value>>,
+    /// Line numbers that are not JSON objects (`skillhost audit verify` says why).
+    pub unreadable: Vec<u64>,
+}
+
+/// One session as `skillhost audit list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionSummary {
+    pub session: String,
+    pub first_ts: String,
+    pub last_ts: String,
+    pub entries: usize,
+    /// Skills called, in order of first call.
+    pub skills: Vec<String>,
+    /// Status of the session's last entry.
+    pub final_status: String,
+    pub denials: usize,
+}
+
+fn str_field<'a>(m: &'a Map<String, Value>, key: &str) -> &'a str {
+    m.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+impl AuditRead {
+    /// Sessions in order of their first entry.
+    pub fn sessions(&self) -> Vec<SessionSummary> {
+        let mut out: Vec<SessionSummary> = Vec::new();
+        for e in &self.entries {
+            let session = str_field(e, "session");
+            let idx = match out.iter().position(|s| s.session == session) {
+                Some(i) => i,
+                None => {
+                    out.push(SessionSummary {
+                        session: session.to_string(),
+                        first_ts: str_field(e, "ts").to_string(),
+                        last_ts: String::new(),
+                        entries: 0,
+                        skills: Vec::new(),
+                        final_status: String::new(),
+                        denials: 0,
+                    });
+                    out.len() - 1
+                }
+            };
+            let s = &mut out[idx];
+            s.entries += 1;
+            s.last_ts = str_field(e, "ts").to_string();
+            s.final_status = str_field(e, "status").to_string();
+            s.denials += e.get("denials").and_then(Value::as_array).map_or(0, Vec::len);
+            let skill = str_field(e, "skill");
+            if !skill.is_empty() && !s.skills.iter().any(|k| k == skill) {
+                s.skills.push(skill.to_string());
+            }
+        }
+        out
+    }
+
+    /// The entries of `session`, in order.
+    pub fn session(&self, session: &str) -> Vec<Map<String, Value>> {
+        self.entries.iter().filter(|e| str_field(e, "session") == session).cloned().collect()
+    }
+}
+
+/// The append-only, hash-chained log in one file.
+#[derive(Debug, Clone)]
+pub struct AuditLog {
+    path: PathBuf,
+}
+
+impl AuditLog {
+    pub fn new(path: impl Into<PathBuf>) -> AuditLog {
+        AuditLog { path: path.into() }
+    }
+
+    /// The log of a skillhost home: `<home>/audit/audit.jsonl`.
+    pub fn in_home(home: &Path) -> AuditLog {
+        AuditLog::new(home.join("audit").join("audit.jsonl"))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append `entry` (which must have a `kind` and a `session`) as the next line of the chain.
+    pub fn append(&self, mut entry: Map<String, Value>) -> Result<Appended> {
+        if !matches!(entry.get("kind"), Some(Value::String(k)) if k == "call" || k == "step") {
+            bail!("an audit entry needs `kind`: \"call\" or \"step\"");
+        }
+        if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
+            bail!("an audit entry needs a non-empty `session`");
+        }
+        if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(**k)) {
+            bail!("`{k}` is set by the audit log itself; leave it out of the entry");
+        }
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&self.path)
+            .with_context(|| format!("cannot open {}", self.path.display()))?;
+        file.lock().with_context(|| format!("cannot lock {}", self.path.display()))?;
+        let tail = last_entry(&file).with_context(|| format!("cannot read the end of {}", self.path.display()))?;
+        if tail.torn_bytes > 0 {
+            file.set_len(tail.complete_len)
+                .with_context(|| format!("cannot cut the torn last line of {}", self.path.display()))?;
+            entry.insert("torn_tail_bytes".into(), tail.torn_bytes.into());
+        }
+        let seq = tail.seq + 1;
+        entry.insert("seq".into(), seq.into());
+        entry.insert("ts".into(), now_rfc3339().into());
+        entry.insert("prev".into(), tail.hash.clone().into());
+        let hash = line_hash(&tail.hash, &entry);
+        entry.insert("hash".into(), hash.clone().into());
+        let mut line = canonical_json(&Value::Object(entry));
+        line.push('\n');
+        (&file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;
+        file.sync_data().with_context(|| format!("cannot sync {}", self.path.display()))?;
+        Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
+    }
+
+    /// Walk the whole file and check every line: JSON object, recorded hash, link to the
+    /// previous line, contiguous `seq`. Names the first line that fails.
+    pub fn verify(&self) -> Result<Verified, VerifyError> {
+        let io = |source| VerifyError::Io { path: self.path.clone(), source };
+        let file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Verified { entries: 0, head: GENESIS.to_string(), torn_tail: None });
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let mut reader = BufReader::new(file);
+        let mut buf = Vec::new();
+        let mut prev = GENESIS.to_string();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            let Some(content) = buf.strip_suffix(b"\n") else {
+                let torn = TornTail { line: line_no, bytes: n as u64 };
+                return Ok(Verified { entries: line_no - 1, head: prev, torn_tail: Some(torn) });
+            };
+            prev = check_line(line_no, content, &prev).map_err(VerifyError::Broken)?;
+        }
+        Ok(Verified { entries: line_no, head: prev, torn_tail: None })
+    }
+
+    /// Every entry that parses, in order, and the numbers of lines that do not. Does not
+    /// verify the chain (see [`AuditLog::verify`]).
+    pub fn read(&self) -> Result<AuditRead> {
+        let text = match std::fs::read(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(AuditRead::default()),
+            Err(e) => return Err(anyhow!("cannot read the audit log {}: {e}", self.path.display())),
+        };
+        let mut out = AuditRead::default();
+        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            match serde_json::from_slice::<Value>(line) {
+                Ok(Value::Object(m)) => out.entries.push(m),
+                _ => out.unreadable.push(i as u64 + 1),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Per session: first and last time, entries, skills called, final status.
+    pub fn list(&self) -> Result<Vec<SessionSummary>> {
+        Ok(self.read()?.sessions())
+    }
+
+    /// The entries of `session`, in order; an error when it has none.
+    pub fn show(&self, session: &str) -> Result<Vec<Map<String, Value>>> {
+        let entries = self.read()?.session(session);
+        if entries.is_empty() {
+            bail!("no audit entries for session `{session}`; `skillhost audit list` shows the sessions");
+        }
+        Ok(entries)
+    }
+}
+
+/// Check one complete line against the previous line's hash; its own hash on success.
+fn check_line(n: u64, content: &[u8], prev: &str) -> Result<String, ChainBreak> {
+    let broken = |problem, message: String| ChainBreak { line: n, problem, message: format!("line {n} {message}") };
+    let mut entry = match serde_json::from_slice::<Value>(content) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return Err(broken(Problem::Unparseable, "is not a JSON object".into())),
+        Err(e) => return Err(broken(Problem::Unparseable, format!("is not valid JSON ({e})"))),
+    };
+    let Some(Value::String(recorded)) = entry.remove("hash") else {
+        return Err(broken(Problem::Unparseable, "has no `hash` field".into()));
+    };
+    let Some(line_prev) = entry.get("prev").and_then(Value::as_str).map(str::to_string) else {
+        return Err(broken(Problem::Unparseable, "has no `prev` field".into()));
+    };
+    let actual = line_hash(&line_prev, &entry);
+    if actual != recorded {
+        return Err(broken(
+            Problem::HashMismatch,
+            format!(
+                "was modified after it was written: its content hashes to {}…, but it records {}…",
+                short(&actual),
+                short(&recorded)
+            ),
+        ));
+    }
+    if line_prev != prev {
+        let seq = entry.get("seq").map_or("none".to_string(), Value::to_string);
+        let message = if n == 1 {
+            format!(
+                "(seq {seq}) should start the chain (prev of 64 zeros) but records prev {}…: lines before it were deleted",
+                short(&line_prev)
+            )
+        } else {
+            format!(
+                "(seq {seq}) does not follow line {}: it records prev {}…, but line {} hashes to {}…; a line was deleted, inserted or reordered here",
+                n - 1,
+                short(&line_prev),
+                n - 1,
+                short(prev)
+            )
+        };
+        return Err(broken(Problem::PrevMismatch, message));
+    }
+    match entry.get("seq").and_then(Value::as_u64) {
+        Some(s) if s == n => Ok(recorded),
+        other => Err(broken(
+            Problem::SeqGap,
+            format!("has seq {}, expected {n}: lines were renumbered", other.map_or("none".into(), |s| s.to_string())),
+        )),
+    }
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// The end of the log as an append needs it.
+struct Tail {
+    /// `hash` and `seq` of the last complete line (GENESIS and 0 when there is none).
+    hash: String,
+    seq: u64,
+    /// Length of the file without a torn last line.
+    complete_len: u64,
+    torn_bytes: u64,
+}
+
+/// Read the last complete line from the end of the file, without reading the rest.
+fn last_entry(file: &File) -> Result<Tail> {
+    let len = file.metadata()?.len();
+    let mut tail = Tail { hash: GENESIS.to_string(), seq: 0, complete_len: len, torn_bytes: 0 };
+    if len == 0 {
+        return Ok(tail);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    if last[0] != b'\n' {
+        tail.complete_len = last_newline_before(file, len)?.map_or(0, |p| p + 1);
+        tail.torn_bytes = len - tail.complete_len;
+    }
+    if tail.complete_len == 0 {
+        return Ok(tail);
+    }
+    let end = tail.complete_len - 1; // the newline ending the last complete line
+    let start = last_newline_before(file, end)?.map_or(0, |p| p + 1);
+    if end - start > MAX_LINE_BYTES {
+        bail!(
+            "its last line is {} bytes, more than any entry; nothing more can be chained to it. Run `skillhost audit verify` to find the damage",
+            end - start
+        );
+    }
+    let mut line = vec![0u8; (end - start) as usize];
+    file.read_exact_at(&mut line, start)?;
+    let entry: Map<String, Value> = serde_json::from_slice(&line).map_err(|e| {
+        anyhow!(
+            "its last line is not a valid audit entry ({e}); nothing more can be chained to it. Run `skillhost audit verify` to find the damage"
+        )
+    })?;
+    let (Some(hash), Some(seq)) = (entry.get("hash").and_then(Value::as_str), entry.get("seq").and_then(Value::as_u64))
+    else {
+        bail!("its last line has no `hash` or `seq`; run `skillhost audit verify` to find the damage");
+    };
+    tail.hash = hash.to_string();
+    tail.seq = seq;
+    Ok(tail)
+}
+
+/// Offset of the last `\n` before `end`, reading backwards in chunks.
+fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
+    const CHUNK: u64 = 8192;
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut hi = end;
+    while hi > 0 {
+        let lo = hi.saturating_sub(CHUNK);
+        let chunk = &mut buf[..(hi - lo) as usize];
+        file.read_exact_at(chunk, lo)?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            return Ok(Some(lo + i as u64));
+        }
+        hi = lo;
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_form_sorts_keys_at_every_level() {
+        let v = json!({"b": 1, "a": {"d": [ {"z": 1, "y": 2} ], "c": "x\"y"}});
+        assert_eq!(canonical_json(&v), r#"{"a":{"c":"x\"y","d":[{"y":2,"z":1}]},"b":1}"#);
+    }
+
+    #[test]
+    fn entries_must_say_what_and_whose() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::in_home(dir.path());
+        assert!(log.append(Map::new()).unwrap_err().to_string().contains("kind"));
+        assert!(log.append(new_entry(EntryKind::Call, "")).unwrap_err().to_string().contains("session"));
+        let mut e = new_entry(EntryKind::Step, "s");
+        e.insert("hash".into(), "x".into());
+        assert!(log.append(e).unwrap_err().to_string().contains("`hash` is set by the audit log"));
+        assert_eq!(log.verify().unwrap().entries, 0);
+    }
+
+    #[test]
+    fn appends_chain_and_step_entries_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::in_home(dir.path());
+        let first = log.append(new_entry(EntryKind::Call, "s1")).unwrap();
+        let step = StepEntry {
+            session: "s1".into(),
+            step: 2,
+            action: "call_skill".into(),
+            skill: Some("read-log-file".into()),
+            status: "success".into(),
+            ..Default::default()
+        };
+        let second = log.append(step.into_entry()).unwrap();
+        assert_eq!((first.seq, second.seq), (1, 2));
+        let v = log.verify().unwrap();
+        assert_eq!((v.entries, v.head.as_str()), (2, second.hash.as_str()));
+        let shown = log.show("s1").unwrap();
+        assert_eq!(shown[0]["prev"], GENESIS);
+        assert_eq!(shown[1]["prev"], first.hash.as_str());
+        assert_eq!(shown[1]["kind"], "step");
+        assert_eq!(shown[1]["action"], "call_skill");
+        let sessions = log.list().unwrap();
+        assert_eq!(sessions.len(), 1);
+        assert_eq!(sessions[0].skills, vec!["read-log-file"]);
+        assert_eq!(sessions[0].final_status, "success");
+        assert!(log.show("nope").unwrap_err().to_string().contains("no audit entries for session `nope`"));
+    }
+
+    #[test]
+    fn the_tail_is_found_across_chunk_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::in_home(dir.path());
+        for i in 0..3 {
+            let mut e = new_entry(EntryKind::Call, "s");
+            e.insert("params".into(), json!({"blob": "x".repeat(9000 * i + 10)}));
+            log.append(e).unwrap();
+        }
+        assert_eq!(log.verify().unwrap().entries, 3);
+    }
+}
