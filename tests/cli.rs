@@ -358,3 +358,96 @@ fn workspace_precedence_flag_then_user_policy_then_cwd() {
     assert_eq!(read(from_cwd.path(), None), "policy");
     assert_eq!(read(from_cwd.path(), Some(from_flag.path())), "flag");
 }
+
+#[test]
+fn memory_commands_search_quarantine_export_and_import() {
+    let env = Env::new();
+    for name in ["notes", "kb"] {
+        let dir = env.probe_as(name, "capabilities:\n  memory: write\n");
+        skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    }
+    skillhost(&env)
+        .args([
+            "skill",
+            "run",
+            "notes",
+            "-p",
+            "mode=remember",
+            "-p",
+            "arg=the staging server is called atlas",
+            "-p",
+            "n=2",
+        ])
+        .assert()
+        .success();
+    skillhost(&env)
+        .args(["skill", "run", "kb", "-p", "mode=remember", "-p", "arg=ticket 42 was a baud mismatch", "-p", "n=1"])
+        .assert()
+        .success();
+    let notes_hash =
+        json_of(&skillhost(&env).args(["--json", "skill", "info", "notes"]).output().unwrap().stdout)["record"]["content_hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+
+    let hits = json_of(&skillhost(&env).args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
+    let hits = hits.as_array().unwrap();
+    assert_eq!(hits.len(), 2);
+    let prov = &hits[0]["record"]["provenance"][0];
+    assert_eq!((prov["skill"].as_str(), prov["skill_hash"].as_str()), (Some("notes"), Some(notes_hash.as_str())));
+
+    let view = json_of(&skillhost(&env).args(["--json", "memory", "show"]).output().unwrap().stdout);
+    assert!(view["tokens"].as_u64().unwrap() <= 2000);
+    assert!(view["text"].as_str().unwrap().contains("atlas") && view["text"].as_str().unwrap().contains("ticket 42"));
+
+    // Poisoned-memory response: everything `notes` wrote (this version) is deprecated.
+    let prefix = &notes_hash[..12];
+    let q = json_of(
+        &skillhost(&env)
+            .args(["--json", "memory", "quarantine", "--skill", "notes", "--version", prefix])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert_eq!(q["deprecated"].as_array().unwrap().len(), 2);
+    let after =
+        json_of(&skillhost(&env).args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
+    assert_eq!(after.as_array().unwrap().len(), 0);
+    let shown = skillhost(&env).args(["memory", "show"]).output().unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(!text.contains("atlas") && text.contains("ticket 42"), "{text}");
+
+    // Export from this home, import into a fresh one: identical export.
+    let file = env.sources.path().join("mem.jsonl");
+    skillhost(&env).args(["memory", "export", "-o"]).arg(&file).assert().success();
+    let other = Env::new();
+    let imported = json_of(&skillhost(&other).args(["--json", "memory", "import"]).arg(&file).output().unwrap().stdout);
+    assert_eq!(imported["imported"], 3);
+    let a = skillhost(&env).args(["memory", "export"]).output().unwrap().stdout;
+    let b = skillhost(&other).args(["memory", "export"]).output().unwrap().stdout;
+    assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
+
+    // Bad input: clear errors, exit 1, nothing stored.
+    let out = skillhost(&other).args(["memory", "add", "x", "--priority", "9"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("0 (ephemeral) to 5"));
+    let out = skillhost(&other).args(["memory", "add", "x", "--kind", "rumour"]).assert().code(2);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("preference, fact"));
+    let out = skillhost(&other).args(["memory", "forget", "999"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("no memory #999"));
+
+    // Forget is reversible; daily notes are searchable.
+    let forgotten = json_of(&skillhost(&other).args(["--json", "memory", "forget", "3"]).output().unwrap().stdout);
+    let archive_id = forgotten["archive_id"].as_u64().unwrap().to_string();
+    skillhost(&other).args(["memory", "archive", "--restore", &archive_id]).assert().success();
+    assert_eq!(
+        json_of(&skillhost(&other).args(["--json", "memory", "search", "ticket"]).output().unwrap().stdout)
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    skillhost(&other).args(["memory", "daily", "--add", "串口 乱码 seen again on board 7"]).assert().success();
+    let daily =
+        json_of(&skillhost(&other).args(["--json", "memory", "search", "--daily", "乱码"]).output().unwrap().stdout);
+    assert_eq!(daily.as_array().unwrap().len(), 1);
+}

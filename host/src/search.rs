@@ -102,6 +102,19 @@ impl SkillIndex {
     }
 }
 
+/// The terms `text` is indexed under (skills and memories alike), first occurrence order.
+pub fn analyze(text: &str) -> Vec<String> {
+    let mut analyzer = analyzer();
+    let mut stream = analyzer.token_stream(text);
+    let mut out: Vec<String> = Vec::new();
+    while let Some(t) = stream.next() {
+        if !out.contains(&t.text) {
+            out.push(t.text.clone());
+        }
+    }
+    out
+}
+
 pub(crate) fn analyzer() -> TextAnalyzer {
     let builder = TextAnalyzer::builder(MixedScriptTokenizer).filter(LowerCaser);
     match StopWordFilter::new(Language::English) {

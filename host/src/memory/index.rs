@@ -19,7 +19,6 @@ use tantivy::schema::Value as _;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::tokenizer::TokenStream as _;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
 use super::daily::DailyEntry;
@@ -210,15 +209,7 @@ impl MemoryIndex {
 
     /// Analyzed terms of `text`, deduplicated, in order of first appearance.
     pub fn terms(&self, text: &str) -> Vec<String> {
-        let mut analyzer = self.index.tokenizers().get(ANALYZER).unwrap_or_else(crate::search::analyzer);
-        let mut stream = analyzer.token_stream(text);
-        let mut out: Vec<String> = Vec::new();
-        while let Some(t) = stream.next() {
-            if !out.contains(&t.text) {
-                out.push(t.text.clone());
-            }
-        }
-        out
+        crate::search::analyze(text)
     }
 
     fn text_query(&self, query: &str) -> Option<Box<dyn Query>> {
