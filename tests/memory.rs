@@ -123,7 +123,7 @@ fn the_view_never_exceeds_its_budget_across_random_writes() {
     let seed = 0x5eed_1234_u64;
     let mut rng = Rng(seed);
     let mut refused = 0;
-    let writes = 1500;
+    let writes = 1200;
     for i in 0..writes {
         clock.fetch_add(rng.below(3 * 3_600_000), Ordering::SeqCst);
         let kind = MemoryKind::ALL[rng.below(6) as usize];
@@ -156,7 +156,7 @@ fn the_view_never_exceeds_its_budget_across_random_writes() {
     }
     let view = m.view("default").unwrap();
     assert!(view.tokens > 1800, "the view should be nearly full after {writes} writes: {}", view.tokens);
-    assert!(!view.omitted.is_empty());
+    assert!(view.omitted > 0);
     assert!(refused > 0, "some priority-5 writes must have been refused once the budget filled");
     assert!(view.sections.len() >= 2, "ranked records of several kinds share the budget: {:?}", view.sections);
 }

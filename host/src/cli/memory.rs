@@ -142,7 +142,7 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                     view.tokens,
                     view.budget,
                     view.included().count(),
-                    view.omitted.len()
+                    view.omitted
                 );
             }
         }

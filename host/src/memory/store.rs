@@ -98,6 +98,8 @@ pub struct Memory {
     config: MemoryConfig,
     clock: Clock,
     line_tokens: Mutex<HashMap<(u64, u64, u8), usize>>,
+    /// Views by namespace: (store generation, valid until ms, view).
+    views: Mutex<HashMap<String, (u64, u64, MemoryView)>>,
     _lock: StoreLock,
 }
 
@@ -296,6 +298,7 @@ impl Memory {
             config,
             clock: Box::new(system_now_ms),
             line_tokens: Mutex::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
             _lock: lock,
         };
         if !fresh {
@@ -327,9 +330,7 @@ impl Memory {
     }
 
     fn current_stamp(&self) -> Result<String> {
-        let txn = self.db.begin_read()?;
-        let g = txn.open_table(META)?.get("generation")?.map(|v| v.value()).unwrap_or(0);
-        Ok(index::stamp(g, &self.daily.fingerprint()?))
+        Ok(index::stamp(self.generation()?, &self.daily.fingerprint()?))
     }
 
     /// Rebuild the search index from the store (and the daily notes).
@@ -595,8 +596,13 @@ impl Memory {
         let now = self.now_ms();
         let mut recent = Vec::new();
         {
-            let ids = self.ids_of_namespace(namespace)?;
-            for r in self.load(ids.into_iter().rev())? {
+            let txn = self.db.begin_read()?;
+            let by_ns = txn.open_multimap_table(BY_NAMESPACE)?;
+            let records = txn.open_table(RECORDS)?;
+            for id in by_ns.get(namespace)?.rev() {
+                let id = id?.value();
+                let Some(v) = records.get(id)? else { continue };
+                let r = decode_record(v.value(), id)?;
                 if r.is_live(now) {
                     recent.push(r);
                     if recent.len() == 5 {
@@ -658,9 +664,29 @@ impl Memory {
     /// The MEMORY.md view of `namespace`.
     pub fn view(&self, namespace: &str) -> Result<MemoryView> {
         validate_namespace(namespace)?;
-        let live = self.live(namespace)?;
         let now = self.now_ms();
-        Ok(view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r)))
+        let generation = self.generation()?;
+        if let Ok(views) = self.views.lock()
+            && let Some((g, valid_until, v)) = views.get(namespace)
+            && *g == generation
+            && now < *valid_until
+        {
+            return Ok(v.clone());
+        }
+        let live = self.live(namespace)?;
+        let view = view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r));
+        // Valid until the next hour (recency moves slowly) or the next expiry, whichever is first.
+        let next_expiry = live.iter().filter_map(|r| r.expires_ms).min().unwrap_or(u64::MAX);
+        let valid_until = (now / 3_600_000 + 1).saturating_mul(3_600_000).min(next_expiry);
+        if let Ok(mut views) = self.views.lock() {
+            views.insert(namespace.to_string(), (generation, valid_until, view.clone()));
+        }
+        Ok(view)
+    }
+
+    fn generation(&self) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(META)?.get("generation")?.map(|v| v.value()).unwrap_or(0))
     }
 
     fn update_record(&self, id: u64, change: impl FnOnce(&mut MemoryRecord) -> Result<()>) -> Result<MemoryRecord> {

@@ -11,6 +11,11 @@ use serde::Serialize;
 use super::records::{MemoryKind, MemoryRecord};
 use super::tokens::count_tokens;
 
+/// The smallest bullet (`- [#1 p0] x\n`) is more than this many tokens.
+const MIN_LINE_TOKENS: usize = 8;
+/// Records tried in a row without fitting before the rest are left out.
+const MAX_MISSES: usize = 64;
+
 pub const SECTIONS: [&str; 4] = ["User preferences", "Project knowledge", "Pitfalls", "Other"];
 
 fn section_of(kind: MemoryKind) -> usize {
@@ -37,8 +42,8 @@ pub struct MemoryView {
     pub tokens: usize,
     pub budget: usize,
     pub sections: Vec<ViewSection>,
-    /// Live records that did not fit.
-    pub omitted: Vec<u64>,
+    /// How many live records did not fit.
+    pub omitted: usize,
     /// Only possible when priority-5 records alone exceed the budget (e.g. after lowering it).
     pub over_budget: bool,
 }
@@ -98,14 +103,22 @@ pub(super) fn render(
         count_tokens(&header(namespace)) + SECTIONS.iter().map(|t| count_tokens(&format!("\n## {t}\n"))).sum::<usize>();
     let mut used = frame;
     let mut chosen: Vec<&MemoryRecord> = Vec::new();
-    let mut omitted = Vec::new();
+    let mut omitted = 0;
+    // Once the budget is nearly full, what is left rarely fits: stop trying after a run of
+    // misses instead of tokenizing every remaining record (priority 5 is always taken).
+    let mut misses = 0;
     for (r, _) in &ranked {
+        if r.priority < 5 && (misses >= MAX_MISSES || used + MIN_LINE_TOKENS > budget) {
+            omitted += 1;
+            continue;
+        }
         let cost = line_tokens(r);
         if r.priority == 5 || used + cost <= budget {
             used += cost;
             chosen.push(r);
         } else {
-            omitted.push(r.id);
+            misses += 1;
+            omitted += 1;
         }
     }
     loop {
@@ -114,7 +127,10 @@ pub(super) fn render(
         // The bullet sum is an estimate (BPE merges across lines); the full count decides.
         let droppable = chosen.iter().rposition(|r| r.priority < 5);
         match droppable {
-            Some(i) if tokens > budget => omitted.push(chosen.remove(i).id),
+            Some(i) if tokens > budget => {
+                chosen.remove(i);
+                omitted += 1;
+            }
             _ => {
                 return MemoryView {
                     namespace: namespace.to_string(),
