@@ -195,18 +195,18 @@ pub fn load_profile_dir(name: &str, dir: &Path) -> Result<AgentProfile> {
     parse_profile(name, &text, Some(&file))
 }
 
-/// Two profiles sharing a namespace would see each other's memories.
-fn check_namespaces(profiles: &[AgentProfile]) -> Result<()> {
+/// Two profiles sharing a namespace would see each other's memories. The error blames the
+/// profile that sets `namespace:` explicitly (at that line) when one does.
+pub fn check_namespaces(profiles: &[AgentProfile]) -> Result<()> {
     let mut owners: HashMap<&str, &AgentProfile> = HashMap::new();
     for profile in profiles {
         if let Some(other) = owners.insert(&profile.namespace, profile) {
+            let (blamed, line) = match (namespace_line(profile), namespace_line(other)) {
+                (None, Some(line)) => (other, Some(line)),
+                (line, _) => (profile, line),
+            };
             let file =
-                profile.source.clone().unwrap_or_else(|| PathBuf::from(format!("{}/{PROFILE_FILE}", profile.name)));
-            let line = profile
-                .source
-                .as_ref()
-                .and_then(|path| std::fs::read_to_string(path).ok())
-                .and_then(|text| field_line(&text, "namespace"));
+                blamed.source.clone().unwrap_or_else(|| PathBuf::from(format!("{}/{PROFILE_FILE}", blamed.name)));
             return Err(ProfileError {
                 file,
                 line,
@@ -219,6 +219,13 @@ fn check_namespaces(profiles: &[AgentProfile]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The file line of `namespace:` in the profile's front matter, if it has one.
+fn namespace_line(profile: &AgentProfile) -> Option<usize> {
+    let text = std::fs::read_to_string(profile.source.as_ref()?).ok()?;
+    let (yaml, _) = split_front_matter(&text).ok()?;
+    field_line(&yaml, "namespace").map(|line| line + 1)
 }
 
 /// Parses the AGENT.md `text` of the profile `name`; `source` names the file in errors and is
