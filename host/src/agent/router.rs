@@ -193,7 +193,7 @@ pub fn by_keywords(request: &str, profiles: &[AgentProfile], prefix: &str) -> Ro
         })
         .collect();
     // Stable: equal scores keep the profiles' (name) order.
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(score, ..)| std::cmp::Reverse(*score));
     let best = scored.first().map_or(0, |(score, ..)| *score);
     let general = profiles.iter().find(|profile| profile.name == GENERAL);
     if best == 0 {
