@@ -15,6 +15,7 @@ use crate::library::{Library, RunOptions, RunReport, params_from_pairs};
 use crate::policy::{Grant, Policy, parse_grant};
 use crate::sandbox::Status;
 
+mod agent;
 mod memory;
 
 #[derive(Parser)]
@@ -47,6 +48,9 @@ enum Command {
     /// Read and verify the hash-chained audit log of skill calls and agent steps.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Agent profiles (roles: skills, memory namespace) and a dry run of the router.
+    #[command(subcommand)]
+    Agent(agent::AgentCmd),
 }
 
 #[derive(Subcommand)]
@@ -218,6 +222,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),
         Command::Audit(cmd) => audit(&lib, cmd, json),
+        Command::Agent(cmd) => agent::run(cli.home.as_deref(), cmd, json),
     }
 }
 

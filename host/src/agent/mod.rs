@@ -8,5 +8,7 @@
 //! with); [`guardrail`] checks the final answer against the evidence the skills returned.
 
 pub mod guardrail;
+pub mod profile;
 pub mod provider;
 pub mod repair;
+pub mod router;
