@@ -212,7 +212,9 @@ fn text(rng: &mut Rng) -> String {
     let mut s = String::new();
     for i in 0..words {
         let w = rng.word(zh_share);
-        if !s.is_empty() && !(w.chars().next().is_some_and(|c| c > '\u{2e80}') && zh_share > 50) {
+        // Chinese-heavy text runs its words together, as Chinese is written.
+        let joined = zh_share > 50 && w.chars().next().is_some_and(|c| c > '\u{2e80}');
+        if !s.is_empty() && !joined {
             s.push(' ');
         }
         s.push_str(w);

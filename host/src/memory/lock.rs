@@ -75,6 +75,9 @@ fn command_line(pid: u32) -> String {
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect::<Vec<_>>()
                 .join(" ")
+                .chars()
+                .take(200)
+                .collect()
         })
         .unwrap_or_else(|_| "skillhost".to_string())
 }

@@ -340,10 +340,19 @@ impl Memory {
         self.index.rebuild(records.iter(), &daily, &self.current_stamp()?)
     }
 
+    /// Bring the index in step after a committed write. The write itself stands either way:
+    /// if the incremental update fails the index is rebuilt, and if that fails too it is
+    /// rebuilt on the next open (its stamp no longer matches).
     fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
-        self.index
-            .apply(upserts, deletes, daily, &self.current_stamp()?)
-            .context("the memory store is updated, but its search index is not (it is rebuilt on the next open)")
+        let stamp = self.current_stamp()?;
+        if let Err(first) = self.index.apply(upserts, deletes, daily, &stamp)
+            && let Err(second) = self.rebuild_index()
+        {
+            eprintln!(
+                "warning: memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next open"
+            );
+        }
+        Ok(())
     }
 
     /// A record by id (any state).
