@@ -147,6 +147,9 @@ pub struct Outcome {
     pub total_steps: u32,
 }
 
+/// Called after every step (live progress).
+pub type ProgressFn = Box<dyn Fn(&StepReport) + Send + Sync>;
+
 /// Knobs of a run.
 #[derive(Default)]
 pub struct AgentOptions {
@@ -155,7 +158,7 @@ pub struct AgentOptions {
     /// Native tool calling instead of JSON mode.
     pub tools: bool,
     /// Called after every step.
-    pub progress: Option<Box<dyn Fn(&StepReport) + Send + Sync>>,
+    pub progress: Option<ProgressFn>,
 }
 
 /// Which profile handles `request`: the one asked for by name, else the router's choice.
@@ -532,7 +535,7 @@ impl<'a> Agent<'a> {
                 trailing.len()
             ));
         }
-        if !notes.is_empty() && self.memory_changed(executed) {
+        if !executed.memories_stored.is_empty() {
             // Refresh the memory part of the prompt only when something was written.
             if let Ok(m) = MemorySummary::load(self.library, &self.state.namespace, &self.state.goal) {
                 self.memory = m;
@@ -540,10 +543,6 @@ impl<'a> Agent<'a> {
         }
         self.state.feedback.extend(notes.iter().cloned());
         notes
-    }
-
-    fn memory_changed(&self, executed: &Executed) -> bool {
-        !executed.memories_stored.is_empty()
     }
 
     #[allow(clippy::too_many_arguments)]
