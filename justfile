@@ -36,6 +36,7 @@ test: build-skills
 # Benchmarks: warm/cold call, compile, against process-per-call baselines. Prints ratios.
 bench: build-skills
     cargo bench -p skillhost --bench runtime
+    cargo bench -p skillhost --bench agent
 
 # Formatting and clippy, warnings as errors.
 lint:
