@@ -37,6 +37,7 @@ test: build-skills
 bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
+    cargo bench -p skillhost --bench agent
 
 # Formatting and clippy, warnings as errors.
 lint:

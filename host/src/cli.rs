@@ -17,6 +17,7 @@ use crate::sandbox::Status;
 
 mod agent;
 mod memory;
+mod run;
 
 #[derive(Parser)]
 #[command(name = "skillhost", version, about = "A WebAssembly-sandboxed skill host for AI agents")]
@@ -51,6 +52,8 @@ enum Command {
     /// Agent profiles (roles: skills, memory namespace) and a dry run of the router.
     #[command(subcommand)]
     Agent(agent::AgentCmd),
+    /// Run the agent on a task: the model picks skills step by step (see `--help`).
+    Run(run::RunArgs),
 }
 
 #[derive(Subcommand)]
@@ -191,11 +194,15 @@ fn default_home() -> Result<PathBuf> {
         .ok_or_else(|| anyhow!("cannot determine a home directory; pass --home or set SKILLHOST_HOME"))
 }
 
+fn home_of(cli: &Cli) -> Result<PathBuf> {
+    match &cli.home {
+        Some(h) => Ok(h.clone()),
+        None => default_home(),
+    }
+}
+
 fn open_library(cli: &Cli) -> Result<Library> {
-    let home = match &cli.home {
-        Some(h) => h.clone(),
-        None => default_home()?,
-    };
+    let home = home_of(cli)?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let project = cwd.join(".skillhost").join("policy.toml");
     let mut lib = Library::open(&home, cli.workspace.as_deref(), project.exists().then_some(project))?;
@@ -216,8 +223,10 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let lib = open_library(&cli)?;
+    let home = home_of(&cli)?;
     let json = cli.json;
     match cli.command {
+        Command::Run(args) => run::run(&lib, &home, args, json),
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),

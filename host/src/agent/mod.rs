@@ -7,8 +7,11 @@
 //! [`repair`] turns what a model answered into one JSON action (or a sentence to re-ask
 //! with); [`guardrail`] checks the final answer against the evidence the skills returned.
 
+pub mod context;
+pub mod executor;
 pub mod guardrail;
 pub mod profile;
 pub mod provider;
 pub mod repair;
 pub mod router;
+pub mod run;

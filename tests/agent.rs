@@ -1,0 +1,550 @@
+//! The agent loop end to end with real skills in the sandbox: the scripted provider where the
+//! HTTP layer is not the point, mock OpenAI-compatible and Anthropic servers on 127.0.0.1
+//! where it is. Every model mistake must come back as feedback in the next prompt, never as
+//! a crash.
+
+mod common;
+#[path = "common/llm_mock.rs"]
+mod llm_mock;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use llm_mock::{MockServer, Reply};
+use serde_json::{Value, json};
+use skillhost::agent::profile::{AgentProfile, builtin_general, load_profiles};
+use skillhost::agent::provider::scripted::ScriptedProvider;
+use skillhost::agent::provider::{
+    ChatReply, ChatRequest, Provider, ProviderConfig, ProviderFuture, ResponseFormat, open,
+};
+use skillhost::agent::run::{self as agent, AgentOptions, Outcome, OutcomeStatus};
+use skillhost::library::Library;
+
+/// A provider that records every request it is asked, then lets `inner` answer.
+struct Recording {
+    inner: Arc<dyn Provider>,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl Recording {
+    fn new(inner: Arc<dyn Provider>) -> Recording {
+        Recording { inner, requests: Mutex::new(Vec::new()) }
+    }
+
+    fn scripted(decisions: Value) -> Recording {
+        let provider = ScriptedProvider::parse(Path::new("test-decisions.json"), &decisions.to_string()).unwrap();
+        Recording::new(Arc::new(provider))
+    }
+
+    fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// The user message (goal, skills, memory, history, notes) of request `i`.
+    fn prompt(&self, i: usize) -> String {
+        self.requests()[i].messages.iter().map(|m| m.content.clone()).collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Provider for Recording {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn chat<'a>(&'a self, request: &'a ChatRequest) -> ProviderFuture<'a, ChatReply> {
+        self.requests.lock().unwrap().push(request.clone());
+        self.inner.chat(request)
+    }
+
+    fn embed<'a>(&'a self, text: &'a str) -> ProviderFuture<'a, Vec<f32>> {
+        self.inner.embed(text)
+    }
+}
+
+fn workspace() -> std::path::PathBuf {
+    common::repo().join("examples/log-analysis/workspace")
+}
+
+/// A home with the four log-analysis skills (granted) and the log-analyst profile.
+fn log_home(env: &common::Env) -> Library {
+    let lib = Library::open(env.home.path(), Some(&workspace()), None).unwrap();
+    for s in ["read-log-file", "query-issue-kb", "write-analysis-snapshot", "generate-report"] {
+        lib.install(&common::built(s), &|m| Ok(Some(skillhost::policy::Grant::everything(m)))).unwrap();
+    }
+    let dest = env.home.path().join("agents/log-analyst");
+    std::fs::create_dir_all(&dest).unwrap();
+    std::fs::copy(common::repo().join("examples/log-analysis/agents/log-analyst/AGENT.md"), dest.join("AGENT.md"))
+        .unwrap();
+    lib
+}
+
+fn log_analyst(env: &common::Env) -> AgentProfile {
+    load_profiles(env.home.path()).unwrap().into_iter().find(|p| p.name == "log-analyst").unwrap()
+}
+
+/// A home with the probe (memory: write granted) under the general profile.
+fn probe_home(env: &common::Env) -> Library {
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "capabilities:\n  memory: write\n");
+    lib
+}
+
+fn call(skill: &str, params: Value) -> Value {
+    json!({"reasoning": format!("call {skill}"), "next_action": "call_skill", "skill_name": skill, "parameters": params})
+}
+
+fn reply(message: &str) -> Value {
+    json!({"reasoning": "done", "next_action": "reply", "message": message})
+}
+
+fn options(max_steps: Option<u32>) -> AgentOptions {
+    AgentOptions { max_steps, ..AgentOptions::default() }
+}
+
+async fn run_general(lib: &Library, provider: &dyn Provider, max_steps: Option<u32>) -> Outcome {
+    agent::run(lib, provider, &builtin_general(), "check that the probe answers", &options(max_steps)).await.unwrap()
+}
+
+fn statuses(outcome: &Outcome) -> Vec<String> {
+    outcome.steps.iter().map(|s| s.status.clone()).collect()
+}
+
+#[tokio::test]
+async fn four_step_happy_path_with_memories_provenance_and_audit() {
+    let env = common::Env::new();
+    let lib = log_home(&env);
+    let profile = log_analyst(&env);
+    let decisions = ScriptedProvider::load(&common::repo().join("examples/log-analysis/decisions.json")).unwrap();
+    let provider = Recording::new(Arc::new(decisions));
+    let outcome =
+        agent::run(&lib, &provider, &profile, "why does the UART occasionally print garbage?", &options(None))
+            .await
+            .unwrap();
+
+    assert_eq!(outcome.status, OutcomeStatus::Answered);
+    let skills: Vec<Option<&str>> = outcome.steps.iter().map(|s| s.skill.as_deref()).collect();
+    assert_eq!(
+        skills,
+        [Some("read-log-file"), Some("query-issue-kb"), Some("write-analysis-snapshot"), Some("generate-report"), None]
+    );
+    assert_eq!(statuses(&outcome), ["success", "success", "success", "success", "answered"]);
+    assert!(outcome.steps.iter().all(|s| s.max_steps == 8 && !s.repaired && !s.reasked));
+
+    // Step 1 stored a memory in the profile's namespace, with full provenance.
+    let stored = &outcome.steps[0].memories_stored;
+    assert!(!stored.is_empty(), "read-log-file stores a summary");
+    let memory = lib.memory().unwrap();
+    let hash = lib.info("read-log-file").unwrap().record.content_hash;
+    for id in stored {
+        let record = memory.get(*id).unwrap().unwrap();
+        assert_eq!(record.namespace, "log-analyst");
+        let p = &record.provenance[0];
+        assert_eq!(
+            (p.skill.as_str(), p.skill_hash.as_str(), p.session.as_str(), p.step),
+            ("read-log-file", hash.as_str(), outcome.session.as_str(), 1)
+        );
+    }
+    // ... and step 2 was told so; it also saw step 1's output with the evidence lines.
+    let second = provider.prompt(1);
+    assert!(second.contains(&format!("memories stored: #{}", stored[0])), "{second}");
+    assert!(second.contains("L1243: 2026-03-02 13:52:21.236 [ERROR] uart1: RX overrun"), "{second}");
+    assert!(second.contains("step 2 of at most 8: done read-log-file (success)"), "{second}");
+    // Role slices: the workflow at the first decision point, not on a plain step.
+    assert!(provider.prompt(0).contains("## Workflow") && !second.contains("## Workflow"));
+    // The catalog is the profile's allowlist, with parameters.
+    assert!(second.contains("- query-issue-kb: ") && second.contains("parameters (JSON Schema)"));
+    // Every request asked for JSON and said so.
+    for r in provider.requests() {
+        assert_eq!(r.format, ResponseFormat::Json);
+        assert!(r.messages[0].content.contains("JSON"));
+    }
+
+    // The final answer passed the evidence guardrail: every conclusion grounded.
+    let evidence = outcome.evidence.as_ref().unwrap();
+    assert_eq!((evidence.conclusions, evidence.grounded, evidence.unsupported.len()), (3, 3, 0));
+    assert!(outcome.answer.as_ref().unwrap().contains("[L1242, L1243]"));
+
+    // One chained step line per step (and one call line per skill run), verifying.
+    let audit = lib.audit_log();
+    assert_eq!(audit.verify().unwrap().entries, 9);
+    let steps: Vec<_> = audit.show(&outcome.session).unwrap().into_iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(steps.len(), 5);
+    for (i, e) in steps.iter().enumerate() {
+        assert_eq!(e["step"], i as u64 + 1);
+        assert!(e["prompt_bytes"].as_u64().unwrap() > 500);
+    }
+    assert_eq!(steps[0]["skill"], "read-log-file");
+    assert_eq!(steps[0]["skill_hash"], hash.as_str());
+    assert_eq!(steps[0]["params"]["max_lines"], 8);
+    assert_eq!(steps[0]["memories_stored"], json!(stored));
+    assert_eq!(steps[4]["action"], "reply");
+    assert_eq!(steps[4]["evidence"]["grounded"], 3);
+
+    // The saved state holds the whole run.
+    let state = agent::load_session(&lib, &outcome.session).unwrap();
+    assert!(state.finished);
+    assert_eq!(state.decisions.len(), 5);
+    assert!(state.facts.lines.contains(&1243) && state.facts.memories == *stored);
+    assert_eq!(state.attempts["read-log-file"], 1);
+}
+
+#[tokio::test]
+async fn malformed_json_is_repaired() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let fenced = "Sure! Here is my action:\n```json\n{\"reasoning\": \"try it\", \"next_action\": \"call_skill\", \"skill_name\": \"probe\", \"parameters\": {\"mode\": \"noop\",},}\n```";
+    let provider = Recording::scripted(json!({"decide": [fenced, reply("the probe answers ok")]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert!(outcome.steps[0].repaired && !outcome.steps[0].reasked);
+    assert_eq!(provider.requests().len(), 2, "no re-ask was needed");
+}
+
+#[tokio::test]
+async fn unrepairable_json_is_reasked_once_then_counts_as_a_failed_step() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        "I think I should call the probe.",
+        call("probe", json!({"mode": "noop"})),
+        "still no json",
+        "{\"next_action\": \"dance\"}",
+        reply("done"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["success", "parse-error", "answered"]);
+    assert!(outcome.steps[0].reasked && outcome.steps[1].reasked);
+    let requests = provider.requests();
+    // The re-ask carries the bad reply and the parse error.
+    let reask = &requests[1].messages;
+    assert_eq!(reask.len(), 4);
+    assert_eq!(reask[2].content, "I think I should call the probe.");
+    assert!(reask[3].content.contains("no JSON object found"), "{}", reask[3].content);
+    // The second failure (an unknown next_action) became the step's message, shown next step.
+    let next = provider.prompt(4);
+    assert!(next.contains("`next_action` is `dance`"), "{next}");
+}
+
+#[tokio::test]
+async fn unknown_skill_then_corrected() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("prob", json!({"mode": "noop"})),
+        call("probe", json!({"mode": "noop"})),
+        reply("done"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["unknown-skill", "success", "answered"]);
+    assert!(outcome.steps[0].summary.contains("did you mean `probe`"), "{}", outcome.steps[0].summary);
+    let second = provider.prompt(1);
+    assert!(second.contains("there is no skill named `prob`; did you mean `probe`?"), "{second}");
+    // After a failure the workflow (decision point) is back in the role.
+    assert!(second.contains("## Workflow"));
+}
+
+#[tokio::test]
+async fn invalid_params_then_corrected() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("probe", json!({"n": "three"})),
+        call("probe", json!({"mode": "echo", "arg": "hi"})),
+        reply("done"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["invalid-params", "success", "answered"]);
+    let second = provider.prompt(1);
+    assert!(second.contains("invalid parameters:") && second.contains("mode (string, required)"), "{second}");
+    assert!(second.contains("Fix the parameters"), "{second}");
+}
+
+#[tokio::test]
+async fn trapping_skill_becomes_a_message_and_the_run_continues() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("probe", json!({"mode": "panic", "arg": "boom"})),
+        call("probe", json!({"mode": "noop"})),
+        reply("the probe works unless asked to panic"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["panic", "success", "answered"]);
+    let second = provider.prompt(1);
+    assert!(second.contains("skill panicked") && second.contains("the host is fine"), "{second}");
+    let audit = lib.audit_log().show(&outcome.session).unwrap();
+    assert!(audit.iter().any(|e| e["kind"] == "step" && e["status"] == "panic"));
+}
+
+#[tokio::test]
+async fn repeat_rule_tells_the_model_it_may_conclude() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let noop = call("probe", json!({"mode": "noop"}));
+    let provider = Recording::scripted(json!({"decide": [noop, noop, noop, reply("ok")]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["success", "success", "success", "answered"]);
+    assert!(outcome.steps[1].notes.is_empty(), "two calls are not a repeat yet");
+    assert!(outcome.steps[2].notes.iter().any(|n| n.contains("may conclude")), "{:?}", outcome.steps[2].notes);
+    let fourth = provider.prompt(3);
+    assert!(fourth.contains("you called `probe` 3 times in a row") && fourth.contains("may conclude"), "{fourth}");
+    // ... and that prompt is the final phase: it carries the output style.
+    assert!(fourth.contains("## Output style") && !provider.prompt(2).contains("## Output style"));
+}
+
+#[tokio::test]
+async fn step_limit_ends_with_a_summary() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let noop = call("probe", json!({"mode": "echo", "arg": "a"}));
+    let provider = Recording::scripted(json!({
+        "decide": [noop, call("probe", json!({"mode": "echo", "arg": "b"}))],
+        "summarize": ["Known: the probe echoes. Open: nothing was concluded."],
+    }));
+    let outcome = run_general(&lib, &provider, Some(2)).await;
+    assert_eq!(outcome.status, OutcomeStatus::StepLimit);
+    assert_eq!(outcome.answer.as_deref(), Some("Known: the probe echoes. Open: nothing was concluded."));
+    // The last step was told it was the last one.
+    assert!(provider.prompt(1).contains("This is the last step"));
+    let summarize = provider.requests().pop().unwrap();
+    assert_eq!(summarize.purpose, skillhost::agent::provider::Purpose::Summarize);
+    assert!(summarize.messages[1].content.contains("step 2: call_skill probe"));
+
+    // Without a summary from the model, a deterministic one.
+    let provider = Recording::scripted(json!({"decide": [call("probe", json!({"mode": "noop"}))]}));
+    let outcome = run_general(&lib, &provider, Some(1)).await;
+    assert_eq!(outcome.status, OutcomeStatus::StepLimit);
+    let answer = outcome.answer.unwrap();
+    assert!(answer.contains("step limit (1)") && answer.contains("Known:") && answer.contains("Open:"), "{answer}");
+    assert!(answer.contains("step 1 probe: ok"), "{answer}");
+}
+
+#[tokio::test]
+async fn require_more_pauses_and_resume_continues_with_state() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let first = Recording::scripted(json!({"decide": [
+        call("probe", json!({"mode": "echo", "arg": "first"})),
+        {"reasoning": "need the port", "next_action": "require_more", "message": "Which serial port?"},
+    ]}));
+    let paused = run_general(&lib, &first, None).await;
+    assert_eq!(paused.status, OutcomeStatus::Paused);
+    assert_eq!(paused.question.as_deref(), Some("Which serial port?"));
+    let state = agent::load_session(&lib, &paused.session).unwrap();
+    assert_eq!((state.step, state.pending_question.as_deref()), (2, Some("Which serial port?")));
+
+    let second = Recording::scripted(json!({"decide": [reply("use COM3")]}));
+    let done = agent::resume(&lib, &second, &builtin_general(), state, "COM3", &options(None)).await.unwrap();
+    assert_eq!(done.status, OutcomeStatus::Answered);
+    assert_eq!((done.session.as_str(), done.total_steps), (paused.session.as_str(), 3));
+    let prompt = second.prompt(0);
+    assert!(prompt.contains("Q: Which serial port? A: COM3"), "{prompt}");
+    assert!(prompt.contains("step 1: call_skill probe") && prompt.contains("|1|first"), "history survives: {prompt}");
+    assert!(prompt.contains("step 3 of at most 8"), "{prompt}");
+}
+
+#[test]
+fn cli_require_more_then_resume() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    drop(lib);
+    let d1 = env.sources.path().join("d1.json");
+    let d2 = env.sources.path().join("d2.json");
+    std::fs::write(&d1, json!({"decide": [{"next_action": "require_more", "message": "Which port?"}]}).to_string())
+        .unwrap();
+    std::fs::write(&d2, json!({"decide": [reply("use COM3")]}).to_string()).unwrap();
+    let cmd = || {
+        let mut c = Command::cargo_bin("skillhost").unwrap();
+        c.env("SKILLHOST_HOME", env.home.path()).current_dir(env.workspace.path());
+        c
+    };
+    let out = cmd().args(["run", "--decisions"]).arg(&d1).arg("find the port").assert().code(3);
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(stdout.contains("Which port?"), "{stdout}");
+    assert!(stderr.contains("provider: scripted ("), "{stderr}");
+    let session =
+        stderr.split("skillhost run --resume ").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    let out =
+        cmd().args(["run", "--json", "--decisions"]).arg(&d2).args(["--resume", &session, "COM3"]).assert().success();
+    let outcome: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(outcome["status"], "answered");
+    assert_eq!(outcome["answer"], "use COM3");
+    assert_eq!(outcome["session"], session.as_str());
+    assert_eq!(outcome["total_steps"], 2);
+}
+
+fn openai(server: &MockServer) -> ProviderConfig {
+    let mut config = ProviderConfig::openai(&format!("{}/v1", server.base), "mock-model");
+    config.backoff_base = Duration::from_millis(10);
+    config
+}
+
+#[tokio::test]
+async fn openai_json_mode_survives_500s() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let server = MockServer::start(vec![
+        Reply::error(500, "overloaded"),
+        Reply::error(503, "overloaded"),
+        Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+    ])
+    .await;
+    let provider = open(&openai(&server)).unwrap();
+    let outcome = run_general(&lib, provider.as_ref(), None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert_eq!(outcome.answer.as_deref(), Some("probe ok"));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    for r in &requests {
+        assert_eq!(r.body["response_format"]["type"], "json_object");
+        assert!(r.body["messages"][0]["content"].as_str().unwrap().contains("JSON"));
+    }
+}
+
+#[test]
+fn provider_down_is_one_clear_error() {
+    let env = common::Env::new();
+    std::fs::write(
+        env.home.path().join("skillhost.toml"),
+        "[provider]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+    )
+    .unwrap();
+    let out = Command::cargo_bin("skillhost")
+        .unwrap()
+        .env("SKILLHOST_HOME", env.home.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("SKILLHOST_PROVIDER")
+        .current_dir(env.workspace.path())
+        .args(["run", "hello"])
+        .assert()
+        .code(1);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("cannot reach") && errors[0].contains("127.0.0.1:9"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    // Nothing configured at all: say how to configure one.
+    let bare = common::Env::new();
+    let out = Command::cargo_bin("skillhost")
+        .unwrap()
+        .env("SKILLHOST_HOME", bare.home.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("SKILLHOST_PROVIDER")
+        .current_dir(bare.workspace.path())
+        .args(["run", "hello"])
+        .assert()
+        .code(1);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    for hint in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "skillhost.toml", "--decisions"] {
+        assert!(stderr.contains(hint), "{hint}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn openai_tool_calling_path() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::openai_tool_call("c1", "probe", "{\"mode\": \"noop\",}")),
+        Reply::ok(llm_mock::openai_tool_call("c2", "reply", "{\"message\": \"probe ok\"}")),
+    ])
+    .await;
+    let provider = open(&openai(&server)).unwrap();
+    let opts = AgentOptions { tools: true, ..AgentOptions::default() };
+    let outcome = agent::run(&lib, provider.as_ref(), &builtin_general(), "check the probe", &opts).await.unwrap();
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert!(outcome.steps[0].repaired, "the trailing comma in the arguments was repaired");
+    assert_eq!(outcome.answer.as_deref(), Some("probe ok"));
+    let body = &server.requests()[0].body;
+    let names: Vec<&str> =
+        body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["probe", "reply", "require_more"]);
+    assert_eq!(body["tools"][0]["function"]["parameters"]["required"], json!(["mode"]));
+    assert!(body.get("response_format").is_none());
+}
+
+#[tokio::test]
+async fn anthropic_tool_use_path() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::anthropic_tool_use("t1", "probe", json!({"mode": "echo", "arg": "x"}))),
+        Reply::ok(llm_mock::anthropic_tool_use("t2", "reply", json!({"message": "probe echoes"}))),
+    ])
+    .await;
+    let mut config = ProviderConfig::anthropic(&server.base, "claude-mock", "sk-ant-test");
+    config.backoff_base = Duration::from_millis(10);
+    let provider = open(&config).unwrap();
+    let opts = AgentOptions { tools: true, ..AgentOptions::default() };
+    let outcome = agent::run(&lib, provider.as_ref(), &builtin_general(), "check the probe", &opts).await.unwrap();
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert_eq!(outcome.answer.as_deref(), Some("probe echoes"));
+    let requests = server.requests();
+    let names: Vec<&str> =
+        requests[0].body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["probe", "reply", "require_more"]);
+    // Step 2's context shows step 1's tool result.
+    assert!(requests[1].body.to_string().contains("step 1: call_skill probe"));
+}
+
+fn profile(name: &str, namespace: &str) -> AgentProfile {
+    AgentProfile { name: name.into(), namespace: namespace.into(), ..builtin_general() }
+}
+
+#[tokio::test]
+async fn memories_of_one_profile_stay_out_of_another_profiles_context() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let alpha = profile("alpha", "ns-alpha");
+    let beta = profile("beta", "ns-beta");
+    let writer = Recording::scripted(json!({"decide": [
+        call("probe", json!({"mode": "remember", "arg": "zebra-secret-fact", "n": 1})),
+        reply("stored"),
+    ]}));
+    let outcome = agent::run(&lib, &writer, &alpha, "remember the zebra fact", &options(None)).await.unwrap();
+    assert_eq!(outcome.steps[0].memories_stored.len(), 1);
+    assert!(writer.prompt(1).contains("zebra-secret-fact #0"), "alpha's own next step sees it");
+
+    let other = Recording::scripted(json!({"decide": [reply("nothing")]}));
+    agent::run(&lib, &other, &beta, "what is the zebra fact?", &options(None)).await.unwrap();
+    let prompt = other.prompt(0);
+    assert!(prompt.contains("# Memory") && !prompt.contains("zebra-secret-fact"), "{prompt}");
+
+    let again = Recording::scripted(json!({"decide": [reply("zebra")]}));
+    agent::run(&lib, &again, &alpha, "what is the zebra fact?", &options(None)).await.unwrap();
+    assert!(again.prompt(0).contains("zebra-secret-fact #0"), "alpha's next run recalls it");
+}
+
+#[tokio::test]
+async fn guardrail_marks_an_uncited_conclusion() {
+    let env = common::Env::new();
+    let lib = log_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("read-log-file", json!({"path": "/workspace/uart.log", "keyword": "RX overrun", "max_lines": 3})),
+        reply("The UART drops bytes because flash erases stall it. The first overrun is at L1243. It also crashed at L9999."),
+    ]}));
+    let outcome = agent::run(&lib, &provider, &log_analyst(&env), "why does the UART print garbage?", &options(None))
+        .await
+        .unwrap();
+    let answer = outcome.answer.unwrap();
+    assert!(answer.contains("stall it [unsupported: no log line cited]."), "{answer}");
+    assert!(answer.contains("[L9999: not in any skill result]"), "{answer}");
+    let evidence = outcome.evidence.unwrap();
+    assert_eq!(
+        (evidence.conclusions, evidence.grounded, evidence.unsupported.len(), evidence.not_returned.len()),
+        (3, 1, 1, 1)
+    );
+    let steps = lib.audit_log().show(&outcome.session).unwrap();
+    let last = steps.iter().rfind(|e| e["kind"] == "step").unwrap();
+    assert_eq!(last["evidence"]["unsupported"].as_array().unwrap().len(), 1);
+}
