@@ -262,12 +262,29 @@ fn the_same_fact_in_different_words_becomes_one_record_with_both_provenances() {
     assert_ne!(n1, n2);
     let other = m.add(rec("DMA ring overrun drops bytes when the ISR is late", MemoryKind::Fact, 3)).unwrap();
     assert_ne!(other, id_a);
-    assert_eq!(m.live("default").unwrap().len(), 5);
+    assert_eq!(m.live("default").unwrap().len(), 5, "before the negation checks");
     // The folded-in version is in the archive and can come back as its own record.
-    let merged: Vec<_> = m.archive().unwrap().into_iter().filter(|e| e.reason == "merged").collect();
+    let archive = m.archive().unwrap();
+    let merged: Vec<_> = archive.iter().filter(|e| e.reason == "merged").collect();
     assert_eq!(merged.len(), 2);
     assert_eq!(merged[0].merged_into, Some(id_a));
     assert!(merged[0].record.content.starts_with("Baud-rate"));
+    // The wording the merge replaced is archived too: nothing written is lost.
+    let superseded: Vec<_> = archive.iter().filter(|e| e.reason == "superseded").collect();
+    assert_eq!(superseded.len(), 1);
+    assert!(superseded[0].record.content.starts_with("UART garbage"), "{:?}", superseded[0].record.content);
+    assert_eq!(superseded[0].record.provenance[0].skill, "read-log-file");
+    let back = m.restore(superseded[0].id).unwrap();
+    assert_ne!(back.id, id_a, "restored as a record of its own");
+    assert!(back.content.starts_with("UART garbage"));
+    m.forget(back.id).unwrap();
+    // A negation is a different fact, even though stop words make the terms equal.
+    let yes = m.add(rec("the staging server is atlas", MemoryKind::Fact, 3)).unwrap();
+    let no = m.add(rec("the staging server is not atlas", MemoryKind::Fact, 3)).unwrap();
+    assert_ne!(yes, no);
+    let zh_yes = m.add(rec("复位后波特率会恢复默认", MemoryKind::Fact, 3)).unwrap();
+    let zh_no = m.add(rec("复位后波特率不会恢复默认", MemoryKind::Fact, 3)).unwrap();
+    assert_ne!(zh_yes, zh_no);
 }
 
 #[test]
@@ -444,6 +461,7 @@ fn filters_and_the_prompt_recall_rule() {
         |f: &SearchFilter| -> Vec<u64> { m.search("uart", f, 50).unwrap().into_iter().map(|h| h.record.id).collect() };
     assert_eq!(ids(&base).len(), 12, "all 12 (none expired yet), none from another namespace");
     let pitfalls = ids(&SearchFilter { kinds: vec![MemoryKind::Pitfall], ..base.clone() });
+    assert_eq!(pitfalls.len(), 6);
     assert!(pitfalls.iter().all(|id| id % 2 == 0), "ids are 1-based: odd i = even id");
     assert_eq!(ids(&SearchFilter { min_priority: 4, ..base.clone() }).len(), 4);
     assert_eq!(ids(&SearchFilter { skill: Some("b".into()), ..base.clone() }).len(), 6);
@@ -628,7 +646,9 @@ fn sigkill_mid_batch_loses_no_committed_record() {
 }
 
 #[test]
-fn a_second_process_waits_for_the_store_then_gets_it() {
+fn a_second_opener_waits_for_the_store_then_gets_it() {
+    // Two opens in one process take two separate flock descriptions, exactly as two
+    // processes do; the cross-process case through the CLI is in tests/cli.rs.
     let dir = tempfile::tempdir().unwrap();
     let held = Memory::open(dir.path(), MemoryConfig::default()).unwrap();
     let busy = MemoryConfig { busy_wait: Duration::from_millis(100), ..MemoryConfig::default() };
@@ -644,4 +664,82 @@ fn a_second_process_waits_for_the_store_then_gets_it() {
     assert!(started.elapsed() >= Duration::from_millis(250), "it waited for the holder");
     release.join().unwrap();
     m.add(rec("works after waiting", MemoryKind::Fact, 3)).unwrap();
+}
+
+#[test]
+fn reimporting_a_backup_after_use_adds_nothing_and_bad_ids_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    let m = open_at(dir.path(), &clock);
+    for i in 0..5 {
+        m.add(rec(&format!("fact number {i} about the spi bus"), MemoryKind::Fact, 3)).unwrap();
+    }
+    let mut backup = Vec::new();
+    m.export(&mut backup).unwrap();
+    let backup = String::from_utf8(backup).unwrap();
+    // The store moves on: references counted, a priority changed.
+    m.recall("default", "spi bus").unwrap();
+    clock.fetch_add(DAY, Ordering::SeqCst);
+    m.set_priority(2, 4).unwrap();
+    let report = m.import(&backup, "backup.jsonl").unwrap();
+    assert_eq!((report.imported, report.unchanged), (0, 5), "{report:?}");
+    assert_eq!(m.all_records().unwrap().len(), 5);
+
+    let huge = backup.lines().next().unwrap().replacen("\"id\":1,", "\"id\":18446744073709551615,", 1);
+    let err = format!("{:#}", m.import(&huge, "huge.jsonl").unwrap_err());
+    assert!(err.contains("huge.jsonl:1") && err.contains("out of range"), "{err}");
+    let next = m.add(rec("a fact after the refused import", MemoryKind::Fact, 3)).unwrap();
+    assert_eq!(next, 6);
+    assert!(m.get(1).unwrap().unwrap().content.contains("fact number 0"), "record #1 untouched");
+}
+
+#[test]
+fn expired_records_do_not_crowd_live_ones_out_of_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    let m = open_at(dir.path(), &clock);
+    // Twenty short-lived scratch notes that match the query better than the live fact.
+    for i in 0..20 {
+        m.add(rec(&format!("scratch {i}: watchdog watchdog watchdog"), MemoryKind::General, 0)).unwrap();
+    }
+    let live = m.add(rec("the watchdog timeout is 8 seconds on rev B boards", MemoryKind::Fact, 3)).unwrap();
+    clock.fetch_add(2 * DAY, Ordering::SeqCst);
+    let hits = m.search("watchdog", &SearchFilter::namespace("default"), 3).unwrap();
+    assert_eq!(hits.iter().map(|h| h.record.id).collect::<Vec<_>>(), vec![live]);
+}
+
+#[test]
+fn a_crash_between_the_store_commit_and_the_index_commit_is_repaired_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    {
+        let m = open_at(dir.path(), &clock);
+        m.add(rec("the first fact is indexed normally", MemoryKind::Fact, 3)).unwrap();
+    }
+    // What a crash after the redb commit leaves: a record and a new generation in the
+    // store, an index still stamped with the old one.
+    {
+        use redb::{Database, MultimapTableDefinition, ReadableTable, TableDefinition};
+        let records: TableDefinition<u64, &[u8]> = TableDefinition::new("memory_records");
+        let by_ns: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("records_by_ns");
+        let meta: TableDefinition<&str, u64> = TableDefinition::new("meta");
+        let db = Database::create(dir.path().join("store.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(records).unwrap();
+            let mut r: serde_json::Value = serde_json::from_slice(t.get(1).unwrap().unwrap().value()).unwrap();
+            r["id"] = 2.into();
+            r["content"] = "a second fact about the oscillator that only the store knows".into();
+            t.insert(2, serde_json::to_vec(&r).unwrap().as_slice()).unwrap();
+            txn.open_multimap_table(by_ns).unwrap().insert("default", 2).unwrap();
+            let mut m = txn.open_table(meta).unwrap();
+            let g = m.get("generation").unwrap().unwrap().value();
+            m.insert("generation", g + 1).unwrap();
+            m.insert("next_id", 3).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let m = open_at(dir.path(), &clock);
+    let hits = m.search("oscillator", &SearchFilter::namespace("default"), 5).unwrap();
+    assert_eq!(hits.iter().map(|h| h.record.id).collect::<Vec<_>>(), vec![2]);
 }

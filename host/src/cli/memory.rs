@@ -1,5 +1,5 @@
 //! `skillhost memory ...`: the memory system from the command line. Records written here
-//! carry the provenance `user` (session `cli`), so `memory quarantine --skill user` can
+//! carry the provenance `user` (session `cli-<ms>`), so `memory quarantine --skill user` can
 //! undo a bad hand-written batch like any skill's.
 
 use std::io::Write as _;
@@ -147,23 +147,20 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
             }
         }
         MemoryCmd::Add { text, kind, priority, tags, namespace } => {
-            let id = memory.add(NewRecord {
+            // Each hand-written add is its own session, so a merge keeps both provenances.
+            let session = format!("cli-{}", memory.now_ms());
+            let (id, merged) = memory.add_detailed(NewRecord {
                 namespace,
                 kind,
                 content: text,
                 priority,
                 tags,
-                provenance: Provenance {
-                    skill: "user".into(),
-                    skill_hash: String::new(),
-                    session: "cli".into(),
-                    step: 0,
-                },
+                provenance: Provenance { skill: "user".into(), skill_hash: String::new(), session, step: 0 },
             })?;
             let record = memory.get(id)?.ok_or_else(|| anyhow!("memory #{id} vanished"))?;
             if json {
-                print_json(&record)?;
-            } else if record.provenance.len() > 1 {
+                print_json(&json!({ "merged": merged, "record": record }))?;
+            } else if merged {
                 println!("merged into memory #{id} (the same fact was already stored)");
             } else {
                 println!("stored memory #{id}");

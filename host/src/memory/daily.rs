@@ -84,7 +84,8 @@ impl DailyNotes {
         } else if !existing.ends_with('\n') {
             chunk.push('\n');
         }
-        let line = (existing.lines().count() + chunk.matches('\n').count() + 1) as u32;
+        // Newlines, not `lines()`: a torn last line (no newline) must not be counted twice.
+        let line = (existing.matches('\n').count() + chunk.matches('\n').count() + 1) as u32;
         chunk.push_str(&format!("- {} {text}\n", time_of(now_ms)));
         let mut file = std::fs::OpenOptions::new()
             .create(true)

@@ -26,7 +26,7 @@ use super::records::{MemoryRecord, SearchFilter};
 
 const ANALYZER: &str = "memory_text";
 /// Bump when the schema or the analyzer changes: a different version forces a rebuild.
-const INDEX_VERSION: u32 = 1;
+const INDEX_VERSION: u32 = 2;
 const WRITER_HEAP: usize = 32_000_000;
 
 struct Fields {
@@ -35,6 +35,7 @@ struct Fields {
     namespace: Field,
     kind: Field,
     priority: Field,
+    expires: Field,
     session: Field,
     skill: Field,
     text: Field,
@@ -70,6 +71,7 @@ fn schema() -> (Schema, Fields) {
         namespace: s.add_text_field("namespace", STRING),
         kind: s.add_text_field("kind", STRING),
         priority: s.add_u64_field("priority", INDEXED | FAST),
+        expires: s.add_u64_field("expires", INDEXED | FAST),
         session: s.add_text_field("session", STRING),
         skill: s.add_text_field("skill", STRING),
         text: s.add_text_field("text", text),
@@ -124,9 +126,16 @@ impl MemoryIndex {
             f.namespace => r.namespace.clone(),
             f.kind => r.kind.as_str(),
             f.priority => u64::from(r.priority),
-            f.session => r.session.clone(),
+            f.expires => r.expires_ms.unwrap_or(u64::MAX),
             f.text => r.content.clone(),
         );
+        let mut sessions: Vec<&str> =
+            std::iter::once(r.session.as_str()).chain(r.provenance.iter().map(|p| p.session.as_str())).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        for s in sessions {
+            d.add_text(f.session, s);
+        }
         for tag in &r.tags {
             d.add_text(f.text, tag);
         }
@@ -165,9 +174,15 @@ impl MemoryIndex {
             let _ = writer.rollback();
             return Err(e);
         }
-        let mut prepared = writer.prepare_commit().context("cannot commit the memory index")?;
-        prepared.set_payload(stamp);
-        prepared.commit().context("cannot commit the memory index")?;
+        let committed = writer.prepare_commit().and_then(|mut prepared| {
+            prepared.set_payload(stamp);
+            prepared.commit()
+        });
+        if let Err(e) = committed {
+            // A writer that failed to commit is not trusted again: the next write opens a new one.
+            *guard = None;
+            return Err(e).context("cannot commit the memory index");
+        }
         self.reader.reload().context("cannot reload the memory index")?;
         Ok(())
     }
@@ -234,13 +249,18 @@ impl MemoryIndex {
     }
 
     /// Ids of records matching `query` under `filter`, best first.
-    pub fn search(&self, query: &str, filter: &SearchFilter, limit: usize) -> Result<Vec<(u64, f32)>> {
+    pub fn search(&self, query: &str, filter: &SearchFilter, now_ms: u64, limit: usize) -> Result<Vec<(u64, f32)>> {
         let Some(text) = self.text_query(query) else { return Ok(Vec::new()) };
         if limit == 0 {
             return Ok(Vec::new());
         }
         let f = &self.f;
-        let mut clauses = vec![(Occur::Must, text), self.filter_term(f.doc_type, "memory")];
+        let alive = RangeQuery::new(Bound::Excluded(Term::from_field_u64(f.expires, now_ms)), Bound::Unbounded);
+        let mut clauses = vec![
+            (Occur::Must, text),
+            self.filter_term(f.doc_type, "memory"),
+            (Occur::Must, Box::new(ConstScoreQuery::new(Box::new(alive), 0.0)) as Box<dyn Query>),
+        ];
         if let Some(ns) = &filter.namespace {
             clauses.push(self.filter_term(f.namespace, ns));
         }

@@ -8,6 +8,7 @@
 //! memory_records    id -> JSON MemoryRecord
 //! records_by_ns     namespace => ids      (multimap; listing and the view)
 //! records_by_skill  skill => ids          (multimap; quarantine)
+//! protected_by_ns   namespace => ids      (multimap; live priority-5 records)
 //! archive           archive id -> JSON ArchiveEntry (everything housekeeping removed)
 //! agent_sessions    session id -> JSON    (paused agent runs)
 //! session_kv        (session, key) -> value  (working memory written by skills)
@@ -45,6 +46,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("memory_records");
 const BY_NAMESPACE: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("records_by_ns");
 const BY_SKILL: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("records_by_skill");
+/// Live priority-5 records per namespace: the budget check reads only these.
+const PROTECTED: MultimapTableDefinition<&str, u64> = MultimapTableDefinition::new("protected_by_ns");
 const ARCHIVE: TableDefinition<u64, &[u8]> = TableDefinition::new("archive");
 const AGENT_SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("agent_sessions");
 const SESSION_KV: TableDefinition<(&str, &str), &str> = TableDefinition::new("session_kv");
@@ -53,6 +56,10 @@ const PROMOTED: TableDefinition<(&str, u32), u64> = TableDefinition::new("daily_
 const V1_RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("memories");
 
 const DAY_MS: u64 = 86_400_000;
+/// Ids stay below 2^53 so that they survive JSON tools that read numbers as doubles.
+const MAX_ID: u64 = 1 << 53;
+/// Most results one search returns.
+pub const MAX_SEARCH_LIMIT: usize = 1000;
 
 /// Tunables; [`MemoryConfig::default`] is what SPEC §5 prescribes.
 #[derive(Debug, Clone)]
@@ -100,6 +107,10 @@ pub struct Memory {
     line_tokens: Mutex<HashMap<(u64, u64, u8), usize>>,
     /// Views by namespace: (store generation, valid until ms, view).
     views: Mutex<HashMap<String, (u64, u64, MemoryView)>>,
+    /// Records whose reference was counted by this open store.
+    touched: Mutex<std::collections::HashSet<u64>>,
+    /// An index update failed: rebuild on the next write rather than patch.
+    index_dirty: std::sync::atomic::AtomicBool,
     _lock: StoreLock,
 }
 
@@ -118,6 +129,8 @@ pub struct MaintainReport {
     pub demoted: Vec<u64>,
     pub daily_archived: Vec<String>,
     pub promoted: Vec<u64>,
+    /// Flagged notes that could not be promoted (too long, over the priority-5 budget...).
+    pub promote_errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -166,7 +179,9 @@ fn similarity(a: &[String], b: &[String]) -> f64 {
 }
 
 /// Fold `other` into `keep`: the higher priority's wording wins, every provenance stays.
-fn merge_into(keep: &mut MemoryRecord, other: &MemoryRecord, now: u64) {
+/// Returns `keep` as it was when its wording, kind or priority changed (to be archived).
+fn merge_into(keep: &mut MemoryRecord, other: &MemoryRecord, now: u64) -> Option<MemoryRecord> {
+    let before = keep.clone();
     if other.priority > keep.priority {
         keep.content = other.content.clone();
         keep.kind = other.kind;
@@ -188,7 +203,42 @@ fn merge_into(keep: &mut MemoryRecord, other: &MemoryRecord, now: u64) {
         _ => None,
     };
     keep.updated_ms = now;
-    keep.importance = keep.importance_at(now);
+    keep.importance = round_importance(keep.importance_at(now));
+    (keep.content != before.content || keep.kind != before.kind || keep.priority != before.priority).then_some(before)
+}
+
+/// Six decimals: enough to rank, and every such value survives a JSON round trip exactly.
+fn round_importance(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+const NEGATIONS: [&str; 14] = [
+    "no", "not", "never", "none", "nothing", "cannot", "can't", "don't", "doesn't", "isn't", "won't", "without", "nor",
+    "neither",
+];
+const CJK_NEGATIONS: [char; 6] = ['不', '没', '无', '未', '非', '别'];
+
+/// Negation words present in `text`: "X" and "not X" are different facts even though
+/// their analyzed terms (stop words removed) are the same.
+fn negations(text: &str) -> BTreeSet<String> {
+    let lower = text.to_lowercase();
+    let mut out: BTreeSet<String> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| NEGATIONS.contains(w) || w.ends_with("n't"))
+        .map(str::to_string)
+        .collect();
+    out.extend(lower.chars().filter(|c| CJK_NEGATIONS.contains(c)).map(String::from));
+    out
+}
+
+/// Two records are the same memory when what was written, where and by whom match.
+fn same_identity(a: &MemoryRecord, b: &MemoryRecord) -> bool {
+    (a.id, &a.namespace, &a.content, a.kind, a.created_ms, &a.provenance)
+        == (b.id, &b.namespace, &b.content, b.kind, b.created_ms, &b.provenance)
+}
+
+fn same_fact(a_text: &str, a: &[String], b_text: &str, b: &[String], threshold: f64) -> bool {
+    similarity(a, b) >= threshold && negations(a_text) == negations(b_text)
 }
 
 struct Txn {
@@ -221,6 +271,12 @@ impl Txn {
     fn put(&self, r: &MemoryRecord) -> Result<()> {
         self.txn.open_table(RECORDS)?.insert(r.id, encode(r)?.as_slice())?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.insert(r.namespace.as_str(), r.id)?;
+        let mut protected = self.txn.open_multimap_table(PROTECTED)?;
+        if r.priority == 5 && r.deprecated.is_none() {
+            protected.insert(r.namespace.as_str(), r.id)?;
+        } else {
+            protected.remove(r.namespace.as_str(), r.id)?;
+        }
         let mut by_skill = self.txn.open_multimap_table(BY_SKILL)?;
         for s in r.skills() {
             by_skill.insert(s, r.id)?;
@@ -231,6 +287,7 @@ impl Txn {
     fn delete(&self, r: &MemoryRecord) -> Result<()> {
         self.txn.open_table(RECORDS)?.remove(r.id)?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.remove(r.namespace.as_str(), r.id)?;
+        self.txn.open_multimap_table(PROTECTED)?.remove(r.namespace.as_str(), r.id)?;
         let mut by_skill = self.txn.open_multimap_table(BY_SKILL)?;
         for s in r.skills() {
             by_skill.remove(s, r.id)?;
@@ -243,6 +300,50 @@ impl Txn {
         let entry = ArchiveEntry { id, at_ms, reason: reason.to_string(), record, merged_into };
         self.txn.open_table(ARCHIVE)?.insert(id, encode(&entry)?.as_slice())?;
         Ok(id)
+    }
+
+    fn all(&self) -> Result<Vec<MemoryRecord>> {
+        let t = self.txn.open_table(RECORDS)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(decode_record(v.value(), k.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Live priority-5 records of `namespace`, as this transaction sees them.
+    fn protected(&self, namespace: &str, now: u64) -> Result<Vec<MemoryRecord>> {
+        let ids: Vec<u64> = {
+            let t = self.txn.open_multimap_table(PROTECTED)?;
+            let mut ids = Vec::new();
+            for v in t.get(namespace)? {
+                ids.push(v?.value());
+            }
+            ids
+        };
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(r) = self.get(id)?
+                && r.is_live(now)
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A fresh id, never one in use (even if `next_id` was damaged).
+    fn new_id(&self) -> Result<u64> {
+        loop {
+            let id = self.next("next_id")?;
+            if id >= MAX_ID {
+                bail!("the memory store ran out of ids");
+            }
+            if self.get(id)?.is_none() {
+                return Ok(id);
+            }
+        }
     }
 
     fn bump_generation(&self) -> Result<u64> {
@@ -273,10 +374,13 @@ impl Memory {
         }
         let db = Database::create(&path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => {
-                anyhow!("memory store {} is already open in this process", path.display())
+                anyhow!(
+                    "memory store {} is already open (in this process, or by a program that ignores store.lock)",
+                    path.display()
+                )
             }
             other => anyhow!(
-                "cannot open memory store {}: {other}; if the file is damaged, restore it from `skillhost memory export` output",
+                "cannot open memory store {}: {other}; if the file is damaged, move it aside and `skillhost memory import` a `memory export` file (records only: the archive and sessions are not exported)",
                 path.display()
             ),
         })?;
@@ -299,6 +403,8 @@ impl Memory {
             clock: Box::new(system_now_ms),
             line_tokens: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
+            touched: Mutex::new(std::collections::HashSet::new()),
+            index_dirty: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
         if !fresh {
@@ -344,13 +450,26 @@ impl Memory {
     /// if the incremental update fails the index is rebuilt, and if that fails too it is
     /// rebuilt on the next open (its stamp no longer matches).
     fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
+        use std::sync::atomic::Ordering;
         let stamp = self.current_stamp()?;
-        if let Err(first) = self.index.apply(upserts, deletes, daily, &stamp)
-            && let Err(second) = self.rebuild_index()
-        {
-            eprintln!(
-                "warning: memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next open"
-            );
+        let first = if self.index_dirty.load(Ordering::SeqCst) {
+            anyhow!("an earlier index update failed")
+        } else {
+            match self.index.apply(upserts, deletes, daily, &stamp) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            }
+        };
+        match self.rebuild_index() {
+            Ok(()) => self.index_dirty.store(false, Ordering::SeqCst),
+            Err(second) => {
+                // Patching later writes onto an index that misses this one would stamp it
+                // as current; stay dirty so every write rebuilds until one succeeds.
+                self.index_dirty.store(true, Ordering::SeqCst);
+                eprintln!(
+                    "warning: memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next write or open"
+                );
+            }
         }
         Ok(())
     }
@@ -456,14 +575,17 @@ impl Memory {
             return Ok(None);
         }
         let now = self.now_ms();
-        let candidates = self.index.search(text, &SearchFilter::namespace(namespace), 8)?;
+        let candidates = self.index.search(text, &SearchFilter::namespace(namespace), now, 8)?;
         let mut best: Option<(f64, MemoryRecord)> = None;
         for r in self.load(candidates.into_iter().map(|(id, _)| id))? {
             if Some(r.id) == except || !r.is_live(now) {
                 continue;
             }
-            let s = similarity(&terms, &self.index.terms(&r.content));
-            if s >= self.config.merge_similarity && best.as_ref().is_none_or(|(b, _)| s > *b) {
+            let other = self.index.terms(&r.content);
+            let s = similarity(&terms, &other);
+            if same_fact(text, &terms, &r.content, &other, self.config.merge_similarity)
+                && best.as_ref().is_none_or(|(b, _)| s > *b)
+            {
                 best = Some((s, r));
             }
         }
@@ -493,46 +615,52 @@ impl Memory {
             references: 0,
             provenance: vec![r.provenance],
         };
-        record.importance = record.importance_at(now);
+        record.importance = round_importance(record.importance_at(now));
         record
     }
 
     /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
-    /// incoming version), else as a new record. Returns the id that holds the fact.
+    /// incoming version, and the stored one when its wording changes), else as a new
+    /// record. Returns the id that holds the fact.
     pub fn add(&self, r: NewRecord) -> Result<u64> {
+        Ok(self.add_detailed(r)?.0)
+    }
+
+    /// [`Memory::add`], also saying whether the record was merged into an existing one.
+    pub fn add_detailed(&self, r: NewRecord) -> Result<(u64, bool)> {
         self.check_new(&r)?;
         let now = self.now_ms();
         let namespace = r.namespace.clone();
         let dup = self.duplicate_of(&namespace, &r.content, None)?;
         let txn = self.begin()?;
-        let incoming = self.new_record(txn.next("next_id")?, r, now);
-        let stored = match dup {
+        // Re-read inside the transaction: the candidate may have changed since the search.
+        let dup = match dup {
+            Some(d) => txn.get(d.id)?.filter(|d| d.is_live(now)),
+            None => None,
+        };
+        let incoming = self.new_record(txn.new_id()?, r, now);
+        let (stored, merged) = match dup {
             Some(mut existing) => {
-                merge_into(&mut existing, &incoming, now);
-                if existing.priority == 5 {
-                    let mut live = self.live(&namespace)?;
-                    live.retain(|l| l.id != existing.id);
-                    live.push(existing.clone());
-                    self.check_protected(&namespace, &live)?;
-                }
+                let superseded = merge_into(&mut existing, &incoming, now);
                 txn.put(&existing)?;
+                if let Some(old) = superseded {
+                    txn.archive(now, "superseded", old, Some(existing.id))?;
+                }
                 txn.archive(now, "merged", incoming, Some(existing.id))?;
-                existing
+                (existing, true)
             }
             None => {
-                if incoming.priority == 5 {
-                    let mut live = self.live(&namespace)?;
-                    live.push(incoming.clone());
-                    self.check_protected(&namespace, &live)?;
-                }
                 txn.put(&incoming)?;
-                incoming
+                (incoming, false)
             }
         };
+        if stored.priority == 5 {
+            self.check_protected(&namespace, &txn.protected(&namespace, now)?)?;
+        }
         txn.bump_generation()?;
         txn.commit()?;
         self.reindex(&[&stored], &[], &[])?;
-        Ok(stored.id)
+        Ok((stored.id, merged))
     }
 
     /// Store many records in one transaction, without merging (bulk loads and benchmarks;
@@ -545,18 +673,14 @@ impl Memory {
         let txn = self.begin()?;
         let mut stored = Vec::with_capacity(records.len());
         for r in records {
-            let rec = self.new_record(txn.next("next_id")?, r, now);
+            let rec = self.new_record(txn.new_id()?, r, now);
             txn.put(&rec)?;
             stored.push(rec);
         }
-        let mut namespaces: BTreeSet<&str> = BTreeSet::new();
-        for r in stored.iter().filter(|r| r.priority == 5) {
-            namespaces.insert(&r.namespace);
-        }
+        let namespaces: BTreeSet<&str> =
+            stored.iter().filter(|r| r.priority == 5).map(|r| r.namespace.as_str()).collect();
         for ns in namespaces {
-            let mut live = self.live(ns)?;
-            live.extend(stored.iter().filter(|r| r.namespace == ns).cloned());
-            self.check_protected(ns, &live)?;
+            self.check_protected(ns, &txn.protected(ns, now)?)?;
         }
         txn.bump_generation()?;
         txn.commit()?;
@@ -565,18 +689,20 @@ impl Memory {
         Ok(stored.iter().map(|r| r.id).collect())
     }
 
-    /// Live records relevant to `query` under `filter`.
+    /// Live records relevant to `query` under `filter` (at most [`MAX_SEARCH_LIMIT`]).
+    /// With [`SearchOrder::PriorityThenRecency`], the 50 most relevant are ordered by
+    /// priority, then recency.
     pub fn search(&self, query: &str, filter: &SearchFilter, limit: usize) -> Result<Vec<SearchHit>> {
         if let Some(ns) = &filter.namespace {
             validate_namespace(ns)?;
         }
+        let limit = limit.min(MAX_SEARCH_LIMIT);
         let now = self.now_ms();
-        // Expired records are still indexed until the cleanup job runs: over-fetch a little.
         let fetch = match filter.order {
-            SearchOrder::Relevance => limit + 8,
-            SearchOrder::PriorityThenRecency => (limit * 5).max(50),
+            SearchOrder::Relevance => limit,
+            SearchOrder::PriorityThenRecency => (limit.saturating_mul(5)).max(50),
         };
-        let ranked = self.index.search(query, filter, fetch)?;
+        let ranked = self.index.search(query, filter, now, fetch)?;
         let scores: HashMap<u64, f32> = ranked.iter().copied().collect();
         let mut hits: Vec<SearchHit> = self
             .load(ranked.iter().map(|(id, _)| *id))?
@@ -595,7 +721,7 @@ impl Memory {
 
     /// Daily-note entries relevant to `query`.
     pub fn search_daily(&self, query: &str, limit: usize) -> Result<Vec<DailyHit>> {
-        self.index.search_daily(query, limit)
+        self.index.search_daily(query, limit.min(MAX_SEARCH_LIMIT))
     }
 
     /// What goes into a prompt besides MEMORY.md: the 5 most recent records of the
@@ -635,17 +761,22 @@ impl Memory {
         Ok(out)
     }
 
-    /// Count a reference to each record. Not fsynced: a crash may lose a few counts,
-    /// never a record.
+    /// Count a reference to each record, at most once per record per open store (one CLI
+    /// call or agent process), so a skill searching in a loop cannot inflate importance.
+    /// Not fsynced: a crash may lose a few counts, never a record.
     pub fn touch(&self, ids: &[u64]) -> Result<()> {
-        if ids.is_empty() {
+        let fresh: Vec<u64> = match self.touched.lock() {
+            Ok(mut seen) => ids.iter().copied().filter(|id| seen.insert(*id)).collect(),
+            Err(_) => return Ok(()),
+        };
+        if fresh.is_empty() {
             return Ok(());
         }
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::None).map_err(|e| anyhow!("memory store: {e}"))?;
         {
             let mut t = txn.open_table(RECORDS)?;
-            for &id in ids {
+            for id in fresh {
                 let found = t.get(id)?.map(|v| decode_record(v.value(), id)).transpose()?;
                 if let Some(mut r) = found {
                     r.references = r.references.saturating_add(1);
@@ -703,29 +834,26 @@ impl Memory {
         let mut r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
         change(&mut r)?;
         r.updated_ms = self.now_ms();
-        r.importance = r.importance_at(r.updated_ms);
-        if r.priority == 5 && r.deprecated.is_none() {
-            let mut live = self.live(&r.namespace)?;
-            live.retain(|l| l.id != r.id);
-            live.push(r.clone());
-            self.check_protected(&r.namespace, &live)?;
-        }
+        r.importance = round_importance(r.importance_at(r.updated_ms));
         txn.put(&r)?;
+        if r.priority == 5 {
+            self.check_protected(&r.namespace, &txn.protected(&r.namespace, r.updated_ms)?)?;
+        }
         txn.bump_generation()?;
         txn.commit()?;
         self.reindex(&[&r], &[], &[])?;
         Ok(r)
     }
 
-    /// Set a record's priority (0-5); lifting it above 1 removes its expiry.
+    /// Set a record's priority (0-5); lowering it to 1 or less gives it a day from now.
     pub fn set_priority(&self, id: u64, priority: u8) -> Result<MemoryRecord> {
         if priority > 5 {
             bail!("priority {priority} is out of range; use 0 to 5");
         }
-        let ttl = self.config.low_priority_ttl_ms;
+        let expires = self.now_ms() + self.config.low_priority_ttl_ms;
         self.update_record(id, |r| {
+            r.expires_ms = (priority <= 1).then(|| r.expires_ms.unwrap_or(expires));
             r.priority = priority;
-            r.expires_ms = (priority <= 1).then(|| r.created_ms + ttl);
             Ok(())
         })
     }
@@ -784,6 +912,7 @@ impl Memory {
 
     /// Put an archived record back (same id). Fails if that id is in use again.
     pub fn restore(&self, archive_id: u64) -> Result<MemoryRecord> {
+        let now = self.now_ms();
         let txn = self.begin()?;
         let entry: ArchiveEntry = {
             let t = txn.txn.open_table(ARCHIVE)?;
@@ -794,16 +923,19 @@ impl Memory {
         };
         let mut record = entry.record;
         if txn.get(record.id)?.is_some() {
-            bail!("memory #{} exists again; forget it first or export it", record.id);
+            if entry.reason != "superseded" {
+                bail!("memory #{} exists again; forget it first, then restore", record.id);
+            }
+            // A superseded wording shares the id of the record that absorbed it: it comes
+            // back as a record of its own.
+            record.id = txn.new_id()?;
         }
         record.deprecated = None;
-        record.expires_ms = record.expires_ms.map(|_| self.now_ms() + self.config.low_priority_ttl_ms);
-        if record.priority == 5 {
-            let mut live = self.live(&record.namespace)?;
-            live.push(record.clone());
-            self.check_protected(&record.namespace, &live)?;
-        }
+        record.expires_ms = record.expires_ms.map(|_| now + self.config.low_priority_ttl_ms);
         txn.put(&record)?;
+        if record.priority == 5 {
+            self.check_protected(&record.namespace, &txn.protected(&record.namespace, now)?)?;
+        }
         txn.txn.open_table(ARCHIVE)?.remove(archive_id)?;
         txn.bump_generation()?;
         txn.commit()?;
@@ -862,15 +994,17 @@ impl Memory {
         Ok(changed)
     }
 
-    /// Cleanup job: archive deprecated and expired records, merge near-duplicates.
+    /// Cleanup job: archive deprecated and expired records, merge near-duplicates (each
+    /// record against its best index candidates, not every pair).
     pub fn compact(&self, namespace: Option<&str>) -> Result<CompactReport> {
+        if let Some(ns) = namespace {
+            validate_namespace(ns)?;
+        }
         let now = self.now_ms();
         let mut report = CompactReport::default();
-        let records: Vec<MemoryRecord> = match namespace {
-            Some(ns) => self.load(self.ids_of_namespace(ns)?)?,
-            None => self.all_records()?,
-        };
         let txn = self.begin()?;
+        let records: Vec<MemoryRecord> =
+            txn.all()?.into_iter().filter(|r| namespace.is_none_or(|ns| r.namespace == ns)).collect();
         let mut removed: Vec<u64> = Vec::new();
         let mut survivors: Vec<MemoryRecord> = Vec::new();
         for r in records {
@@ -888,29 +1022,42 @@ impl Memory {
                 survivors.push(r);
             }
         }
-        // Pairwise within a namespace, oldest record absorbs; term sets computed once.
-        let terms: Vec<Vec<String>> = survivors.iter().map(|r| self.index.terms(&r.content)).collect();
+        let position: HashMap<u64, usize> = survivors.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
         let mut gone = vec![false; survivors.len()];
         let mut updated: Vec<usize> = Vec::new();
         for i in 0..survivors.len() {
             if gone[i] {
                 continue;
             }
-            for j in i + 1..survivors.len() {
-                if gone[j] || survivors[j].namespace != survivors[i].namespace {
+            let terms = self.index.terms(&survivors[i].content);
+            let filter = SearchFilter::namespace(&survivors[i].namespace);
+            for (id, _) in self.index.search(&survivors[i].content, &filter, now, 8)? {
+                let Some(&j) = position.get(&id) else { continue };
+                if j <= i || gone[j] {
                     continue;
                 }
-                if similarity(&terms[i], &terms[j]) >= self.config.merge_similarity {
-                    let other = survivors[j].clone();
-                    merge_into(&mut survivors[i], &other, now);
-                    gone[j] = true;
-                    txn.delete(&other)?;
-                    removed.push(other.id);
-                    report.merged.push((other.id, survivors[i].id));
-                    report.archived.push(txn.archive(now, "merged", other, Some(survivors[i].id))?);
-                    if !updated.contains(&i) {
-                        updated.push(i);
-                    }
+                let other_terms = self.index.terms(&survivors[j].content);
+                if !same_fact(
+                    &survivors[i].content,
+                    &terms,
+                    &survivors[j].content,
+                    &other_terms,
+                    self.config.merge_similarity,
+                ) {
+                    continue;
+                }
+                let other = survivors[j].clone();
+                let keep_id = survivors[i].id;
+                if let Some(old) = merge_into(&mut survivors[i], &other, now) {
+                    report.archived.push(txn.archive(now, "superseded", old, Some(keep_id))?);
+                }
+                gone[j] = true;
+                txn.delete(&other)?;
+                removed.push(other.id);
+                report.merged.push((other.id, keep_id));
+                report.archived.push(txn.archive(now, "merged", other, Some(keep_id))?);
+                if !updated.contains(&i) {
+                    updated.push(i);
                 }
             }
         }
@@ -932,13 +1079,15 @@ impl Memory {
         let now = self.now_ms();
         let mut report = MaintainReport { compact, ..MaintainReport::default() };
 
-        let decayed: Vec<MemoryRecord> = self
-            .all_records()?
+        let txn = self.begin()?;
+        let decayed: Vec<MemoryRecord> = txn
+            .all()?
             .into_iter()
             .filter(|r| r.priority < 5 && r.importance_at(now) < self.config.demote_below)
             .collect();
-        if !decayed.is_empty() {
-            let txn = self.begin()?;
+        if decayed.is_empty() {
+            txn.txn.abort()?;
+        } else {
             for r in decayed {
                 txn.delete(&r)?;
                 report.demoted.push(r.id);
@@ -958,7 +1107,11 @@ impl Memory {
                     txn.open_table(PROMOTED)?.get((date.as_str(), e.line))?.is_some()
                 };
                 if !done {
-                    report.promoted.push(self.promote_daily(&date, e.line, namespace, MemoryKind::General, 3)?);
+                    // One bad note must not stop the weekly job: report it and go on.
+                    match self.promote_daily(&date, e.line, namespace, MemoryKind::General, 3) {
+                        Ok(id) => report.promoted.push(id),
+                        Err(err) => report.promote_errors.push(format!("{date}:{}: {err:#}", e.line)),
+                    }
                 }
             }
             if daily::days_between(&date, &today)? > self.config.daily_archive_days {
@@ -978,6 +1131,9 @@ impl Memory {
 
     /// Append to today's daily note.
     pub fn note(&self, text: &str) -> Result<DailyEntry> {
+        if text.len() > self.config.max_record_bytes {
+            bail!("the note is {} bytes, over the limit of {}; summarize it", text.len(), self.config.max_record_bytes);
+        }
         let entry = self.daily.append(self.now_ms(), text)?;
         self.reindex(&[], &[], std::slice::from_ref(&entry))?;
         Ok(entry)
@@ -1015,6 +1171,9 @@ impl Memory {
             if r.priority > 5 || r.content.trim().is_empty() {
                 bail!("{source}:{}: priority must be 0-5 and content non-empty", i + 1);
             }
+            if r.id == 0 || r.id >= MAX_ID {
+                bail!("{source}:{}: id {} is out of range (1 to 2^53-1)", i + 1, r.id);
+            }
             incoming.push(r);
         }
         let mut report = ImportReport::default();
@@ -1022,12 +1181,13 @@ impl Memory {
         let mut stored = Vec::new();
         for mut r in incoming {
             match txn.get(r.id)? {
-                Some(existing) if existing == r => {
+                // The same memory (counters and state may have moved on since the export).
+                Some(existing) if same_identity(&existing, &r) => {
                     report.unchanged += 1;
                     continue;
                 }
                 Some(_) => {
-                    let new_id = txn.next("next_id")?;
+                    let new_id = txn.new_id()?;
                     report.renumbered.push((r.id, new_id));
                     r.id = new_id;
                 }
@@ -1043,11 +1203,9 @@ impl Memory {
         }
         let namespaces: BTreeSet<String> =
             stored.iter().filter(|r| r.priority == 5).map(|r| r.namespace.clone()).collect();
+        let now = self.now_ms();
         for ns in namespaces {
-            let now = self.now_ms();
-            let mut live: Vec<MemoryRecord> = self.live(&ns)?;
-            live.extend(stored.iter().filter(|r| r.namespace == ns && r.is_live(now)).cloned());
-            self.check_protected(&ns, &live)?;
+            self.check_protected(&ns, &txn.protected(&ns, now)?)?;
         }
         txn.bump_generation()?;
         txn.commit()?;
@@ -1092,6 +1250,7 @@ fn migrate(db: &Database, now: u64) -> Result<()> {
     t.txn.open_table(RECORDS)?;
     t.txn.open_multimap_table(BY_NAMESPACE)?;
     t.txn.open_multimap_table(BY_SKILL)?;
+    t.txn.open_multimap_table(PROTECTED)?;
     t.txn.open_table(ARCHIVE)?;
     t.txn.open_table(AGENT_SESSIONS)?;
     t.txn.open_table(SESSION_KV)?;
@@ -1139,7 +1298,7 @@ fn migrate(db: &Database, now: u64) -> Result<()> {
                 references: 0,
                 provenance: vec![o.provenance],
             };
-            r.importance = r.importance_at(now);
+            r.importance = round_importance(r.importance_at(now));
             next = next.max(r.id + 1);
             t.put(&r)?;
         }
