@@ -336,7 +336,7 @@ async fn require_more_pauses_and_resume_continues_with_state() {
     assert_eq!((state.step, state.pending_question.as_deref()), (2, Some("Which serial port?")));
 
     let second = Recording::scripted(json!({"decide": [reply("use COM3")]}));
-    let done = agent::resume(&lib, &second, &builtin_general(), state, "COM3", &options(None)).await.unwrap();
+    let done = agent::resume(&lib, &second, &builtin_general(), state, Some("COM3"), &options(None)).await.unwrap();
     assert_eq!(done.status, OutcomeStatus::Answered);
     assert_eq!((done.session.as_str(), done.total_steps), (paused.session.as_str(), 3));
     let prompt = second.prompt(0);
@@ -408,9 +408,11 @@ async fn openai_json_mode_survives_500s() {
 #[test]
 fn provider_down_is_one_clear_error() {
     let env = common::Env::new();
+    // A loopback port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     std::fs::write(
         env.home.path().join("skillhost.toml"),
-        "[provider]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmax_retries = 0\n",
+        format!("[provider]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmax_retries = 0\n"),
     )
     .unwrap();
     let out = Command::cargo_bin("skillhost")
@@ -427,8 +429,22 @@ fn provider_down_is_one_clear_error() {
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
-    assert!(errors[0].contains("cannot reach") && errors[0].contains("127.0.0.1:9"), "{stderr}");
+    assert!(errors[0].contains("cannot reach") && errors[0].contains(&format!("127.0.0.1:{port}")), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // The run is saved and can be retried once a provider answers (here: a scripted reply).
+    let id = errors[0].split("--resume ").nth(1).and_then(|s| s.split('`').next()).expect("resume hint").to_string();
+    let decisions = env.sources.path().join("retry.json");
+    std::fs::write(&decisions, r#"{"decide": [{"next_action": "reply", "message": "hello back"}]}"#).unwrap();
+    let out = Command::cargo_bin("skillhost")
+        .unwrap()
+        .env("SKILLHOST_HOME", env.home.path())
+        .current_dir(env.workspace.path())
+        .args(["--json", "run", "--resume", &id, "--decisions"])
+        .arg(&decisions)
+        .assert()
+        .code(0);
+    let outcome: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!((outcome["session"].as_str(), outcome["answer"].as_str()), (Some(id.as_str()), Some("hello back")));
 
     // Nothing configured at all: say how to configure one.
     let bare = common::Env::new();

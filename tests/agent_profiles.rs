@@ -68,6 +68,11 @@ fn parse_errors_name_file_line_and_the_fix() {
     assert_eq!(e.line, Some(4), "{e}");
     assert!(e.message.contains("unknown field `colour`") && e.message.contains("allowed: description"), "{e}");
 
+    write_profile(home.path(), "writer", "---\ndescription: d\nskills: []\n---\n## Identity\nme\n");
+    let e = load_error(home.path());
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.message.contains("`skills: []`") && e.message.contains("leave `skills` out"), "{e}");
+
     write_profile(home.path(), "writer", "---\nkeywords: [a]\n---\n## Identity\nme\n");
     let e = load_error(home.path());
     assert!(e.message.contains("missing field `description`"), "{e}");

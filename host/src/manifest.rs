@@ -187,6 +187,13 @@ impl Manifest {
         let at = |field: &str| field_line(&yaml, field).map(|l| l + 1);
 
         validate_name(&fm.name).map_err(|m| err(at("name"), Some("name"), m))?;
+        if fm.name == "reply" {
+            return Err(err(
+                at("name"),
+                Some("name"),
+                "`reply` is reserved: it is the agent's final-answer action (a tool of that name would clash); rename the skill".into(),
+            ));
+        }
         if fm.description.trim().is_empty() {
             return Err(err(
                 at("description"),

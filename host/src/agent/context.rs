@@ -94,10 +94,11 @@ impl Catalog {
             .unwrap_or_default()
     }
 
-    /// One tool per executable skill, plus `reply` and `require_more` (native tool calling).
-    pub fn tools(&self) -> Vec<ToolSpec> {
+    /// One tool per shortlisted skill, plus `reply` and `require_more` (native tool calling).
+    pub fn tools(&self, names: &[String]) -> Vec<ToolSpec> {
         let mut tools: Vec<ToolSpec> = self
             .executable()
+            .filter(|e| names.contains(&e.name))
             .map(|e| ToolSpec {
                 name: e.name.clone(),
                 description: e.description.clone(),
@@ -154,6 +155,45 @@ pub struct StepInputs<'a> {
     pub tools: bool,
 }
 
+/// Which skills a step shows in full.
+pub struct Shortlist {
+    /// Skill names by relevance to the goal and the last result.
+    pub ranked: Vec<String>,
+    /// Executable skills shown (and offered as tools) with their parameters.
+    pub candidates: Vec<String>,
+    /// Whether the catalog was cut down to `candidates`.
+    pub narrowed: bool,
+}
+
+pub fn shortlist(state: &AgentState, catalog: &Catalog) -> Shortlist {
+    let query = match state.decisions.last() {
+        Some(d) => format!("{} {}", state.goal, d.summary),
+        None => state.goal.clone(),
+    };
+    let ranked = catalog.ranked(&query, CANDIDATES + INSTRUCTION_TOP);
+    let executable: Vec<&CatalogEntry> = catalog.executable().collect();
+    let narrowed = executable.len() > FULL_CATALOG_MAX;
+    let candidates = if narrowed {
+        // Skills this run already used keep their parameters; then the best-ranked; then
+        // any others, so a query that matches nothing (another language) still gets some.
+        let mut picked: Vec<String> = Vec::new();
+        let used = state.decisions.iter().rev().filter_map(|d| d.skill.as_deref());
+        let rest = executable.iter().map(|e| e.name.as_str());
+        for name in used.chain(ranked.iter().map(String::as_str)).chain(rest) {
+            if picked.len() >= CANDIDATES {
+                break;
+            }
+            if !picked.iter().any(|p| p == name) && catalog.get(name).is_some_and(|e| !e.instruction) {
+                picked.push(name.to_string());
+            }
+        }
+        picked
+    } else {
+        executable.iter().map(|e| e.name.clone()).collect()
+    };
+    Shortlist { ranked, candidates, narrowed }
+}
+
 /// The system and user messages of one decision.
 pub fn compose(state: &AgentState, inputs: &StepInputs<'_>) -> Vec<ChatMessage> {
     let StepInputs { profile, catalog, memory, phase, tools } = *inputs;
@@ -185,24 +225,10 @@ pub fn compose(state: &AgentState, inputs: &StepInputs<'_>) -> Vec<ChatMessage> 
         user.push('\n');
     }
 
-    let query = match state.decisions.last() {
-        Some(d) => format!("{} {}", state.goal, d.summary),
-        None => state.goal.clone(),
-    };
-    let ranked = catalog.ranked(&query, catalog.entries.len().max(1));
+    let Shortlist { ranked, candidates, narrowed } = shortlist(state, catalog);
+    let candidates: Vec<&str> = candidates.iter().map(String::as_str).collect();
     user.push_str("# Skills\n");
     let executable: Vec<&CatalogEntry> = catalog.executable().collect();
-    let narrowed = executable.len() > FULL_CATALOG_MAX;
-    let candidates: Vec<&str> = if narrowed {
-        ranked
-            .iter()
-            .filter(|n| catalog.get(n).is_some_and(|e| !e.instruction))
-            .take(CANDIDATES)
-            .map(|n| n.as_str())
-            .collect()
-    } else {
-        executable.iter().map(|e| e.name.as_str()).collect()
-    };
     if executable.is_empty() {
         user.push_str("(no executable skills are available to this agent)\n");
     }
@@ -287,7 +313,14 @@ impl DecisionRecord {
     /// `step 2: call_skill query-issue-kb {"query":"..."} -> success`
     pub fn headline(&self) -> String {
         match &self.skill {
-            Some(s) => format!("step {}: call_skill {s} {} -> {}", self.step, self.params, self.status),
+            Some(s) => {
+                format!(
+                    "step {}: call_skill {s} {} -> {}",
+                    self.step,
+                    one_line(&self.params.to_string(), 200),
+                    self.status
+                )
+            }
             None => format!("step {}: {} -> {}", self.step, self.action, self.status),
         }
     }

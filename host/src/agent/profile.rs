@@ -117,8 +117,8 @@ struct FrontMatter {
     description: String,
     #[serde(default)]
     keywords: Vec<String>,
-    #[serde(default)]
-    skills: Vec<String>,
+    /// Absent: every installed skill. Present: exactly these (an empty list is an error).
+    skills: Option<Vec<String>>,
     namespace: Option<String>,
     #[serde(default)]
     evidence: bool,
@@ -270,7 +270,15 @@ pub fn parse_profile(name: &str, text: &str, source: Option<&Path>) -> Result<Ag
         }
         keywords.push(keyword);
     }
-    for skill in &front.skills {
+    if front.skills.as_ref().is_some_and(Vec::is_empty) {
+        return Err(err(
+            at("skills"),
+            "`skills: []` would allow no skill, which is never useful; list the skills this profile may call, or leave `skills` out to allow all".into(),
+        )
+        .into());
+    }
+    let skills = front.skills.clone().unwrap_or_default();
+    for skill in &skills {
         validate_name(skill).map_err(|m| {
             err(
                 at("skills"),
@@ -310,7 +318,7 @@ pub fn parse_profile(name: &str, text: &str, source: Option<&Path>) -> Result<Ag
         boundaries,
         workflow,
         output_style,
-        skills: front.skills,
+        skills,
         namespace,
         evidence: front.evidence,
         max_steps: front.max_steps,

@@ -221,15 +221,41 @@ pub async fn resume(
     provider: &dyn Provider,
     profile: &AgentProfile,
     mut state: AgentState,
-    answer: &str,
+    answer: Option<&str>,
     options: &AgentOptions,
 ) -> Result<Outcome> {
     if state.finished {
         bail!("session {} already finished; start a new run", state.session);
     }
-    let question = state.pending_question.take().unwrap_or_else(|| "(no question was pending)".into());
-    state.feedback.push(format!("the user answered your question \"{question}\": {answer}"));
-    state.answers.push(UserAnswer { question, answer: answer.to_string() });
+    if state.namespace != profile.namespace {
+        bail!(
+            "session {} used memory namespace `{}`, but profile `{}` now uses `{}`; resuming would mix memories, so start a new run",
+            state.session,
+            state.namespace,
+            profile.name,
+            profile.namespace
+        );
+    }
+    match (state.pending_question.take(), answer) {
+        (Some(question), Some(answer)) => {
+            state.feedback.push(format!("the user answered your question \"{question}\": {answer}"));
+            state.answers.push(UserAnswer { question, answer: answer.to_string() });
+        }
+        (Some(question), None) => {
+            bail!(
+                "session {} is waiting for an answer to: {question}\nresume with: skillhost run --resume {} \"ANSWER\"",
+                state.session,
+                state.session
+            )
+        }
+        // A retry after a provider failure: the answer (if any) was already recorded.
+        (None, Some(answer)) if state.answers.last().is_some_and(|a| a.answer == answer) => {}
+        (None, Some(answer)) => {
+            state.feedback.push(format!("the user adds: {answer}"));
+            state.answers.push(UserAnswer { question: "(added by the user)".into(), answer: answer.to_string() });
+        }
+        (None, None) => {}
+    }
     if let Some(m) = options.max_steps {
         state.max_steps = m.max(state.step + 1);
     } else if state.step >= state.max_steps {
@@ -293,7 +319,11 @@ impl<'a> Agent<'a> {
                     // No step happened: keep the state resumable and stop with the sentence.
                     self.state.step -= 1;
                     self.save()?;
-                    return Err(e);
+                    let id = &self.state.session;
+                    return Err(anyhow!(
+                        "{e:#} (session {id} is saved at step {}: retry with `skillhost run --resume {id}`)",
+                        self.state.step
+                    ));
                 }
             };
             self.state.feedback.clear();
@@ -436,9 +466,17 @@ impl<'a> Agent<'a> {
             tools: self.options.tools,
         };
         let mut messages = context::compose(&self.state, &inputs);
-        let prompt_bytes = messages.iter().map(|m| m.content.len()).sum();
-        let format =
-            if self.options.tools { ResponseFormat::Tools(self.catalog.tools()) } else { ResponseFormat::Json };
+        let format = if self.options.tools {
+            let shortlist = context::shortlist(&self.state, &self.catalog);
+            ResponseFormat::Tools(self.catalog.tools(&shortlist.candidates))
+        } else {
+            ResponseFormat::Json
+        };
+        let tool_bytes = match &format {
+            ResponseFormat::Tools(tools) => serde_json::to_string(tools).map(|t| t.len()).unwrap_or(0),
+            _ => 0,
+        };
+        let prompt_bytes = messages.iter().map(|m| m.content.len()).sum::<usize>() + tool_bytes;
         let started = Instant::now();
         let reply = self.chat(Purpose::Decide, format.clone(), messages.clone()).await?;
         let mut decided = Decided {
@@ -502,7 +540,11 @@ impl<'a> Agent<'a> {
         facts.lines.extend(executed.lines.iter().copied());
         let mut new = facts.lines.len() > before || !executed.memories_stored.is_empty();
         facts.memories.extend(executed.memories_stored.iter().copied());
-        if let Some(hash) = &executed.output_hash {
+        // An output that cites no log lines counts as new when it was not seen before; one
+        // that does is judged by its lines (its header echoes the filters, so it always differs).
+        if let Some(hash) = &executed.output_hash
+            && executed.lines.is_empty()
+        {
             new |= facts.outputs.insert(format!("{skill}:{hash}"));
         }
         new
@@ -572,6 +614,8 @@ impl<'a> Agent<'a> {
 
     fn audit(&self, entry: StepEntry, evidence: Option<&EvidenceReport>) {
         let mut line = entry.into_entry();
+        // Which model decided (a scripted replay says so), so the record cannot be mistaken.
+        line.insert("provider".into(), Value::String(self.provider.name()));
         if let Some(report) = evidence {
             line.insert("evidence".into(), serde_json::to_value(report).unwrap_or(Value::Null));
         }
@@ -685,11 +729,15 @@ pub fn interpret(reply: &ChatReply) -> Result<(Decision, bool), String> {
         let text = |key: &str| arguments.get(key).and_then(Value::as_str).map(str::to_string);
         let action = match call.name.as_str() {
             REPLY_TOOL => Action::Reply {
-                message: text("message").ok_or("`reply` needs a string `message` with the final answer")?,
+                message: text("message")
+                    .filter(|m| !m.trim().is_empty())
+                    .ok_or("`reply` needs a non-empty string `message` with the final answer")?,
             },
-            REQUIRE_MORE_TOOL => {
-                Action::RequireMore { question: text("question").ok_or("`require_more` needs a string `question`")? }
-            }
+            REQUIRE_MORE_TOOL => Action::RequireMore {
+                question: text("question")
+                    .filter(|q| !q.trim().is_empty())
+                    .ok_or("`require_more` needs a non-empty string `question`")?,
+            },
             skill => Action::CallSkill { skill: skill.to_string(), params: arguments },
         };
         return Ok((Decision { reasoning, action }, repaired));

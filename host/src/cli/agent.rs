@@ -237,6 +237,11 @@ fn copy_dir(from: &Path, to: &Path, depth: usize) -> Result<()> {
             );
         } else if kind.is_dir() {
             copy_dir(&entry.path(), &dest, depth + 1)?;
+        } else if !kind.is_file() {
+            bail!(
+                "{} is not a regular file (a FIFO, socket or device); profile directories may hold only plain files",
+                entry.path().display()
+            );
         } else {
             std::fs::copy(entry.path(), &dest)
                 .with_context(|| format!("cannot copy {} to {}", entry.path().display(), dest.display()))?;

@@ -21,13 +21,14 @@ pub(super) struct RunArgs {
     /// What the agent should do.
     task: Option<String>,
     /// The agent profile (default: chosen by the router).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     agent: Option<String>,
     /// Step limit (default: the profile's, else 8).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_steps: Option<u32>,
-    /// Continue a paused run: the session id and your answer to its question.
-    #[arg(long, num_args = 2, value_names = ["ID", "ANSWER"], conflicts_with = "task")]
+    /// Continue a run: the session id and your answer to its question (no answer: retry a
+    /// run that stopped because the provider failed).
+    #[arg(long, num_args = 1..=2, value_names = ["ID", "ANSWER"], conflicts_with = "task")]
     resume: Option<Vec<String>>,
     /// Replay a decisions file instead of calling a model (scripted provider).
     #[arg(long)]
@@ -58,7 +59,11 @@ pub(super) fn run(lib: &Library, home: &Path, args: RunArgs, json: bool) -> Resu
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = match (&args.resume, &args.task) {
         (Some(resume), _) => {
-            let [id, answer] = resume.as_slice() else { bail!("--resume takes a session id and an answer") };
+            let (id, answer) = match resume.as_slice() {
+                [id, answer] => (id, Some(answer.as_str())),
+                [id] => (id, None),
+                _ => bail!("--resume takes a session id and, for a paused run, your answer"),
+            };
             let state = agent::load_session(lib, id)?;
             let profile = profiles.iter().find(|p| p.name == state.profile).ok_or_else(|| {
                 anyhow!("session {id} ran with the agent profile `{}`, which is no longer installed", state.profile)

@@ -303,7 +303,7 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         && ms.is_finite()
         && ms >= 0.0
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(Duration::from_secs_f64((ms / 1000.0).min(86_400.0)));
     }
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     if let Ok(secs) = value.parse::<f64>() {
@@ -402,6 +402,8 @@ mod tests {
             retry_after(&headers(&[("retry-after", "7"), ("retry-after-ms", "250")]), now),
             Some(Duration::from_millis(250))
         );
+        // A hostile header cannot overflow the Duration: capped at a day.
+        assert_eq!(retry_after(&headers(&[("retry-after-ms", "1e30")]), now), Some(Duration::from_secs(86_400)));
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")]), now), None);
         assert_eq!(retry_after(&headers(&[("retry-after", "-3")]), now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);

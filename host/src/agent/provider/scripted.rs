@@ -12,7 +12,7 @@
 //!     "{\"reasoning\": \"a reply that is not valid JSON, returned verbatim\",",
 //!     {"tool_call": {"name": "query-issue-kb", "arguments": {"query": "uart garbage"}}}
 //!   ],
-//!   "route": ["log-analyst"],
+//!   "route": [{"profile": "log-analyst", "reason": "a UART log question"}],
 //!   "summarize": ["Known: ... Open: ..."]
 //! }
 //! ```
