@@ -18,7 +18,7 @@
 //! Each public write is one redb transaction (durable on return), followed by one index
 //! commit stamped with the new generation.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -109,6 +109,7 @@ pub struct Memory {
     views: Mutex<HashMap<String, (u64, u64, MemoryView)>>,
     /// Records whose reference was counted by this open store.
     touched: Mutex<std::collections::HashSet<u64>>,
+    records_cache: RecordCache,
     /// An index update failed: rebuild on the next write rather than patch.
     index_dirty: std::sync::atomic::AtomicBool,
     _lock: StoreLock,
@@ -241,11 +242,23 @@ fn same_fact(a_text: &str, a: &[String], b_text: &str, b: &[String], threshold: 
     similarity(a, b) >= threshold && negations(a_text) == negations(b_text)
 }
 
-struct Txn {
-    txn: WriteTransaction,
+/// Decoded records by namespace, kept in step with every commit of this process. The
+/// process holds the store lock, so nobody else writes: the MEMORY.md view after a write
+/// needs no full decode of the namespace.
+type RecordCache = Mutex<HashMap<String, BTreeMap<u64, MemoryRecord>>>;
+
+enum Change {
+    Upsert(MemoryRecord),
+    Remove(String, u64),
 }
 
-impl Txn {
+struct Txn<'a> {
+    txn: WriteTransaction,
+    cache: Option<&'a RecordCache>,
+    changes: std::cell::RefCell<Vec<Change>>,
+}
+
+impl Txn<'_> {
     fn meta(&self, key: &str) -> Result<u64> {
         let t = self.txn.open_table(META)?;
         Ok(t.get(key)?.map(|v| v.value()).unwrap_or(0))
@@ -269,6 +282,7 @@ impl Txn {
     }
 
     fn put(&self, r: &MemoryRecord) -> Result<()> {
+        self.changes.borrow_mut().push(Change::Upsert(r.clone()));
         self.txn.open_table(RECORDS)?.insert(r.id, encode(r)?.as_slice())?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.insert(r.namespace.as_str(), r.id)?;
         let mut protected = self.txn.open_multimap_table(PROTECTED)?;
@@ -285,6 +299,7 @@ impl Txn {
     }
 
     fn delete(&self, r: &MemoryRecord) -> Result<()> {
+        self.changes.borrow_mut().push(Change::Remove(r.namespace.clone(), r.id));
         self.txn.open_table(RECORDS)?.remove(r.id)?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.remove(r.namespace.as_str(), r.id)?;
         self.txn.open_multimap_table(PROTECTED)?.remove(r.namespace.as_str(), r.id)?;
@@ -353,7 +368,26 @@ impl Txn {
     }
 
     fn commit(self) -> Result<()> {
-        self.txn.commit().context("cannot commit to the memory store")
+        self.txn.commit().context("cannot commit to the memory store")?;
+        if let Some(cache) = self.cache
+            && let Ok(mut cache) = cache.lock()
+        {
+            for change in self.changes.into_inner() {
+                match change {
+                    Change::Upsert(r) => {
+                        if let Some(ns) = cache.get_mut(&r.namespace) {
+                            ns.insert(r.id, r);
+                        }
+                    }
+                    Change::Remove(namespace, id) => {
+                        if let Some(ns) = cache.get_mut(&namespace) {
+                            ns.remove(&id);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -404,6 +438,7 @@ impl Memory {
             line_tokens: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
             touched: Mutex::new(std::collections::HashSet::new()),
+            records_cache: Mutex::new(HashMap::new()),
             index_dirty: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
@@ -431,8 +466,12 @@ impl Memory {
         (self.clock)()
     }
 
-    fn begin(&self) -> Result<Txn> {
-        Ok(Txn { txn: self.db.begin_write().context("cannot start a memory store transaction")? })
+    fn begin(&self) -> Result<Txn<'_>> {
+        Ok(Txn {
+            txn: self.db.begin_write().context("cannot start a memory store transaction")?,
+            cache: Some(&self.records_cache),
+            changes: std::cell::RefCell::new(Vec::new()),
+        })
     }
 
     fn current_stamp(&self) -> Result<String> {
@@ -519,7 +558,18 @@ impl Memory {
     /// Live (not deprecated, not expired) records of `namespace`, oldest first.
     pub fn live(&self, namespace: &str) -> Result<Vec<MemoryRecord>> {
         let now = self.now_ms();
-        Ok(self.load(self.ids_of_namespace(namespace)?)?.into_iter().filter(|r| r.is_live(now)).collect())
+        self.with_namespace(namespace, |records| records.values().filter(|r| r.is_live(now)).cloned().collect())
+    }
+
+    /// Run `f` over the decoded records of `namespace` (decoded once per open store).
+    fn with_namespace<T>(&self, namespace: &str, f: impl FnOnce(&BTreeMap<u64, MemoryRecord>) -> T) -> Result<T> {
+        let mut cache = self.records_cache.lock().map_err(|_| anyhow!("memory record cache poisoned"))?;
+        if !cache.contains_key(namespace) {
+            let records = self.load(self.ids_of_namespace(namespace)?)?;
+            cache.insert(namespace.to_string(), records.into_iter().map(|r| (r.id, r)).collect());
+        }
+        let empty = BTreeMap::new();
+        Ok(f(cache.get(namespace).unwrap_or(&empty)))
     }
 
     /// Namespaces that hold records.
@@ -772,6 +822,7 @@ impl Memory {
         if fresh.is_empty() {
             return Ok(());
         }
+        let mut touched = Vec::new();
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::None).map_err(|e| anyhow!("memory store: {e}"))?;
         {
@@ -781,10 +832,19 @@ impl Memory {
                 if let Some(mut r) = found {
                     r.references = r.references.saturating_add(1);
                     t.insert(id, encode(&r)?.as_slice())?;
+                    touched.push(r);
                 }
             }
         }
-        txn.commit().context("cannot commit to the memory store")
+        txn.commit().context("cannot commit to the memory store")?;
+        if let Ok(mut cache) = self.records_cache.lock() {
+            for r in touched {
+                if let Some(ns) = cache.get_mut(&r.namespace) {
+                    ns.insert(r.id, r);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn cached_line_tokens(&self, r: &MemoryRecord) -> usize {
@@ -813,10 +873,13 @@ impl Memory {
         {
             return Ok(v.clone());
         }
-        let live = self.live(namespace)?;
-        let view = view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r));
+        let (view, next_expiry) = self.with_namespace(namespace, |records| {
+            let live: Vec<&MemoryRecord> = records.values().filter(|r| r.is_live(now)).collect();
+            let view =
+                view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r));
+            (view, live.iter().filter_map(|r| r.expires_ms).min().unwrap_or(u64::MAX))
+        })?;
         // Valid until the next hour (recency moves slowly) or the next expiry, whichever is first.
-        let next_expiry = live.iter().filter_map(|r| r.expires_ms).min().unwrap_or(u64::MAX);
         let valid_until = (now / 3_600_000 + 1).saturating_mul(3_600_000).min(next_expiry);
         if let Ok(mut views) = self.views.lock() {
             views.insert(namespace.to_string(), (generation, valid_until, view.clone()));
@@ -1246,7 +1309,7 @@ fn migrate(db: &Database, now: u64) -> Result<()> {
         }
         _ => {}
     }
-    let t = Txn { txn };
+    let t = Txn { txn, cache: None, changes: std::cell::RefCell::new(Vec::new()) };
     t.txn.open_table(RECORDS)?;
     t.txn.open_multimap_table(BY_NAMESPACE)?;
     t.txn.open_multimap_table(BY_SKILL)?;

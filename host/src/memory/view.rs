@@ -85,12 +85,12 @@ fn render_text(namespace: &str, chosen: &[&MemoryRecord]) -> (String, Vec<ViewSe
 /// cache it); the final text is always counted in full.
 pub(super) fn render(
     namespace: &str,
-    live: &[MemoryRecord],
+    live: &[&MemoryRecord],
     budget: usize,
     now_ms: u64,
     line_tokens: &mut dyn FnMut(&MemoryRecord) -> usize,
 ) -> MemoryView {
-    let mut ranked: Vec<(&MemoryRecord, f64)> = live.iter().map(|r| (r, r.importance_at(now_ms))).collect();
+    let mut ranked: Vec<(&MemoryRecord, f64)> = live.iter().map(|r| (*r, r.importance_at(now_ms))).collect();
     // Protected first, then by score; newer and then lower id break ties so the view is stable.
     ranked.sort_by(|a, b| {
         (b.0.priority == 5)
