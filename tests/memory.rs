@@ -479,6 +479,10 @@ fn filters_and_the_prompt_recall_rule() {
     assert_eq!(rest[..2], [6, 5]);
     assert!(recalled.len() <= 10);
     assert!(m.get(12).unwrap().unwrap().references >= 1, "recall counts references");
+    let refs = m.get(12).unwrap().unwrap().references;
+    m.recall("default", "uart observation").unwrap();
+    MemoryStore::search(&m, "default", "uart", 50).unwrap(); // what a skill's memory.search does
+    assert_eq!(m.get(12).unwrap().unwrap().references, refs, "a record is counted once per open store");
     // Namespaces stay apart.
     assert!(recalled.iter().all(|r| r.namespace == "default"));
 }

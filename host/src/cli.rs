@@ -231,7 +231,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),
         Command::Audit(cmd) => audit(&lib, cmd, json),
-        Command::Agent(cmd) => agent::run(cli.home.as_deref(), cmd, json),
+        Command::Agent(cmd) => agent::run(&home, cmd, json),
     }
 }
 

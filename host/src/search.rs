@@ -37,7 +37,6 @@ pub struct SearchHit {
 
 /// An in-memory BM25 index of skills.
 pub struct SkillIndex {
-    index: Index,
     reader: IndexReader,
     id: Field,
     fields: [(Field, f32); 3],
@@ -66,20 +65,13 @@ impl SkillIndex {
         }
         writer.commit().context("cannot build the search index")?;
         let reader = index.reader()?;
-        Ok(SkillIndex { index, reader, id, fields: [(name, NAME_BOOST), (description, 1.0), (when, WHEN_BOOST)] })
+        Ok(SkillIndex { reader, id, fields: [(name, NAME_BOOST), (description, 1.0), (when, WHEN_BOOST)] })
     }
 
     /// The `top` skills most relevant to `query`, best first; skills sharing no term with
     /// the query are not returned.
     pub fn search(&self, query: &str, top: usize) -> Result<Vec<SearchHit>> {
-        let mut analyzer = self.index.tokenizers().get(ANALYZER).unwrap_or_else(analyzer);
-        let mut terms = Vec::new();
-        let mut stream = analyzer.token_stream(query);
-        while let Some(t) = stream.next() {
-            if !terms.contains(&t.text) {
-                terms.push(t.text.clone());
-            }
-        }
+        let terms = analyze(query);
         if terms.is_empty() || top == 0 {
             return Ok(Vec::new());
         }

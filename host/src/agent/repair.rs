@@ -129,6 +129,19 @@ enum Quote {
     Smart,
 }
 
+/// One character inside a `"` string: true when it is the closing quote (escapes tracked).
+fn closes_ascii_string(c: char, escaped: &mut bool) -> bool {
+    if *escaped {
+        *escaped = false;
+        false
+    } else if c == '\\' {
+        *escaped = true;
+        false
+    } else {
+        c == '"'
+    }
+}
+
 fn is_smart_quote(c: char) -> bool {
     matches!(c, '\u{201c}' | '\u{201d}')
 }
@@ -142,11 +155,7 @@ fn balanced_end(text: &str, open: usize) -> Result<usize, usize> {
     for (i, c) in text[open..].char_indices() {
         match quote {
             Some(Quote::Ascii) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == '"' {
+                if closes_ascii_string(c, &mut escaped) {
                     quote = None;
                 }
             }
@@ -182,11 +191,7 @@ fn fix_slips(text: &str) -> String {
         match quote {
             Some(Quote::Ascii) => {
                 out.push(c);
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == '"' {
+                if closes_ascii_string(c, &mut escaped) {
                     quote = None;
                 }
             }

@@ -41,16 +41,12 @@ pub(super) enum AgentCmd {
     },
 }
 
-pub(super) fn run(home: Option<&Path>, cmd: AgentCmd, json: bool) -> Result<ExitCode> {
-    let home = match home {
-        Some(home) => home.to_path_buf(),
-        None => super::default_home()?,
-    };
+pub(super) fn run(home: &Path, cmd: AgentCmd, json: bool) -> Result<ExitCode> {
     match cmd {
-        AgentCmd::List => list(&home, json)?,
-        AgentCmd::Show { name } => show(&home, &name, json)?,
-        AgentCmd::Route { request, agent } => dry_route(&home, &request, agent.as_deref(), json)?,
-        AgentCmd::Add { dir, replace } => add(&home, &dir, replace, json)?,
+        AgentCmd::List => list(home, json)?,
+        AgentCmd::Show { name } => show(home, &name, json)?,
+        AgentCmd::Route { request, agent } => dry_route(home, &request, agent.as_deref(), json)?,
+        AgentCmd::Add { dir, replace } => add(home, &dir, replace, json)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,6 +23,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 use super::daily::DailyEntry;
 use super::records::{MemoryRecord, SearchFilter};
+use crate::search::analyze;
 
 const ANALYZER: &str = "memory_text";
 /// Bump when the schema or the analyzer changes: a different version forces a rebuild.
@@ -222,13 +223,8 @@ impl MemoryIndex {
         })
     }
 
-    /// Analyzed terms of `text`, deduplicated, in order of first appearance.
-    pub fn terms(&self, text: &str) -> Vec<String> {
-        crate::search::analyze(text)
-    }
-
     fn text_query(&self, query: &str) -> Option<Box<dyn Query>> {
-        let terms = self.terms(query);
+        let terms = analyze(query);
         if terms.is_empty() {
             return None;
         }

@@ -39,6 +39,7 @@ use super::records::{
 };
 use super::tokens::count_tokens;
 use super::view::{self, MemoryView};
+use crate::search::analyze;
 
 const SCHEMA_VERSION: u64 = 2;
 
@@ -110,6 +111,7 @@ pub struct Memory {
     /// Records whose reference was counted by this open store.
     touched: Mutex<std::collections::HashSet<u64>>,
     records_cache: RecordCache,
+    daily_fingerprint: Mutex<String>,
     /// An index update failed: rebuild on the next write rather than patch.
     index_dirty: std::sync::atomic::AtomicBool,
     _lock: StoreLock,
@@ -427,6 +429,7 @@ impl Memory {
             (g, daily.fingerprint()?)
         };
         let stamp = index::stamp(generation, &fingerprint);
+        let daily_fingerprint = Mutex::new(fingerprint);
         let (index, fresh) = MemoryIndex::open(&dir.join("index"), &stamp)?;
         let memory = Memory {
             dir: dir.to_path_buf(),
@@ -439,6 +442,7 @@ impl Memory {
             views: Mutex::new(HashMap::new()),
             touched: Mutex::new(std::collections::HashSet::new()),
             records_cache: Mutex::new(HashMap::new()),
+            daily_fingerprint,
             index_dirty: std::sync::atomic::AtomicBool::new(false),
             _lock: lock,
         };
@@ -454,14 +458,6 @@ impl Memory {
         self
     }
 
-    pub fn config(&self) -> &MemoryConfig {
-        &self.config
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     pub fn now_ms(&self) -> u64 {
         (self.clock)()
     }
@@ -475,7 +471,16 @@ impl Memory {
     }
 
     fn current_stamp(&self) -> Result<String> {
-        Ok(index::stamp(self.generation()?, &self.daily.fingerprint()?))
+        let daily = self.daily_fingerprint.lock().map_err(|_| anyhow!("daily-note fingerprint poisoned"))?;
+        Ok(index::stamp(self.generation()?, &daily))
+    }
+
+    /// Daily notes change only through this store (it holds the lock) or by hand between
+    /// runs (caught at open), so their fingerprint is read again only after we change them.
+    fn refresh_daily_fingerprint(&self) -> Result<()> {
+        let fresh = self.daily.fingerprint()?;
+        *self.daily_fingerprint.lock().map_err(|_| anyhow!("daily-note fingerprint poisoned"))? = fresh;
+        Ok(())
     }
 
     /// Rebuild the search index from the store (and the daily notes).
@@ -572,18 +577,6 @@ impl Memory {
         Ok(f(cache.get(namespace).unwrap_or(&empty)))
     }
 
-    /// Namespaces that hold records.
-    pub fn namespaces(&self) -> Result<Vec<String>> {
-        let txn = self.db.begin_read()?;
-        let t = txn.open_multimap_table(BY_NAMESPACE)?;
-        let mut out = Vec::new();
-        for row in t.iter()? {
-            let (k, _) = row?;
-            out.push(k.value().to_string());
-        }
-        Ok(out)
-    }
-
     fn check_new(&self, r: &NewRecord) -> Result<()> {
         validate_namespace(&r.namespace)?;
         if r.content.trim().is_empty() {
@@ -620,7 +613,7 @@ impl Memory {
 
     /// The live record of `namespace` that states the same fact as `text`, if any.
     fn duplicate_of(&self, namespace: &str, text: &str, except: Option<u64>) -> Result<Option<MemoryRecord>> {
-        let terms = self.index.terms(text);
+        let terms = analyze(text);
         if terms.is_empty() {
             return Ok(None);
         }
@@ -631,7 +624,7 @@ impl Memory {
             if Some(r.id) == except || !r.is_live(now) {
                 continue;
             }
-            let other = self.index.terms(&r.content);
+            let other = analyze(&r.content);
             let s = similarity(&terms, &other);
             if same_fact(text, &terms, &r.content, &other, self.config.merge_similarity)
                 && best.as_ref().is_none_or(|(b, _)| s > *b)
@@ -1092,14 +1085,14 @@ impl Memory {
             if gone[i] {
                 continue;
             }
-            let terms = self.index.terms(&survivors[i].content);
+            let terms = analyze(&survivors[i].content);
             let filter = SearchFilter::namespace(&survivors[i].namespace);
             for (id, _) in self.index.search(&survivors[i].content, &filter, now, 8)? {
                 let Some(&j) = position.get(&id) else { continue };
                 if j <= i || gone[j] {
                     continue;
                 }
-                let other_terms = self.index.terms(&survivors[j].content);
+                let other_terms = analyze(&survivors[j].content);
                 if !same_fact(
                     &survivors[i].content,
                     &terms,
@@ -1187,6 +1180,7 @@ impl Memory {
             }
         }
         if !report.daily_archived.is_empty() {
+            self.refresh_daily_fingerprint()?;
             self.rebuild_index()?;
         }
         Ok(report)
@@ -1198,6 +1192,7 @@ impl Memory {
             bail!("the note is {} bytes, over the limit of {}; summarize it", text.len(), self.config.max_record_bytes);
         }
         let entry = self.daily.append(self.now_ms(), text)?;
+        self.refresh_daily_fingerprint()?;
         self.reindex(&[], &[], std::slice::from_ref(&entry))?;
         Ok(entry)
     }
