@@ -266,14 +266,108 @@ fn concurrent_processes_keep_one_chain() {
 }
 
 #[test]
-fn a_damaged_last_line_stops_auditing_loudly_but_not_the_call() {
+fn a_damaged_log_refuses_calls_until_sealed_and_the_seal_keeps_the_history() {
     let env = Env::new();
     let dir = env.probe_as("probe", "");
     skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
-    skillhost(&env).args(["skill", "run", "probe", "-p", "mode=noop"]).assert().success();
+    for session in ["before-1", "before-2"] {
+        skillhost(&env).args(["skill", "run", "probe", "--session", session, "-p", "mode=noop"]).assert().success();
+    }
     let log = AuditLog::in_home(env.home.path());
-    std::fs::write(log.path(), "garbage\n").unwrap();
-    let out = skillhost(&env).args(["skill", "run", "probe", "-p", "mode=noop"]).assert().success();
+    let head_before = log.verify().unwrap().head;
+    // One bad line at the end: nothing more can be chained.
+    let mut damaged = std::fs::read(log.path()).unwrap();
+    damaged.extend_from_slice(b"garbage\n");
+    std::fs::write(log.path(), &damaged).unwrap();
+
+    // The call is refused, before it runs, naming the log, the line and the way out.
+    let out = skillhost(&env).args(["skill", "run", "probe", "-p", "mode=noop"]).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    assert!(err.contains("warning: cannot write the audit log") && err.contains("audit verify"), "{err}");
+    assert!(err.contains(&log.path().display().to_string()), "{err}");
+    assert!(err.contains("line 3 is not valid JSON"), "{err}");
+    assert!(err.contains("refused") && err.contains("skillhost audit seal"), "{err}");
+    assert_eq!(std::fs::read(log.path()).unwrap(), damaged, "nothing was appended");
+    skillhost(&env).args(["audit", "verify"]).assert().code(1);
+
+    // Seal: the damaged file moves aside unchanged; the new segment verifies.
+    let out = skillhost(&env).args(["--json", "audit", "seal"]).assert().success();
+    let sealed = json_of(&out.get_output().stdout);
+    let sealed_path = Path::new(sealed["sealed_path"].as_str().unwrap()).to_path_buf();
+    assert_eq!(std::fs::read(&sealed_path).unwrap(), damaged, "the sealed file keeps every byte");
+    assert!(sealed_path.starts_with(env.home.path().join("audit/sealed")), "{sealed_path:?}");
+    assert_eq!(sealed["verified_entries"], 2);
+    assert_eq!(sealed["verified_head"], head_before.as_str());
+    assert_eq!(sealed["damaged_line"], 3);
+    let note: Value = serde_json::from_slice(&std::fs::read(sealed["note_path"].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!(note["sha256"], sealed["sha256"]);
+    let v = log.verify().unwrap();
+    assert_eq!(v.entries, 1);
+    let seal_check = v.sealed.unwrap();
+    assert_eq!(seal_check.status, skillhost::audit::SealStatus::Intact);
+    assert_eq!(seal_check.sha256, sealed["sha256"].as_str().unwrap());
+    let first: Value = serde_json::from_str(lines(&log)[0].as_str()).unwrap();
+    assert_eq!(first["kind"], "seal");
+    assert_eq!(first["sealed_sha256"], sealed["sha256"]);
+
+    // Calls run again and chain onto the seal; the history before the seal still shows.
+    skillhost(&env).args(["skill", "run", "probe", "--session", "after", "-p", "mode=noop"]).assert().success();
+    let out = skillhost(&env).args(["--json", "audit", "verify"]).assert().success();
+    let v = json_of(&out.get_output().stdout);
+    assert_eq!((v["intact"].clone(), v["entries"].clone()), (json!(true), json!(2)), "{v}");
+    assert_eq!(v["sealed"]["status"], "intact");
+    let out = skillhost(&env).args(["--json", "audit", "list"]).assert().success();
+    let sessions: Vec<String> = json_of(&out.get_output().stdout)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session"].as_str().unwrap().to_string())
+        .collect();
+    assert!(sessions.starts_with(&["before-1".to_string(), "before-2".to_string()]), "{sessions:?}");
+    assert!(sessions.last().is_some_and(|s| s == "after"), "{sessions:?}");
+    skillhost(&env).args(["audit", "show", "before-1"]).assert().success();
+
+    // A sealed file changed afterwards is reported; an intact log has nothing to seal.
+    let err = skillhost(&env).args(["audit", "seal"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&err.get_output().stderr).contains("nothing to seal"));
+    std::fs::write(&sealed_path, b"rewritten\n").unwrap();
+    let out = skillhost(&env).args(["audit", "verify"]).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stdout).contains("CHANGED after it was sealed"));
+}
+
+#[test]
+fn appends_racing_a_seal_land_in_the_new_segment() {
+    let env = Env::new();
+    let log = log_with(env.home.path(), 3);
+    let mut text = std::fs::read_to_string(log.path()).unwrap();
+    text.push_str("{\"not\":\"an entry\"}\n");
+    std::fs::write(log.path(), text).unwrap();
+    assert!(log.check_appendable().unwrap_err().to_string().contains("line 4 has no `hash` field"));
+    let writers: Vec<_> = (0..4)
+        .map(|i| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                // Writers race the seal: each either fails on the damaged log or lands after the seal.
+                for _ in 0..20 {
+                    let mut e = new_entry(EntryKind::Call, &format!("w{i}"));
+                    e.insert("status".into(), "success".into());
+                    if log.append(e).is_ok() {
+                        return true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                false
+            })
+        })
+        .collect();
+    log.seal().unwrap();
+    for w in writers {
+        assert!(w.join().unwrap(), "every writer got in after the seal");
+    }
+    let v = log.verify().unwrap();
+    assert_eq!(v.entries, 5, "the seal line and the four writers");
+    let sealed = std::fs::read_dir(log.sealed_dir()).unwrap().count();
+    assert_eq!(sealed, 2, "one sealed segment and its note");
+    let mut seal = new_entry(EntryKind::Seal, "x");
+    seal.insert("status".into(), "sealed".into());
+    assert!(log.append(seal).unwrap_err().to_string().contains("audit seal"), "callers cannot forge seals");
 }

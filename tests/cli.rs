@@ -152,7 +152,7 @@ fn project_policy_can_only_narrow() {
     std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader]\n").unwrap();
     let out = skillhost(&env).current_dir(project.path()).args(read).assert().code(3);
     let run = json_of(&out.get_output().stdout);
-    assert!(run["denials"].to_string().contains("declared but not granted"), "{run}");
+    assert!(run["not_granted"].to_string().contains("filesystem"), "{run}");
 
     std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader\n").unwrap();
     let out = skillhost(&env)

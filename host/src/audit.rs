@@ -18,10 +18,19 @@
 //!
 //! What a chain alone cannot show is lines cut off the end: what remains still verifies.
 //! `skillhost audit verify` prints the head hash; keep it elsewhere if that matters.
+//!
+//! A damaged last line means nothing more can be chained: [`AuditLog::check_appendable`]
+//! says so (naming the damaged line), and the library refuses skill calls rather than run
+//! them unaudited. [`AuditLog::seal`] is the way out: the damaged file moves unchanged to
+//! `sealed/`, and a new segment starts whose first line (`kind: seal`) records the sealed
+//! file's sha256, so `verify` passes again and still proves what the old file held.
+//!
+//! The log takes generic entries (a JSON object with `kind` and `session`); it knows
+//! nothing of the library or the agent that write them.
 
 use std::fs::File;
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::os::unix::fs::FileExt as _;
+use std::io::{BufRead, BufReader, Read as _, Write as _};
+use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -29,7 +38,6 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::library::RunReport;
 use crate::sandbox::Denial;
 
 /// `prev` of the first line.
@@ -47,13 +55,16 @@ const MAX_LINE_BYTES: u64 = 64 << 20;
 const PREVIEW_CHARS: usize = 200;
 
 /// What a line records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// One skill call (`Library::run`).
     Call,
     /// One step of the agent loop.
     Step,
+    /// The first line of a segment started by [`AuditLog::seal`]: it records the damaged
+    /// log that was set aside and the sha256 of its bytes.
+    Seal,
 }
 
 /// A new entry of `kind` for `session`, to be filled in and passed to [`AuditLog::append`].
@@ -61,36 +72,6 @@ pub fn new_entry(kind: EntryKind, session: &str) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("kind".into(), serde_json::to_value(kind).unwrap_or(Value::Null));
     m.insert("session".into(), Value::String(session.to_string()));
-    m
-}
-
-/// The `call` entry for one skill call.
-pub fn call_entry(report: &RunReport) -> Map<String, Value> {
-    let mut m = new_entry(EntryKind::Call, &report.session);
-    m.insert("step".into(), report.step.into());
-    m.insert("skill".into(), report.skill.clone().into());
-    m.insert("version".into(), report.version.clone().into());
-    m.insert("skill_hash".into(), report.content_hash.clone().into());
-    m.insert("params".into(), report.params.clone());
-    match &report.result {
-        Ok(out) => {
-            m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
-            m.insert("output_bytes".into(), out.output.len().into());
-            m.insert("output_preview".into(), preview(&out.output).into());
-        }
-        Err(e) => {
-            // The error's kind (`timeout`, `invalid-params`, ...) is the status; the sentence goes beside it.
-            let kind = serde_json::to_value(e).ok().and_then(|v| v.get("kind").cloned()).unwrap_or(Value::Null);
-            m.insert("status".into(), kind);
-            m.insert("error".into(), e.to_string().into());
-        }
-    }
-    m.insert("elapsed_us".into(), report.elapsed_us.into());
-    m.insert("memory_peak_bytes".into(), report.memory_peak_bytes.into());
-    m.insert("denials".into(), serde_json::to_value(&report.denials).unwrap_or_default());
-    m.insert("memories_stored".into(), serde_json::to_value(&report.memories.stored).unwrap_or_default());
-    m.insert("memories_dropped".into(), serde_json::to_value(&report.memories.dropped).unwrap_or_default());
-    m.insert("logs".into(), serde_json::to_value(&report.logs).unwrap_or_default());
     m
 }
 
@@ -127,7 +108,9 @@ impl StepEntry {
     }
 }
 
-fn preview(text: &str) -> String {
+/// `text` on one line, cut to a preview length: enough to recognise an output in a line
+/// of the log, not a second copy of it.
+pub fn preview(text: &str) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match flat.char_indices().nth(PREVIEW_CHARS) {
         Some((i, _)) => format!("{}…", &flat[..i]),
@@ -205,6 +188,9 @@ pub struct Verified {
     /// lines later cut off the end.
     pub head: String,
     pub torn_tail: Option<TornTail>,
+    /// When the log starts with a seal: the sealed segment it records, and whether that
+    /// file still has the recorded bytes.
+    pub sealed: Option<SealCheck>,
 }
 
 /// An unfinished last line: a write interrupted by a crash, not tampering.
@@ -343,10 +329,43 @@ impl AuditLog {
         &self.path
     }
 
-    /// Append `entry` (which must have a `kind` and a `session`) as the next line of the chain.
+    /// Where [`AuditLog::seal`] puts damaged logs: `sealed/` next to the log.
+    pub fn sealed_dir(&self) -> PathBuf {
+        self.path.parent().unwrap_or(Path::new(".")).join("sealed")
+    }
+
+    /// Open the log and take its exclusive lock. A seal renames the file aside while
+    /// holding the lock, so a caller that opened the old file and waited gets the new one.
+    fn open_locked(&self) -> Result<File> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        for _ in 0..64 {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(true)
+                .open(&self.path)
+                .with_context(|| format!("cannot open {}", self.path.display()))?;
+            file.lock().with_context(|| format!("cannot lock {}", self.path.display()))?;
+            let same = match (file.metadata(), std::fs::metadata(&self.path)) {
+                (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+                _ => false,
+            };
+            if same {
+                return Ok(file);
+            }
+        }
+        bail!("{} keeps being replaced while this process tries to append to it", self.path.display())
+    }
+
+    /// Append `entry` (which must have a `kind` of `call` or `step`, and a `session`) as
+    /// the next line of the chain.
     pub fn append(&self, mut entry: Map<String, Value>) -> Result<Appended> {
-        if !matches!(entry.get("kind"), Some(Value::String(k)) if k == "call" || k == "step") {
-            bail!("an audit entry needs `kind`: \"call\" or \"step\"");
+        match entry.get("kind").cloned().map(serde_json::from_value::<EntryKind>) {
+            Some(Ok(EntryKind::Call | EntryKind::Step)) => {}
+            Some(Ok(EntryKind::Seal)) => bail!("`seal` entries are written by `skillhost audit seal` only"),
+            _ => bail!("an audit entry needs `kind`: \"call\" or \"step\""),
         }
         if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
             bail!("an audit entry needs a non-empty `session`");
@@ -354,16 +373,7 @@ impl AuditLog {
         if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(**k)) {
             bail!("`{k}` is set by the audit log itself; leave it out of the entry");
         }
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&self.path)
-            .with_context(|| format!("cannot open {}", self.path.display()))?;
-        file.lock().with_context(|| format!("cannot lock {}", self.path.display()))?;
+        let file = self.open_locked()?;
         let tail = last_entry(&file).with_context(|| format!("cannot read the end of {}", self.path.display()))?;
         if tail.torn_bytes > 0 {
             file.set_len(tail.complete_len)
@@ -371,47 +381,137 @@ impl AuditLog {
             entry.insert("torn_tail_bytes".into(), tail.torn_bytes.into());
         }
         let seq = tail.seq + 1;
-        entry.insert("seq".into(), seq.into());
-        entry.insert("ts".into(), now_rfc3339().into());
-        entry.insert("prev".into(), tail.hash.clone().into());
-        let hash = line_hash(&tail.hash, &entry);
-        entry.insert("hash".into(), hash.clone().into());
-        let mut line = canonical_json(&Value::Object(entry));
-        line.push('\n');
+        let (line, hash) = chained_line(entry, seq, &tail.hash);
         (&file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;
         file.sync_data().with_context(|| format!("cannot sync {}", self.path.display()))?;
         Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
     }
 
+    /// Can the next entry be chained to the log? Reads only its end (as an append does).
+    /// The error names the log, the first damaged line and the way out, for callers that
+    /// must not act unaudited.
+    pub fn check_appendable(&self) -> Result<()> {
+        let file = match File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(anyhow!("cannot read the audit log {}: {e}", self.path.display())),
+        };
+        let Err(e) = last_entry(&file) else { return Ok(()) };
+        let damage = match self.verify() {
+            Err(VerifyError::Broken(b)) => format!("; the first damaged line: {}", b.message),
+            _ => String::new(),
+        };
+        Err(anyhow!(
+            "the audit log {} cannot take another entry: {e:#}{damage}.\nSkill calls are refused until it can, so that none runs unaudited. `skillhost audit verify` shows the damage; `skillhost audit seal` sets the damaged log aside (kept in {}) and starts a new verified segment that records it.",
+            self.path.display(),
+            self.sealed_dir().display()
+        ))
+    }
+
     /// Walk the whole file and check every line: JSON object, recorded hash, link to the
-    /// previous line, contiguous `seq`. Names the first line that fails.
+    /// previous line, contiguous `seq`. Names the first line that fails. When the first
+    /// line is a seal, also checks that the sealed file it names still has its bytes.
     pub fn verify(&self) -> Result<Verified, VerifyError> {
         let io = |source| VerifyError::Io { path: self.path.clone(), source };
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Verified { entries: 0, head: GENESIS.to_string(), torn_tail: None });
+                return Ok(Verified { entries: 0, head: GENESIS.to_string(), torn_tail: None, sealed: None });
             }
             Err(e) => return Err(io(e)),
         };
-        let mut reader = BufReader::new(file);
-        let mut buf = Vec::new();
-        let mut prev = GENESIS.to_string();
-        let mut line_no = 0u64;
-        loop {
-            buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(io)?;
-            if n == 0 {
-                break;
-            }
-            line_no += 1;
-            let Some(content) = buf.strip_suffix(b"\n") else {
-                let torn = TornTail { line: line_no, bytes: n as u64 };
-                return Ok(Verified { entries: line_no - 1, head: prev, torn_tail: Some(torn) });
-            };
-            prev = check_line(line_no, content, &prev).map_err(VerifyError::Broken)?;
+        let walk = walk(BufReader::new(file)).map_err(io)?;
+        if let Some(b) = walk.broken {
+            return Err(VerifyError::Broken(b));
         }
-        Ok(Verified { entries: line_no, head: prev, torn_tail: None })
+        let sealed = walk.first_seal.map(|seal| self.check_sealed(&seal));
+        Ok(Verified { entries: walk.entries, head: walk.head, torn_tail: walk.torn_tail, sealed })
+    }
+
+    fn check_sealed(&self, seal: &Map<String, Value>) -> SealCheck {
+        let rel = str_field(seal, "sealed_file").to_string();
+        let recorded = str_field(seal, "sealed_sha256").to_string();
+        let file = self.path.parent().unwrap_or(Path::new(".")).join(&rel);
+        let status = match std::fs::read(&file) {
+            Err(_) => SealStatus::Missing,
+            Ok(bytes) if sha256_hex(&bytes) == recorded => SealStatus::Intact,
+            Ok(_) => SealStatus::Changed,
+        };
+        SealCheck {
+            file,
+            sha256: recorded,
+            verified_entries: seal.get("sealed_verified_entries").and_then(Value::as_u64).unwrap_or(0),
+            status,
+        }
+    }
+
+    /// Set a damaged log aside and start a new, verified segment. The damaged file moves
+    /// unchanged to `sealed/<time>.jsonl` with a note beside it (`<time>.json`: its sha256,
+    /// size, how many lines verified and the hash of the last one, what is wrong). The new
+    /// log's first line is a `seal` entry recording the same, so the history stays
+    /// provable: `verify` checks the sealed file against that hash. Refuses a log that
+    /// verifies (nothing is damaged; a torn last line is repaired by the next append).
+    pub fn seal(&self) -> Result<Sealed> {
+        if !self.path.exists() {
+            bail!("there is no audit log at {} to seal", self.path.display());
+        }
+        let file = self.open_locked()?;
+        let bytes = {
+            let mut b = Vec::new();
+            (&file).read_to_end(&mut b).with_context(|| format!("cannot read {}", self.path.display()))?;
+            b
+        };
+        let walk = walk(BufReader::new(bytes.as_slice())).with_context(|| format!("cannot read {}", self.path.display()))?;
+        let damage = match (&walk.broken, last_entry(&file)) {
+            (Some(b), _) => b.message.clone(),
+            (None, Err(e)) => format!("its end cannot be chained to: {e:#}"),
+            (None, Ok(_)) => bail!(
+                "the audit log {} verifies ({} entries); there is nothing to seal",
+                self.path.display(),
+                walk.entries
+            ),
+        };
+        let id = format!("{}-{}", compact_now(), crate::fsutil::random_hex(3));
+        let dir = self.sealed_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let sealed_path = dir.join(format!("{id}.jsonl"));
+        let note_path = dir.join(format!("{id}.json"));
+        let sealed = Sealed {
+            sealed_path: sealed_path.clone(),
+            note_path: note_path.clone(),
+            sha256: sha256_hex(&bytes),
+            bytes: bytes.len() as u64,
+            lines: bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count() as u64,
+            verified_entries: walk.entries,
+            verified_head: walk.head.clone(),
+            damaged_line: walk.broken.as_ref().map(|b| b.line),
+            damage,
+            head: String::new(),
+        };
+        let rel = format!("sealed/{id}.jsonl");
+        let mut entry = new_entry(EntryKind::Seal, &format!("seal-{id}"));
+        entry.insert("status".into(), "sealed".into());
+        entry.insert("sealed_file".into(), rel.into());
+        entry.insert("sealed_sha256".into(), sealed.sha256.clone().into());
+        entry.insert("sealed_bytes".into(), sealed.bytes.into());
+        entry.insert("sealed_lines".into(), sealed.lines.into());
+        entry.insert("sealed_verified_entries".into(), sealed.verified_entries.into());
+        entry.insert("sealed_verified_head".into(), sealed.verified_head.clone().into());
+        entry.insert("sealed_damaged_line".into(), sealed.damaged_line.into());
+        entry.insert("error".into(), sealed.damage.clone().into());
+        let (line, head) = chained_line(entry, 1, GENESIS);
+        let sealed = Sealed { head, ..sealed };
+        crate::fsutil::write_atomic(
+            &note_path,
+            &serde_json::to_vec_pretty(&sealed).context("cannot serialize the seal note")?,
+        )?;
+        // The damaged file moves aside under the lock; appenders waiting on it reopen the
+        // path and find the new segment.
+        std::fs::rename(&self.path, &sealed_path)
+            .with_context(|| format!("cannot move {} to {}", self.path.display(), sealed_path.display()))?;
+        crate::fsutil::write_atomic(&self.path, line.as_bytes())?;
+        drop(file);
+        Ok(sealed)
     }
 
     /// Every entry that parses, in order, and the numbers of lines that do not. Does not
@@ -423,30 +523,166 @@ impl AuditLog {
             Err(e) => return Err(anyhow!("cannot read the audit log {}: {e}", self.path.display())),
         };
         let mut out = AuditRead::default();
-        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<Value>(line) {
-                Ok(Value::Object(m)) => out.entries.push(m),
-                _ => out.unreadable.push(i as u64 + 1),
-            }
-        }
+        parse_lines(&text, &mut out.entries, Some(&mut out.unreadable));
         Ok(out)
     }
 
-    /// Per session: first and last time, entries, skills called, final status.
-    pub fn list(&self) -> Result<Vec<SessionSummary>> {
-        Ok(self.read()?.sessions())
+    /// Like [`AuditLog::read`], with the readable entries of sealed segments first (oldest
+    /// first): the whole history, across seals.
+    pub fn read_history(&self) -> Result<AuditRead> {
+        let mut sealed: Vec<PathBuf> = std::fs::read_dir(self.sealed_dir())
+            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect())
+            .unwrap_or_default();
+        sealed.sort();
+        let mut entries = Vec::new();
+        for path in sealed {
+            let text = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            parse_lines(&text, &mut entries, None);
+        }
+        let current = self.read()?;
+        entries.extend(current.entries);
+        Ok(AuditRead { entries, unreadable: current.unreadable })
     }
 
-    /// The entries of `session`, in order; an error when it has none.
+    /// Per session: first and last time, entries, skills called, final status (sealed
+    /// segments included).
+    pub fn list(&self) -> Result<Vec<SessionSummary>> {
+        Ok(self.read_history()?.sessions())
+    }
+
+    /// The entries of `session`, in order (sealed segments included); an error when it has none.
     pub fn show(&self, session: &str) -> Result<Vec<Map<String, Value>>> {
-        let entries = self.read()?.session(session);
+        let entries = self.read_history()?.session(session);
         if entries.is_empty() {
             bail!("no audit entries for session `{session}`; `skillhost audit list` shows the sessions");
         }
         Ok(entries)
+    }
+}
+
+/// A [`AuditLog::seal`] that happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sealed {
+    /// Where the damaged log is now.
+    pub sealed_path: PathBuf,
+    /// The note beside it.
+    pub note_path: PathBuf,
+    /// sha256 of the sealed file's bytes, also recorded in the new segment's first line.
+    pub sha256: String,
+    pub bytes: u64,
+    pub lines: u64,
+    /// Lines of the sealed file that verified before the damage.
+    pub verified_entries: u64,
+    /// Hash of the last of them (GENESIS when none).
+    pub verified_head: String,
+    /// First damaged line, when a line is (not when only the end is unusable).
+    pub damaged_line: Option<u64>,
+    pub damage: String,
+    /// Hash of the new segment's first line.
+    pub head: String,
+}
+
+/// What [`AuditLog::verify`] found about the segment a log's first line seals.
+#[derive(Debug, Clone, Serialize)]
+pub struct SealCheck {
+    pub file: PathBuf,
+    pub sha256: String,
+    pub verified_entries: u64,
+    pub status: SealStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SealStatus {
+    /// The sealed file still has the bytes the seal recorded.
+    Intact,
+    /// It was changed after it was sealed.
+    Changed,
+    /// It is gone.
+    Missing,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// `20261201T094533Z`, for file names.
+fn compact_now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    now.format(&fmt).unwrap_or_else(|_| "unknown-time".into())
+}
+
+/// `entry` as line `seq` after `prev`: the canonical JSON with `seq`, `ts`, `prev` and
+/// `hash`, newline-terminated, and its hash.
+fn chained_line(mut entry: Map<String, Value>, seq: u64, prev: &str) -> (String, String) {
+    entry.insert("seq".into(), seq.into());
+    entry.insert("ts".into(), now_rfc3339().into());
+    entry.insert("prev".into(), prev.into());
+    let hash = line_hash(prev, &entry);
+    entry.insert("hash".into(), hash.clone().into());
+    let mut line = canonical_json(&Value::Object(entry));
+    line.push('\n');
+    (line, hash)
+}
+
+fn parse_lines(text: &[u8], entries: &mut Vec<Map<String, Value>>, mut unreadable: Option<&mut Vec<u64>>) {
+    for (i, line) in text.split(|b| *b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Value>(line) {
+            Ok(Value::Object(m)) => entries.push(m),
+            _ => {
+                if let Some(u) = unreadable.as_deref_mut() {
+                    u.push(i as u64 + 1)
+                }
+            }
+        }
+    }
+}
+
+/// How far a log verifies.
+struct Walk {
+    entries: u64,
+    head: String,
+    torn_tail: Option<TornTail>,
+    broken: Option<ChainBreak>,
+    /// The first line, when it is a seal entry.
+    first_seal: Option<Map<String, Value>>,
+}
+
+fn walk(mut reader: impl BufRead) -> std::io::Result<Walk> {
+    let mut buf = Vec::new();
+    let mut w = Walk { entries: 0, head: GENESIS.to_string(), torn_tail: None, broken: None, first_seal: None };
+    let mut line_no = 0u64;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            return Ok(w);
+        }
+        line_no += 1;
+        let Some(content) = buf.strip_suffix(b"\n") else {
+            w.torn_tail = Some(TornTail { line: line_no, bytes: n as u64 });
+            return Ok(w);
+        };
+        match check_line(line_no, content, &w.head) {
+            Ok(hash) => {
+                if line_no == 1
+                    && let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(content)
+                    && m.get("kind").and_then(Value::as_str) == Some("seal")
+                {
+                    w.first_seal = Some(m);
+                }
+                w.head = hash;
+                w.entries = line_no;
+            }
+            Err(b) => {
+                w.broken = Some(b);
+                return Ok(w);
+            }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use crate::policy::{Grant, Policy, parse_grant};
 use crate::sandbox::Status;
 
 mod agent;
+mod audit;
 mod memory;
 mod run;
 
@@ -48,22 +49,12 @@ enum Command {
     Memory(memory::MemoryCmd),
     /// Read and verify the hash-chained audit log of skill calls and agent steps.
     #[command(subcommand)]
-    Audit(AuditCmd),
+    Audit(audit::AuditCmd),
     /// Agent profiles (roles: skills, memory namespace) and a dry run of the router.
     #[command(subcommand)]
     Agent(agent::AgentCmd),
     /// Run the agent on a task: the model picks skills step by step (see `--help`).
     Run(run::RunArgs),
-}
-
-#[derive(Subcommand)]
-enum AuditCmd {
-    /// Sessions: first and last time, entries, skills called, final status.
-    List,
-    /// The entries of one session, in order.
-    Show { session: String },
-    /// Check the whole chain; exit 1 naming the first tampered line.
-    Verify,
 }
 
 #[derive(Subcommand)]
@@ -230,111 +221,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),
-        Command::Audit(cmd) => audit(&lib, cmd, json),
+        Command::Audit(cmd) => audit::run(&lib, cmd, json),
         Command::Agent(cmd) => agent::run(&home, cmd, json),
     }
-}
-
-fn audit(lib: &Library, cmd: AuditCmd, json: bool) -> Result<ExitCode> {
-    use crate::audit::VerifyError;
-    let log = lib.audit_log();
-    let warn_unreadable = |lines: &[u64]| {
-        if !lines.is_empty() {
-            eprintln!("warning: {} unreadable line(s) skipped; run `skillhost audit verify`", lines.len());
-        }
-    };
-    match cmd {
-        AuditCmd::List => {
-            let read = log.read()?;
-            warn_unreadable(&read.unreadable);
-            let sessions = read.sessions();
-            if json {
-                print_json(&sessions)?;
-            } else if sessions.is_empty() {
-                println!("no audit entries yet in {}", log.path().display());
-            } else {
-                println!("{:<28} {:<24} {:<24} {:>7} {:<14} skills", "session", "first", "last", "entries", "final");
-                for s in &sessions {
-                    println!(
-                        "{:<28} {:<24} {:<24} {:>7} {:<14} {}",
-                        s.session,
-                        s.first_ts,
-                        s.last_ts,
-                        s.entries,
-                        s.final_status,
-                        one_line(&s.skills.join(", "), 60)
-                    );
-                }
-            }
-        }
-        AuditCmd::Show { session } => {
-            let entries = log.show(&session)?;
-            if json {
-                print_json(&entries)?;
-            } else {
-                let field = |e: &serde_json::Map<String, Value>, k: &str| match e.get(k) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Null) | None => "-".into(),
-                    Some(v) => v.to_string(),
-                };
-                println!(
-                    "{:>5} {:<24} {:>4} {:<5} {:<24} {:<14} {:>9}  detail",
-                    "seq", "time", "step", "kind", "skill", "status", "us"
-                );
-                for e in &entries {
-                    let denials = e.get("denials").and_then(Value::as_array).map_or(0, Vec::len);
-                    let stored = e.get("memories_stored").and_then(Value::as_array).map_or(0, Vec::len);
-                    let mut detail = Vec::new();
-                    if let Some(Value::String(err)) = e.get("error") {
-                        detail.push(one_line(err, 60));
-                    }
-                    if denials > 0 {
-                        detail.push(format!("{denials} denied"));
-                    }
-                    if stored > 0 {
-                        detail.push(format!("{stored} memories stored"));
-                    }
-                    println!(
-                        "{:>5} {:<24} {:>4} {:<5} {:<24} {:<14} {:>9}  {}",
-                        field(e, "seq"),
-                        field(e, "ts"),
-                        field(e, "step"),
-                        field(e, "kind"),
-                        field(e, "skill"),
-                        field(e, "status"),
-                        field(e, "elapsed_us"),
-                        detail.join("; ")
-                    );
-                }
-            }
-        }
-        AuditCmd::Verify => match log.verify() {
-            Ok(v) => {
-                if json {
-                    print_json(
-                        &json!({ "intact": true, "path": log.path(), "entries": v.entries, "head": v.head, "torn_tail": v.torn_tail }),
-                    )?;
-                } else {
-                    println!("audit log intact: {} entries, head {} ({})", v.entries, v.head, log.path().display());
-                }
-                if let Some(t) = &v.torn_tail {
-                    eprintln!("warning: {t}");
-                }
-            }
-            Err(VerifyError::Broken(b)) => {
-                if json {
-                    print_json(
-                        &json!({ "intact": false, "path": log.path(), "line": b.line, "problem": b.problem, "message": b.message }),
-                    )?;
-                } else {
-                    eprintln!("audit log TAMPERED or damaged ({}): {}", log.path().display(), b.message);
-                }
-                return Ok(ExitCode::from(1));
-            }
-            Err(e) => return Err(e.into()),
-        },
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn ask(question: &str) -> bool {
@@ -761,6 +650,9 @@ fn print_run(r: &RunReport) {
     }
     for d in &r.denials {
         println!("denied ({}): {}", d.capability, d.message);
+    }
+    if !r.not_granted.is_empty() {
+        println!("not granted (the call ran without it): {}", r.not_granted.join("; "));
     }
     for l in &r.logs {
         eprintln!("[{}] {}", l.level, l.message);

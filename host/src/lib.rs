@@ -14,6 +14,7 @@ pub mod authoring;
 pub mod bundle;
 pub mod capabilities;
 pub mod cli;
+pub mod fsutil;
 pub mod library;
 pub mod lint;
 pub mod manifest;

@@ -59,6 +59,10 @@ pub fn lint_dir(dir: &Path, agent_skills: bool) -> Vec<LintIssue> {
         severity,
         message,
     };
+    if std::fs::metadata(&file).is_ok_and(|m| m.len() > crate::manifest::MAX_SKILL_MD_BYTES) {
+        let e = Manifest::load_dir(dir).err().map(|e| e.message).unwrap_or_default();
+        return vec![issue(None, None, Severity::Error, e)];
+    }
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) => return vec![issue(None, None, Severity::Error, format!("cannot read it: {e}"))],
@@ -71,6 +75,10 @@ pub fn lint_dir(dir: &Path, agent_skills: bool) -> Vec<LintIssue> {
         return issues;
     }
     let Ok((yaml, body)) = split_front_matter(&text) else { return issues };
+    // Too big or too deep to parse (load_dir above already said so).
+    if crate::manifest::check_front_matter_limits(&yaml).is_err() {
+        return issues;
+    }
     let Ok(Value::Mapping(map)) = serde_yaml_ng::from_str::<Value>(&yaml) else { return issues };
     let already_named = issues.iter().any(|i| i.field.as_deref() == Some("name"));
     let at = |key: &str| field_line(&yaml, key).map(|l| l + 1);

@@ -135,10 +135,119 @@ impl std::error::Error for ManifestError {}
 
 const MAX_NAME_LEN: usize = 64;
 
+/// Largest SKILL.md accepted: far above any real one (the Agent Skills guidance is a few
+/// thousand words; long material belongs in references/), small enough to parse at once.
+pub const MAX_SKILL_MD_BYTES: u64 = 1 << 20;
+/// Largest front matter accepted.
+pub const MAX_FRONT_MATTER_BYTES: usize = 64 << 10;
+/// Deepest nesting of the front matter (block indentation levels, `- ` items and flow
+/// brackets together). A real manifest nests about five deep.
+pub const MAX_FRONT_MATTER_DEPTH: usize = 32;
+
+/// Check the size and nesting of front matter text before any YAML parser sees it, so a
+/// hostile SKILL.md is refused at once instead of stalling the parser. Errors are (line in
+/// `yaml`, message).
+pub fn check_front_matter_limits(yaml: &str) -> Result<(), (Option<usize>, String)> {
+    if yaml.len() > MAX_FRONT_MATTER_BYTES {
+        return Err((
+            None,
+            format!(
+                "the front matter is {} bytes, more than the limit of {MAX_FRONT_MATTER_BYTES}; keep it to the declaration and move long text into the body or references/",
+                yaml.len()
+            ),
+        ));
+    }
+    let too_deep = |line: usize| {
+        Err((
+            Some(line),
+            format!("the front matter nests deeper than {MAX_FRONT_MATTER_DEPTH} levels; a skill declaration never needs that"),
+        ))
+    };
+    let mut indents: Vec<usize> = Vec::new();
+    // Lines of a block scalar (`|` or `>`) are text, not structure: skip those indented
+    // deeper than the line that opened it.
+    let mut scalar_at: Option<usize> = None;
+    let mut flow = 0usize;
+    for (i, line) in yaml.lines().enumerate() {
+        let content = line.trim_start_matches(' ');
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        let indent = line.len() - content.len();
+        if let Some(at) = scalar_at {
+            if indent > at {
+                continue;
+            }
+            scalar_at = None;
+        }
+        while indents.last().is_some_and(|&top| top > indent) {
+            indents.pop();
+        }
+        if indents.last() != Some(&indent) {
+            indents.push(indent);
+        }
+        let mut rest = content;
+        let mut dashes = 0;
+        while let Some(r) = rest.strip_prefix("- ").or_else(|| (rest == "-").then_some("")) {
+            dashes += 1;
+            rest = r.trim_start_matches(' ');
+        }
+        // Flow collections, outside quoted strings.
+        // A quote opens a quoted scalar only where a value starts (`it's` is plain text).
+        let mut quote: Option<char> = None;
+        let mut deepest_flow = flow;
+        let mut value_starts = true;
+        for c in rest.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') if value_starts => quote = Some(c),
+                (None, '[' | '{') => {
+                    flow += 1;
+                    deepest_flow = deepest_flow.max(flow);
+                }
+                (None, ']' | '}') => flow = flow.saturating_sub(1),
+                (None, '#') if value_starts => break,
+                _ => {}
+            }
+            if !c.is_whitespace() {
+                value_starts = quote.is_none() && matches!(c, ':' | ',' | '[' | '{' | '-');
+            }
+        }
+        if indents.len() + dashes + deepest_flow > MAX_FRONT_MATTER_DEPTH {
+            return too_deep(i + 1);
+        }
+        let trimmed = rest.trim_end();
+        if trimmed.ends_with('|')
+            || trimmed.ends_with('>')
+            || trimmed.ends_with("|-")
+            || trimmed.ends_with(">-")
+            || trimmed.ends_with("|+")
+            || trimmed.ends_with(">+")
+        {
+            scalar_at = Some(indent);
+        }
+    }
+    Ok(())
+}
+
 impl Manifest {
     /// Read and validate `dir/SKILL.md`; the directory name must equal `name`.
     pub fn load_dir(dir: &Path) -> Result<Manifest, ManifestError> {
         let file = dir.join("SKILL.md");
+        if let Ok(meta) = std::fs::metadata(&file)
+            && meta.len() > MAX_SKILL_MD_BYTES
+        {
+            return Err(ManifestError {
+                file: file.clone(),
+                line: None,
+                field: None,
+                message: format!(
+                    "it is {} bytes, more than the limit of {MAX_SKILL_MD_BYTES}; move long material into references/",
+                    meta.len()
+                ),
+            });
+        }
         let text = std::fs::read_to_string(&file).map_err(|e| ManifestError {
             file: file.clone(),
             line: None,
@@ -170,9 +279,20 @@ impl Manifest {
             field: field.map(str::to_owned),
             message,
         };
+        if text.len() as u64 > MAX_SKILL_MD_BYTES {
+            return Err(err(
+                None,
+                None,
+                format!(
+                    "it is {} bytes, more than the limit of {MAX_SKILL_MD_BYTES}; move long material into references/",
+                    text.len()
+                ),
+            ));
+        }
         let (yaml, body) = split_front_matter(text).map_err(|(line, m)| err(line, None, m))?;
-        let body = body.trim().to_string();
         // Line numbers inside `yaml` are offset by the opening `---`.
+        check_front_matter_limits(&yaml).map_err(|(line, m)| err(line.map(|l| l + 1), None, m))?;
+        let body = body.trim().to_string();
         let fm: FrontMatter = serde_yaml_ng::from_str(&yaml).map_err(|e| {
             let line = e.location().map(|l| l.line() + 1);
             let msg = e.to_string();
@@ -380,6 +500,28 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("parameters.n"), "{e}");
         assert_eq!(e.line, Some(5), "{e}");
+    }
+
+    #[test]
+    fn huge_or_deeply_nested_front_matter_is_refused_before_parsing() {
+        let deep_flow = format!("---\nname: ok\ndescription: d\nmetadata: {}{}\n---\n", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let e = parse(&deep_flow).unwrap_err();
+        assert!(e.message.contains("more than the limit") || e.message.contains("nests deeper"), "{e}");
+        let deep_block: String = (0..40).map(|i| format!("{}k{i}:\n", " ".repeat(i * 2))).collect();
+        let e = parse(&format!("---\nname: ok\ndescription: d\nmetadata:\n{deep_block}---\n")).unwrap_err();
+        assert!(e.message.contains("nests deeper than 32"), "{e}");
+        assert!(e.to_string().starts_with("x/SKILL.md:"), "names the file: {e}");
+        let dashes = format!("---\nname: ok\ndescription: d\nmetadata:\n  {}x\n---\n", "- ".repeat(40));
+        assert!(parse(&dashes).unwrap_err().message.contains("nests deeper"));
+        let huge = format!("---\nname: ok\ndescription: {}\n---\n", "x".repeat(2 << 20));
+        assert!(parse(&huge).unwrap_err().message.contains("more than the limit of 1048576"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+        // Deep indentation inside a block scalar is text, and quoted brackets are not structure.
+        let code: String = (0..40).map(|i| format!("  {}line\n", " ".repeat(i * 2))).collect();
+        let m = parse(&format!("---\nname: ok\ndescription: |\n{code}when_to_use: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"\n---\n"))
+            .unwrap();
+        assert!(m.description.contains("line"));
     }
 
     #[test]

@@ -11,11 +11,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::capabilities::{Access, CapabilitySet, LimitsRequest, MemoryAccess, Mount, NetRule};
+use crate::fsutil::FileStamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,17 +61,7 @@ impl Policy {
     /// `.lock` file), so two processes granting at once do not lose each other's update.
     /// Nothing is written when `change` fails.
     pub fn update<R>(path: &Path, change: impl FnOnce(&mut Policy) -> Result<R>) -> Result<(Policy, R)> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let lock_path = path.with_extension("toml.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .with_context(|| format!("cannot open {}", lock_path.display()))?;
-        lock.lock().with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        let _lock = crate::fsutil::lock_exclusive(&path.with_extension("toml.lock"))?;
         let mut policy = Policy::load(path)?;
         let before = policy.clone();
         let out = change(&mut policy)?;
@@ -83,7 +76,7 @@ impl Policy {
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = toml::to_string_pretty(self).context("cannot serialize policy")?;
         let header = "# skillhost policy: capabilities granted per skill. Edit with `skillhost policy grant|revoke`.\n";
-        crate::library::write_atomic(path, format!("{header}{text}").as_bytes())
+        crate::fsutil::write_atomic(path, format!("{header}{text}").as_bytes())
     }
 
     /// The user policy (`self`) as narrowed by a project policy. A project file can only
@@ -316,6 +309,57 @@ impl PolicyFiles {
             Some(p) => user.narrowed_by(Policy::load(p)?),
             None => user,
         })
+    }
+
+    /// The stamps of both files (`None` for a missing file): equal stamps, same policy.
+    fn stamps(&self) -> std::io::Result<[Option<FileStamp>; 2]> {
+        let project = match &self.project {
+            Some(p) => FileStamp::of(p)?,
+            None => None,
+        };
+        Ok([FileStamp::of(&self.user)?, project])
+    }
+}
+
+/// The effective policy of a [`PolicyFiles`], parsed once per change: each read compares
+/// the files' stamps (two `stat`s) with those of the last parse, so a `policy revoke` by
+/// another process applies to the next call while an unchanged policy is never re-parsed.
+/// A policy that fails to parse is not kept: every read reports the error until it is fixed.
+pub struct PolicySnapshots {
+    files: PolicyFiles,
+    current: Mutex<Option<([Option<FileStamp>; 2], Arc<Policy>)>>,
+    loads: AtomicU64,
+}
+
+impl PolicySnapshots {
+    pub fn new(files: PolicyFiles) -> PolicySnapshots {
+        PolicySnapshots { files, current: Mutex::new(None), loads: AtomicU64::new(0) }
+    }
+
+    pub fn files(&self) -> &PolicyFiles {
+        &self.files
+    }
+
+    /// The policy as the files say now.
+    pub fn current(&self) -> Result<Arc<Policy>> {
+        // Stamp before reading: a change after this makes the kept stamp stale, so the next
+        // read parses again (never the reverse).
+        let stamps = self.files.stamps().ok();
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(now), Some((seen, policy))) = (&stamps, current.as_ref())
+            && now == seen
+        {
+            return Ok(policy.clone());
+        }
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        let policy = Arc::new(self.files.load()?);
+        *current = stamps.map(|s| (s, policy.clone()));
+        Ok(policy)
+    }
+
+    /// How many times the files were parsed.
+    pub fn loads(&self) -> u64 {
+        self.loads.load(Ordering::Relaxed)
     }
 }
 

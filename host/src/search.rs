@@ -115,8 +115,40 @@ pub(crate) fn analyzer() -> TextAnalyzer {
     }
 }
 
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x3040..=0x30FF | 0xAC00..=0xD7AF)
+/// Is `c` a letter of a script written without spaces between words: CJK ideographs (all
+/// unified blocks and extensions, compatibility ideographs, 々 〆 〇 and the Suzhou
+/// numerals), kana (hiragana, katakana, their extensions and half-width forms, the
+/// prolonged-sound mark ー, combining voiced marks) or Hangul (syllables and jamo), plus
+/// Bopomofo? Such runs are indexed as bigrams.
+///
+/// CJK punctuation and symbols (、。「」・, full-width brackets, radicals) are not: they
+/// separate words, like spaces in Latin text. Full-width Latin letters and digits are not
+/// either (they are indexed as Latin words). The one definition for the crate: the agent's
+/// router should use it too.
+pub fn is_cjk(c: char) -> bool {
+    let in_block = matches!(c as u32,
+        0x1100..=0x11FF // Hangul Jamo
+        | 0x3000..=0x303F // CJK symbols and punctuation (letters only, below)
+        | 0x3040..=0x309F // Hiragana
+        | 0x30A0..=0x30FF // Katakana
+        | 0x3100..=0x312F // Bopomofo
+        | 0x3130..=0x318F // Hangul compatibility jamo
+        | 0x31A0..=0x31BF // Bopomofo extended
+        | 0x31F0..=0x31FF // Katakana phonetic extensions
+        | 0x3400..=0x4DBF // CJK extension A
+        | 0x4E00..=0x9FFF // CJK unified ideographs
+        | 0xA960..=0xA97F // Hangul jamo extended A
+        | 0xAC00..=0xD7AF // Hangul syllables
+        | 0xD7B0..=0xD7FF // Hangul jamo extended B
+        | 0xF900..=0xFAFF // CJK compatibility ideographs
+        | 0xFF66..=0xFFDC // half-width katakana and Hangul
+        | 0x1AFF0..=0x1B16F // kana extensions and supplement
+        | 0x20000..=0x2FA1F // CJK extensions B-F, I, compatibility supplement
+        | 0x30000..=0x323AF // CJK extensions G, H
+    );
+    // Inside those blocks, letters and letter-like numbers count; punctuation and
+    // symbols do not. The combining voiced sound marks belong to the kana before them.
+    in_block && (c.is_alphanumeric() || matches!(c, '\u{3099}' | '\u{309A}'))
 }
 
 /// Latin/digit words, and CJK runs as overlapping character bigrams (a lone CJK character
@@ -211,6 +243,19 @@ mod tests {
         assert_eq!(tokens("Publishing the packages"), vec!["publish", "packag"]);
         assert_eq!(tokens("串口乱码"), vec!["串口", "口乱", "乱码"]);
         assert_eq!(tokens("把CSV转成JSON"), vec!["把", "csv", "转成", "json"]);
+    }
+
+    #[test]
+    fn cjk_covers_ideographs_kana_hangul_but_not_punctuation() {
+        for c in ['串', '㐀', '𠀀', '𰀀', '豈', '々', '〇', 'ひ', 'カ', 'ー', 'ｶ', '한', 'ᄀ', 'ㄅ'] {
+            assert!(is_cjk(c), "{c} (U+{:04X}) is CJK", c as u32);
+        }
+        for c in ['、', '。', '「', '」', '・', '（', '，', 'Ａ', '１', 'a', 'é', ' ', '⼀'] {
+            assert!(!is_cjk(c), "{c} (U+{:04X}) is not a CJK letter", c as u32);
+        }
+        assert_eq!(tokens("串口。乱码"), vec!["串口", "乱码"], "punctuation splits runs");
+        assert_eq!(tokens("ブルー・スクリーン"), vec!["ブル", "ルー", "スク", "クリ", "リー", "ーン"]);
+        assert_eq!(tokens("𠀀𠀁"), vec!["𠀀𠀁"], "extension B ideographs are bigrammed too");
     }
 
     #[test]

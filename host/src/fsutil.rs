@@ -1,0 +1,185 @@
+//! File helpers shared by the library, the policy, the audit log, bundles and the compile
+//! cache: atomic writes, directory swaps whose leftovers a crash recovery can recognise,
+//! exclusive lock files, cheap change stamps and random names.
+//!
+//! A leaf module: it depends on nothing else in the crate, so every layer above can use it
+//! without a cycle.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow};
+
+/// Write a file atomically: temp file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent directory", path.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| anyhow!("cannot replace {}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+/// `n` random bytes from the operating system, as lowercase hex.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness (never seen on Linux): fall back to a seeded generator, which
+        // still keeps names apart, though not unguessable.
+        bytes.iter_mut().for_each(|b| *b = fastrand::u8(..));
+    }
+    hex::encode(bytes)
+}
+
+/// Hold an exclusive lock on `path` (created if missing) until the returned file is
+/// dropped. Blocks while another process or thread holds it.
+pub fn lock_exclusive(path: &Path) -> Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    file.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+    Ok(file)
+}
+
+/// Who a file is and when it last changed, from one `stat`: a different stamp means the
+/// file was replaced (a new inode after an atomic write) or written in place (size, mtime,
+/// ctime). Comparing stamps is how callers avoid re-reading files that did not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileStamp {
+    /// The stamp of `path`, `None` when it does not exist.
+    pub fn of(path: &Path) -> std::io::Result<Option<FileStamp>> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(Some(FileStamp::from_metadata(&m))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn from_metadata(m: &std::fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
+        }
+    }
+}
+
+/// A scratch directory next to the one it will replace: `.KIND-NAME-PID-RANDOM`. The pid
+/// tells a later recovery whether its owner is still alive; the random part keeps two
+/// threads (or a reused pid) of the same process apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScratchName {
+    pub kind: String,
+    pub name: String,
+    pub pid: u32,
+}
+
+/// Hex digits of the random part of a scratch name.
+const SCRATCH_RANDOM_HEX: usize = 16;
+
+impl ScratchName {
+    /// A new scratch path in `parent` for `kind` (`staging`, `old`, `removed`) of `name`.
+    pub fn new_path(parent: &Path, kind: &str, name: &str) -> PathBuf {
+        parent.join(format!(".{kind}-{name}-{}-{}", std::process::id(), random_hex(SCRATCH_RANDOM_HEX / 2)))
+    }
+
+    /// Read a scratch file name back; also the older `.KIND-NAME-PID` form. `None` for
+    /// anything else.
+    pub fn parse(file_name: &str) -> Option<ScratchName> {
+        let rest = file_name.strip_prefix('.')?;
+        let (kind, tail) = rest.split_once('-')?;
+        let (head, last) = tail.rsplit_once('-')?;
+        let (name, pid) = if last.len() == SCRATCH_RANDOM_HEX && last.bytes().all(|b| b.is_ascii_hexdigit()) {
+            head.rsplit_once('-')?
+        } else {
+            (head, last)
+        };
+        let pid = pid.parse().ok()?;
+        (!name.is_empty()).then(|| ScratchName { kind: kind.to_string(), name: name.to_string(), pid })
+    }
+
+    /// Is the process that made it still running (this one included)?
+    pub fn owner_alive(&self) -> bool {
+        self.pid == std::process::id() || Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+}
+
+/// Make the prepared directory `staging` live at `target` with two renames: the current
+/// `target` (if any) moves to `aside` first. A crash between the renames leaves `aside`
+/// and no `target`, which a recovery recognises (see [`ScratchName`]) and undoes. On a
+/// failed second rename the old version is put back. Returns whether an old version was
+/// moved aside.
+pub fn swap_dir(target: &Path, staging: &Path, aside: &Path) -> Result<bool> {
+    let had_old = target.exists();
+    if had_old {
+        std::fs::rename(target, aside).with_context(|| format!("cannot move aside {}", target.display()))?;
+    }
+    if let Err(e) = std::fs::rename(staging, target) {
+        if had_old {
+            let _ = std::fs::rename(aside, target);
+        }
+        return Err(e).with_context(|| format!("cannot install into {}", target.display()));
+    }
+    Ok(had_old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_names_round_trip_in_both_forms() {
+        let p = ScratchName::new_path(Path::new("/x"), "staging", "read-log-file");
+        let parsed = ScratchName::parse(p.file_name().unwrap().to_str().unwrap()).unwrap();
+        assert_eq!(
+            parsed,
+            ScratchName { kind: "staging".into(), name: "read-log-file".into(), pid: std::process::id() }
+        );
+        assert_ne!(p, ScratchName::new_path(Path::new("/x"), "staging", "read-log-file"), "random part differs");
+        assert_eq!(
+            ScratchName::parse(".old-tool-4242"),
+            Some(ScratchName { kind: "old".into(), name: "tool".into(), pid: 4242 })
+        );
+        assert_eq!(ScratchName::parse(".old-tool"), None);
+        assert_eq!(ScratchName::parse("tool"), None);
+        assert_eq!(ScratchName::parse(".bundle-x-y"), None);
+    }
+
+    #[test]
+    fn stamps_change_when_a_file_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a");
+        assert_eq!(FileStamp::of(&f).unwrap(), None);
+        write_atomic(&f, b"one").unwrap();
+        let first = FileStamp::of(&f).unwrap();
+        assert_eq!(first, FileStamp::of(&f).unwrap());
+        write_atomic(&f, b"one").unwrap();
+        assert_ne!(first, FileStamp::of(&f).unwrap(), "same bytes, new inode");
+    }
+
+    #[test]
+    fn random_hex_is_long_and_distinct() {
+        let (a, b) = (random_hex(16), random_hex(16));
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}

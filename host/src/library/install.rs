@@ -1,0 +1,336 @@
+//! Installing and removing: read and check a skill directory, stage a copy, swap it in,
+//! record grants; repair what a crash in the middle left behind.
+//!
+//! Everything that can refuse the install (an unreadable policy, a bad manifest, a
+//! component that does not compile, a refused grant) is checked before the installed copy
+//! changes, so a failed install leaves the previous version exactly as it was.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::Serialize;
+
+use super::record::{InstallRecord, UndeclaredImport, content_hash, sha256_hex};
+use super::{Library, history::archive, now_ms};
+use crate::capabilities::{CapabilitySet, Limits, MemoryAccess};
+use crate::fsutil::{ScratchName, swap_dir, write_atomic};
+use crate::manifest::Manifest;
+use crate::policy::{Grant, Policy};
+use crate::sandbox::{self, CompileOutcome};
+
+/// Executable (a component to run) or instruction (guidance for the agent only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkillKind {
+    Executable,
+    Instruction,
+}
+
+impl std::fmt::Display for SkillKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SkillKind::Executable => "executable",
+            SkillKind::Instruction => "instruction",
+        })
+    }
+}
+
+/// The result of an install, for display.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstallReport {
+    pub name: String,
+    pub version: Option<String>,
+    pub content_hash: String,
+    pub kind: SkillKind,
+    pub declared: Vec<String>,
+    pub imports: Vec<String>,
+    pub undeclared_imports: Vec<UndeclaredImport>,
+    pub granted: Vec<String>,
+    pub not_granted: Vec<String>,
+    /// Limits the skill asks for above the defaults (granted only with consent).
+    pub limits_requested: Vec<String>,
+    /// The limits in force after this install.
+    pub limits: Limits,
+    pub compile: Option<CompileOutcome>,
+    /// Content hash of the version this install replaced (now in the history).
+    pub replaced: Option<String>,
+    /// Rights this version declares beyond the version it replaced; not granted unless the
+    /// user consents (existing grants never widen by themselves).
+    pub new_rights: Vec<String>,
+}
+
+/// The outcome of importing one skill directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportResult {
+    pub dir: PathBuf,
+    pub installed: Option<InstallReport>,
+    pub error: Option<String>,
+    pub issues: Vec<crate::lint::LintIssue>,
+    /// Files next to SKILL.md that are not part of a skill (see `bundle::skill_files`).
+    pub not_imported: Vec<String>,
+}
+
+/// Does the declaration cover the capability an import needs?
+fn declares(declared: &CapabilitySet, capability: &str) -> bool {
+    match capability {
+        "filesystem" => !declared.filesystem.is_empty(),
+        "network" => !declared.network.is_empty(),
+        "env" => !declared.env.is_empty(),
+        "memory" => declared.memory != MemoryAccess::None,
+        "session" => declared.session,
+        // An import of a capability this host does not know is never covered.
+        _ => false,
+    }
+}
+
+impl Library {
+    /// Check that the policy files parse before anything changes: an install that would
+    /// fail at the grant step must fail before the swap.
+    fn policy_before_change(&self, what: &str) -> Result<()> {
+        self.policy().map(|_| ()).map_err(|e| anyhow!("{e:#}\nNothing was {what}."))
+    }
+
+    /// Install the skill in `src` (a directory with SKILL.md and, for executable skills,
+    /// skill.wasm), adding `grants` to the user policy.
+    pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>) -> Result<InstallReport> {
+        self.policy_before_change("installed")?;
+        let manifest = Manifest::load_dir(src).map_err(|e| anyhow!("{e}"))?;
+        let manifest_bytes = std::fs::read(src.join("SKILL.md"))?;
+        let wasm_path = src.join("skill.wasm");
+        let wasm = match std::fs::read(&wasm_path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", wasm_path.display())),
+        };
+        let (imports, compile) = match &wasm {
+            Some(bytes) => {
+                let rt = self.runtime()?;
+                let (component, outcome) =
+                    rt.compile(bytes, &*self.progress).map_err(|e| anyhow!("{}: {e:#}", wasm_path.display()))?;
+                (sandbox::component_imports(rt.engine(), &component), Some(outcome))
+            }
+            None => (Vec::new(), None),
+        };
+        let undeclared_imports: Vec<UndeclaredImport> = imports
+            .iter()
+            .filter_map(|i| {
+                let cap = sandbox::capability_of_import(i)?;
+                (!declares(&manifest.capabilities, cap))
+                    .then(|| UndeclaredImport { import: i.clone(), capability: cap.to_string() })
+            })
+            .collect();
+        let sources = crate::bundle::skill_files(src)?;
+        let mut files = BTreeMap::new();
+        let mut contents = Vec::new();
+        for (rel, path) in &sources {
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            files.insert(rel.clone(), sha256_hex(&bytes));
+            contents.push((rel.clone(), bytes));
+        }
+        let record = InstallRecord {
+            name: manifest.name.clone(),
+            version: manifest.version.as_ref().map(ToString::to_string),
+            content_hash: content_hash(&files),
+            files,
+            manifest_sha256: sha256_hex(&manifest_bytes),
+            wasm_sha256: wasm.as_deref().map(sha256_hex),
+            installed_ms: now_ms(),
+            imports: imports.clone(),
+            undeclared_imports: undeclared_imports.clone(),
+        };
+
+        // Decide grants before touching the installed copy, so a refused grant installs nothing.
+        let granted_now = grants(&manifest)?.map(|g| Grant {
+            capabilities: manifest.capabilities.intersect(&g.capabilities),
+            limits: g.limits.lowered_by(&manifest.limits),
+        });
+
+        // Stage, then swap in with renames.
+        let staging = ScratchName::new_path(&self.root.join("skills"), "staging", &manifest.name);
+        std::fs::create_dir_all(&staging)?;
+        let staged = (|| -> Result<()> {
+            // Durable before the swap: a power cut must not leave empty files behind the rename.
+            for (rel, bytes) in &contents {
+                write_atomic(&staging.join(rel), bytes)?;
+            }
+            write_atomic(&staging.join("install.json"), &serde_json::to_vec_pretty(&record)?)
+        })();
+        if let Err(e) = staged {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+        let previous = self.read_record(&manifest.name).ok();
+        let previous_manifest = previous.as_ref().and_then(|_| self.info(&manifest.name).ok()).map(|i| i.manifest);
+        self.swap_in(&manifest.name, &staging)?;
+        let replaced = previous.map(|r| r.content_hash);
+        let new_rights = match &previous_manifest {
+            Some(old) => manifest.capabilities.beyond(&old.capabilities),
+            None => Vec::new(),
+        };
+
+        // Record grants (bounded by the declaration).
+        if let Some(g) = granted_now.filter(|g| *g != Grant::default()) {
+            Policy::update(&self.policy.user, |p| {
+                p.apply(&manifest.name, &g);
+                Ok(())
+            })?;
+        }
+        let policy = self.policy()?;
+        let effective = manifest.capabilities.intersect(&policy.granted(&manifest.name));
+        let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(&manifest.name));
+
+        Ok(InstallReport {
+            name: manifest.name.clone(),
+            version: record.version.clone(),
+            content_hash: record.content_hash.clone(),
+            kind: if wasm.is_some() { SkillKind::Executable } else { SkillKind::Instruction },
+            declared: manifest.capabilities.describe(),
+            imports,
+            undeclared_imports,
+            granted: effective.describe(),
+            not_granted: manifest.capabilities.beyond(&effective),
+            limits_requested: manifest.limits.beyond_default(),
+            limits,
+            compile,
+            replaced,
+            new_rights,
+        })
+    }
+
+    /// Make the prepared directory `staging` the installed version of `name`. The version it
+    /// replaces is archived in `history/<name>/<content hash>/` (see [`Library::history`]).
+    pub(super) fn swap_in(&self, name: &str, staging: &Path) -> Result<()> {
+        let target = self.skill_dir(name);
+        let old = ScratchName::new_path(&self.root.join("skills"), "old", name);
+        let had_old = swap_dir(&target, staging, &old).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(staging);
+        })?;
+        if had_old {
+            let hash_of = |dir: &Path| InstallRecord::read(dir).ok().map(|r| r.content_hash);
+            if hash_of(&old) == hash_of(&target) {
+                let _ = std::fs::remove_dir_all(&old); // the same bytes again
+            } else {
+                archive(&self.root, name, &old, self.user_grants(name));
+            }
+        }
+        self.skills.forget(name);
+        Ok(())
+    }
+
+    /// Install from a `.skill` bundle's bytes (verified entry by entry, see [`crate::bundle`]).
+    pub fn install_bundle(
+        &self,
+        bytes: &[u8],
+        grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
+    ) -> Result<InstallReport> {
+        self.policy_before_change("installed")?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".bundle-")
+            .tempdir_in(&self.root)
+            .with_context(|| format!("cannot create a temporary directory in {}", self.root.display()))?;
+        let dir = crate::bundle::unpack(bytes, tmp.path())?;
+        self.install(&dir, grants)
+    }
+
+    /// Import every skill directory under `dir` (for example a `.claude/skills` tree):
+    /// each is linted with the Agent Skills rules and, if it has no errors, installed
+    /// (as an instruction skill unless it ships a skill.wasm; nothing is granted). One bad
+    /// skill never stops the others.
+    pub fn import(&self, dir: &Path) -> Result<Vec<ImportResult>> {
+        self.policy_before_change("imported")?;
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("SKILL.md").is_file())
+            .collect();
+        dirs.sort();
+        if dirs.is_empty() {
+            bail!("{} has no skill directories (subdirectories with a SKILL.md)", dir.display());
+        }
+        let mut results = Vec::new();
+        for d in dirs {
+            let issues = crate::lint::lint_dir(&d, true);
+            let blocked = issues.iter().any(|i| i.severity == crate::lint::Severity::Error);
+            let mut not_imported: Vec<String> = std::fs::read_dir(&d)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| {
+                            !["SKILL.md", "skill.wasm", "scripts", "references", "assets"].contains(&n.as_str())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            not_imported.sort();
+            let (installed, error) = if blocked {
+                (None, None)
+            } else {
+                match self.install(&d, &|_| Ok(None)) {
+                    Ok(r) => (Some(r), None),
+                    Err(e) => (None, Some(format!("{e:#}"))),
+                }
+            };
+            results.push(ImportResult { dir: d, installed, error, issues, not_imported });
+        }
+        Ok(results)
+    }
+
+    /// Remove an installed skill and its grants; its files stay in the history (for
+    /// `rollback`) unless `purge`. Grants go first, so a failure (say, an invalid policy
+    /// file) leaves the skill installed rather than half removed.
+    pub fn remove(&self, name: &str, purge: bool) -> Result<()> {
+        self.read_record(name)?;
+        let granted_then = self.user_grants(name);
+        Policy::update(&self.policy.user, |p| {
+            p.skills.remove(name);
+            p.skill_limits.remove(name);
+            Ok(())
+        })?;
+        let dir = self.skill_dir(name);
+        let trash = ScratchName::new_path(&self.root.join("skills"), "removed", name);
+        std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
+        if purge {
+            let _ = std::fs::remove_dir_all(&trash);
+            let _ = std::fs::remove_dir_all(self.history_dir(name));
+        } else {
+            archive(&self.root, name, &trash, granted_then);
+        }
+        self.skills.forget(name);
+        Ok(())
+    }
+}
+
+/// Finish what a crashed install or remove left behind: an `old` copy whose skill is
+/// missing is put back (the crash fell between the two renames of the swap); other
+/// leftovers of dead processes (stale staging or old copies, removed skills) are archived
+/// or deleted. Scratch directories of live processes are left alone.
+pub(super) fn recover_interrupted_installs(skills: &Path) {
+    let Ok(entries) = std::fs::read_dir(skills) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(scratch) = ScratchName::parse(&file_name) else { continue };
+        if scratch.owner_alive() {
+            continue; // in progress in a live process
+        }
+        let path = entry.path();
+        let name = scratch.name.as_str();
+        match scratch.kind.as_str() {
+            "old" if !skills.join(name).exists() => {
+                let _ = std::fs::rename(&path, skills.join(name));
+            }
+            "old" | "removed" => {
+                if let Some(root) = skills.parent() {
+                    let granted =
+                        Policy::load(&root.join("policy.toml")).map(|p| p.granted(name)).unwrap_or_default();
+                    archive(root, name, &path, granted.describe());
+                }
+            }
+            "staging" => {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            _ => {}
+        }
+    }
+}

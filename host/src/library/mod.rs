@@ -1,0 +1,254 @@
+//! The skill library: installed skills on disk, integrity, and running them. [`Library`] is
+//! also the long-lived service object: one value, shared as `Arc<Library>` by the CLI, the
+//! agent loop and the MCP server, owns the wasmtime runtime, the skill cache (keyed by
+//! content hash), the policy snapshot, the memory store and the audit writer, and serves
+//! many calls at once.
+//!
+//! Layout of the skillhost home (`--home`, `SKILLHOST_HOME`, or the XDG data dir):
+//!
+//! ```text
+//! policy.toml               user-level grants (see `policy`)
+//! skills/<name>/SKILL.md    installed manifest
+//! skills/<name>/skill.wasm  installed component (executable skills only)
+//! skills/<name>/install.json  hashes, imports, install time
+//! history/<name>/<hash>/    archived versions (see `history`)
+//! cache/                    compiled components (see `sandbox::cache`)
+//! memory/                   long-term + session memory, daily notes (see crate::memory)
+//! audit/audit.jsonl         hash-chained log, one line per skill call or agent step (see `audit`)
+//! ```
+//!
+//! Installs are staged in a sibling directory and swapped in with renames, so a crash
+//! mid-install leaves the previous version in place. The first load of a version re-hashes
+//! its files against install.json and refuses to run on a mismatch.
+//!
+//! State that other processes can change is revalidated, never trusted for the process
+//! lifetime: a loaded skill is reused while its install.json has the same [`FileStamp`]
+//! (a reinstall by another process replaces that file, so the next call loads the new
+//! version), and the policy is re-read only when the stamp of the user or project file
+//! changes. Everything opened lazily (runtime, memory store, a skill) is opened once even
+//! when the first calls arrive together.
+//!
+//! The code is split by what it does: [`record`] (install.json and hashes), `install`
+//! (staging, swap, crash recovery, import, remove), `history` (archive, history, rollback),
+//! `catalog` (names, scan, info, search) and `run` (the skill cache, calls, their audit
+//! entries).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, anyhow};
+
+use crate::audit::AuditLog;
+use crate::memory::{Memory, MemoryConfig, MemoryStore};
+use crate::policy::{Policy, PolicyFiles, PolicySnapshots};
+use crate::sandbox::Runtime;
+
+mod catalog;
+mod history;
+mod install;
+pub mod record;
+mod run;
+
+pub use catalog::SkillInfo;
+pub use history::HistoryEntry;
+pub use install::{ImportResult, InstallReport, SkillKind};
+pub use record::{InstallRecord, UndeclaredImport, short_hash};
+pub use run::{RunOptions, RunReport, call_entry, new_session_id, params_from_pairs};
+
+/// Moved to [`crate::fsutil`]; re-exported so existing callers keep compiling.
+pub use crate::fsutil::write_atomic;
+use crate::fsutil::FileStamp;
+
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// How often the library did expensive work: what the caches are for. Tests and
+/// benchmarks read it to check that work is not repeated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LibraryStats {
+    /// Wasmtime runtimes created (at most one per library).
+    pub runtime_inits: u64,
+    /// Memory stores opened (at most one per library).
+    pub memory_opens: u64,
+    /// Skill versions read, verified and prepared (once per content hash).
+    pub skill_loads: u64,
+    /// Times the policy files were parsed (once per change on disk).
+    pub policy_loads: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    runtime_inits: AtomicU64,
+    memory_opens: AtomicU64,
+    skill_loads: AtomicU64,
+}
+
+/// Initialise `cell` once: concurrent first callers wait for the one that initialises
+/// instead of each opening their own (a second memory store would block on this process's
+/// own lock). A failed initialisation is not cached; the next caller tries again.
+fn init_once<'a, T>(cell: &'a OnceLock<T>, lock: &Mutex<()>, init: impl FnOnce() -> Result<T>) -> Result<&'a T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = init()?;
+    Ok(cell.get_or_init(|| v))
+}
+
+/// The installed skills of one home, and the machinery to run them.
+pub struct Library {
+    root: PathBuf,
+    policy: PolicyFiles,
+    snapshots: PolicySnapshots,
+    /// Path variables given explicitly (`--workspace`): they win over the policy's `[paths]`.
+    paths: BTreeMap<String, String>,
+    /// Fallbacks (the current directory for `$WORKSPACE`) for variables nobody set.
+    default_paths: BTreeMap<String, String>,
+    runtime: OnceLock<Runtime>,
+    runtime_init: Mutex<()>,
+    store: OnceLock<Arc<Memory>>,
+    store_init: Mutex<()>,
+    skills: run::SkillCache,
+    audit: AuditLog,
+    counters: Counters,
+    progress: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl Library {
+    /// Open (creating if needed) the home at `root`. `workspace`, when given, is `$WORKSPACE`
+    /// (over the policy's `[paths]`); `project_policy` is the project-level policy file.
+    pub fn open(root: &Path, workspace: Option<&Path>, project_policy: Option<PathBuf>) -> Result<Library> {
+        std::fs::create_dir_all(root.join("skills"))
+            .with_context(|| format!("cannot create the skillhost home {}", root.display()))?;
+        let mut paths = BTreeMap::new();
+        if let Some(ws) = workspace {
+            let ws = std::fs::canonicalize(ws).with_context(|| format!("workspace {} does not exist", ws.display()))?;
+            paths.insert("WORKSPACE".to_string(), ws.to_string_lossy().into_owned());
+        }
+        install::recover_interrupted_installs(&root.join("skills"));
+        let policy = PolicyFiles { user: root.join("policy.toml"), project: project_policy };
+        Ok(Library {
+            root: root.to_path_buf(),
+            snapshots: PolicySnapshots::new(policy.clone()),
+            policy,
+            paths,
+            default_paths: BTreeMap::new(),
+            runtime: OnceLock::new(),
+            runtime_init: Mutex::new(()),
+            store: OnceLock::new(),
+            store_init: Mutex::new(()),
+            skills: run::SkillCache::default(),
+            audit: AuditLog::in_home(root),
+            counters: Counters::default(),
+            progress: Box::new(|_| {}),
+        })
+    }
+
+    /// `$WORKSPACE` when neither `--workspace` nor the policy's `[paths]` sets it.
+    pub fn set_default_workspace(&mut self, dir: &Path) -> Result<()> {
+        let dir = std::fs::canonicalize(dir).with_context(|| format!("workspace {} does not exist", dir.display()))?;
+        self.default_paths.insert("WORKSPACE".to_string(), dir.to_string_lossy().into_owned());
+        Ok(())
+    }
+
+    /// Receive progress lines (compiles) while long operations run.
+    pub fn on_progress(&mut self, f: impl Fn(&str) + Send + Sync + 'static) {
+        self.progress = Box::new(f);
+    }
+
+    /// The skillhost home this library serves.
+    pub fn home(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn policy_files(&self) -> &PolicyFiles {
+        &self.policy
+    }
+
+    /// The effective policy (user file narrowed by the project file), re-read only when
+    /// one of the files changed on disk since the last call.
+    pub fn policy(&self) -> Result<Arc<Policy>> {
+        self.snapshots.current()
+    }
+
+    /// Counts of expensive work done so far (see [`LibraryStats`]).
+    pub fn stats(&self) -> LibraryStats {
+        LibraryStats {
+            runtime_inits: self.counters.runtime_inits.load(Ordering::Relaxed),
+            memory_opens: self.counters.memory_opens.load(Ordering::Relaxed),
+            skill_loads: self.counters.skill_loads.load(Ordering::Relaxed),
+            policy_loads: self.snapshots.loads(),
+        }
+    }
+
+    pub fn runtime(&self) -> Result<&Runtime> {
+        init_once(&self.runtime, &self.runtime_init, || {
+            self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);
+            Runtime::new(self.root.join("cache"))
+        })
+    }
+
+    /// The memory system of this home, opened on first use (it locks the store against
+    /// other processes for as long as this library lives).
+    pub fn memory(&self) -> Result<Arc<Memory>> {
+        init_once(&self.store, &self.store_init, || {
+            let mut config = MemoryConfig::default();
+            if let Ok(ms) = std::env::var("SKILLHOST_MEMORY_WAIT_MS") {
+                let ms: u64 = ms.trim().parse().map_err(|_| {
+                    anyhow!("SKILLHOST_MEMORY_WAIT_MS must be a number of milliseconds, not `{ms}`")
+                })?;
+                config.busy_wait = std::time::Duration::from_millis(ms);
+            }
+            self.counters.memory_opens.fetch_add(1, Ordering::Relaxed);
+            Ok(Arc::new(Memory::open(&self.root.join("memory"), config)?))
+        })
+        .cloned()
+    }
+
+    pub fn store(&self) -> Result<Arc<dyn MemoryStore>> {
+        Ok(self.memory()?)
+    }
+
+    /// The hash-chained audit log of this home (see [`crate::audit`]).
+    pub fn audit_log(&self) -> AuditLog {
+        self.audit.clone()
+    }
+
+    fn skill_dir(&self, name: &str) -> PathBuf {
+        self.root.join("skills").join(name)
+    }
+
+    fn history_dir(&self, name: &str) -> PathBuf {
+        self.root.join("history").join(name)
+    }
+
+    /// What the user policy grants `name` now, one line per right (empty if unreadable).
+    fn user_grants(&self, name: &str) -> Vec<String> {
+        Policy::load(&self.policy.user).map(|p| p.granted(name).describe()).unwrap_or_default()
+    }
+
+    fn read_record(&self, name: &str) -> Result<InstallRecord> {
+        crate::manifest::validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+        let dir = self.skill_dir(name);
+        if !dir.join("install.json").exists() {
+            return Err(anyhow!(
+                "skill `{name}` is not installed; see `skillhost skill list`, or install it with `skillhost skill install DIR`"
+            ));
+        }
+        InstallRecord::read(&dir)
+    }
+
+    /// The stamp of `name`'s install.json, `None` when it is not there.
+    fn record_stamp(&self, name: &str) -> Option<FileStamp> {
+        FileStamp::of(&self.skill_dir(name).join("install.json")).ok().flatten()
+    }
+}

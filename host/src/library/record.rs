@@ -1,0 +1,155 @@
+//! install.json: what an installed or archived version is, and the hashes that prove it.
+//!
+//! A record is read from disk that anyone with access to the home could have edited, so
+//! it is checked as it is parsed: the content hash must be a sha256 (64 hex digits; it
+//! names history directories and is shown shortened) and every file must be a plain
+//! relative path inside the skill directory (records name the files that are re-hashed and
+//! copied on rollback).
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What install.json records about an installed version.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InstallRecord {
+    pub name: String,
+    pub version: Option<String>,
+    /// sha256 over SKILL.md and the component: the identity of this version.
+    #[serde(deserialize_with = "sha256_field")]
+    pub content_hash: String,
+    pub manifest_sha256: String,
+    pub wasm_sha256: Option<String>,
+    pub installed_ms: u64,
+    /// Every file of the version (relative path -> sha256); `content_hash` covers them all.
+    #[serde(default, deserialize_with = "file_list")]
+    pub files: BTreeMap<String, String>,
+    /// The component's imports (empty for instruction skills).
+    pub imports: Vec<String>,
+    /// Imports that need a capability the manifest does not declare.
+    pub undeclared_imports: Vec<UndeclaredImport>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndeclaredImport {
+    pub import: String,
+    pub capability: String,
+}
+
+impl InstallRecord {
+    pub fn is_instruction(&self) -> bool {
+        self.wasm_sha256.is_none()
+    }
+
+    /// Read and check `dir/install.json`.
+    pub fn read(dir: &Path) -> Result<InstallRecord> {
+        let path = dir.join("install.json");
+        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            anyhow!(
+                "{} is corrupt ({e}): it was edited or written by an incompatible skillhost; reinstall the skill",
+                path.display()
+            )
+        })
+    }
+}
+
+/// The first 12 characters of a hash, for display (the whole string when shorter).
+pub fn short_hash(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn sha256_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if !is_sha256(&s) {
+        return Err(serde::de::Error::custom(format!(
+            "content_hash `{s}` is not a sha256 (64 lowercase hex digits)"
+        )));
+    }
+    Ok(s)
+}
+
+/// Is `rel` a plain relative path (no `..`, no root, not empty)?
+pub(crate) fn is_plain_relative(rel: &str) -> bool {
+    let path = Path::new(rel);
+    !rel.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+fn file_list<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let files = BTreeMap::<String, String>::deserialize(d)?;
+    if let Some(bad) = files.keys().find(|k| !is_plain_relative(k)) {
+        return Err(serde::de::Error::custom(format!("file `{bad}` is not a relative path inside the skill")));
+    }
+    Ok(files)
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The identity of a version: sha256 over every file's path and sha256, in path order.
+pub(crate) fn content_hash(files: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (rel, sha) in files {
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        h.update(sha.as_bytes());
+        h.update(b"\n");
+    }
+    hex::encode(h.finalize())
+}
+
+/// Re-hash the files a record lists in `dir` and check them against its content hash.
+pub(crate) fn verify_files(dir: &Path, record: &InstallRecord) -> Result<()> {
+    let mut actual = BTreeMap::new();
+    for rel in record.files.keys() {
+        let bytes = std::fs::read(dir.join(rel)).with_context(|| {
+            format!("{} is missing; the copy of `{}` is incomplete", dir.join(rel).display(), record.name)
+        })?;
+        actual.insert(rel.clone(), sha256_hex(&bytes));
+    }
+    let found = content_hash(&actual);
+    if found != record.content_hash {
+        let changed: Vec<&String> =
+            actual.iter().filter(|(k, v)| record.files.get(*k) != Some(*v)).map(|(k, _)| k).collect();
+        bail!(
+            "files of `{}` in {} do not match their recorded hash (expected {}, found {found}; changed: {}): they were modified after install. Refusing them; reinstall the skill from a trusted source.",
+            record.name,
+            dir.display(),
+            record.content_hash,
+            changed.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record_json(hash: &str, file: &str) -> String {
+        format!(
+            r#"{{"name":"t","version":null,"content_hash":"{hash}","manifest_sha256":"x","wasm_sha256":null,"installed_ms":0,"files":{{"{file}":"x"}},"imports":[],"undeclared_imports":[]}}"#
+        )
+    }
+
+    #[test]
+    fn records_with_short_hashes_or_escaping_paths_are_refused() {
+        let good = "a".repeat(64);
+        assert!(serde_json::from_str::<InstallRecord>(&record_json(&good, "SKILL.md")).is_ok());
+        let e = serde_json::from_str::<InstallRecord>(&record_json("abc", "SKILL.md")).unwrap_err().to_string();
+        assert!(e.contains("`abc` is not a sha256"), "{e}");
+        let e = serde_json::from_str::<InstallRecord>(&record_json(&good, "../../etc/passwd")).unwrap_err().to_string();
+        assert!(e.contains("not a relative path"), "{e}");
+        assert!(serde_json::from_str::<InstallRecord>(&record_json(&good, "/etc/passwd")).is_err());
+        assert_eq!(short_hash("abc"), "abc");
+        assert_eq!(short_hash(&good), &good[..12]);
+    }
+}
