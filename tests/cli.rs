@@ -469,3 +469,72 @@ fn memory_commands_search_quarantine_export_and_import() {
         json_of(&skillhost(&other).args(["--json", "memory", "search", "--daily", "乱码"]).output().unwrap().stdout);
     assert_eq!(daily.as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_short_content_hash_in_an_old_install_json_is_an_error_not_a_panic() {
+    let env = Env::new();
+    let dir = env.probe_as("old", "");
+    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let record_path = env.home.path().join("skills/old/install.json");
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    record["content_hash"] = "abc".into();
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
+
+    for args in [
+        vec!["skill", "info", "old"],
+        vec!["skill", "run", "old", "-p", "mode=noop"],
+        vec!["skill", "history", "old"],
+        vec!["skill", "rollback", "old", "0.1.0"],
+    ] {
+        let out = skillhost(&env).args(&args).assert().code(1);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = skillhost(&env).args(["skill", "info", "old"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("install.json is corrupt") && err.contains("`abc` is not a sha256"), "{err}");
+    let out = skillhost(&env).args(["skill", "list"]).assert().success();
+    assert!(!String::from_utf8_lossy(&out.get_output().stderr).contains("panicked"));
+    // Reinstalling over it works and says nothing of a previous hash it cannot trust.
+    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("installed old 0.1.0") && !text.contains("replaced"), "{text}");
+    skillhost(&env).args(["skill", "run", "old", "-p", "mode=noop"]).assert().success();
+}
+
+#[test]
+fn a_huge_or_deeply_nested_skill_md_is_refused_at_once() {
+    let env = Env::new();
+    let huge = env.sources.path().join("huge");
+    std::fs::create_dir_all(&huge).unwrap();
+    let mut text = String::from("---\nname: huge\ndescription: d\n---\n");
+    text.push_str(&"body line\n".repeat(300_000));
+    std::fs::write(huge.join("SKILL.md"), &text).unwrap();
+    let deep = env.sources.path().join("deep");
+    std::fs::create_dir_all(&deep).unwrap();
+    let nested = format!("---\nname: deep\ndescription: d\nmetadata: {}{}\n---\n", "[".repeat(1000), "]".repeat(1000));
+    std::fs::write(deep.join("SKILL.md"), nested).unwrap();
+    for (dir, says) in [(&huge, "more than the limit of 1048576"), (&deep, "nests deeper than 32")] {
+        let started = std::time::Instant::now();
+        let out = skillhost(&env).args(["skill", "install"]).arg(dir).assert().code(1);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert!(err.contains(&dir.join("SKILL.md").display().to_string()) && err.contains(says), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+        skillhost(&env).args(["skill", "lint", "--agent-skills"]).arg(dir).assert().code(1);
+    }
+}
+
+#[test]
+fn not_granted_rights_are_shown_as_information() {
+    let env = Env::new();
+    let dir = env.probe_as("asker", "capabilities:\n  env: [PATH]\n");
+    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let out = skillhost(&env).args(["skill", "run", "asker", "-p", "mode=noop"]).assert().success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("not granted (the call ran without it): env PATH"), "{text}");
+    assert!(!text.contains("denied"), "{text}");
+    let out = skillhost(&env).args(["--json", "skill", "run", "asker", "-p", "mode=noop"]).assert().success();
+    let run = json_of(&out.get_output().stdout);
+    assert_eq!(run["not_granted"], serde_json::json!(["env PATH"]));
+    assert_eq!(run["denials"], serde_json::json!([]));
+}

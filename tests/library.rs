@@ -191,3 +191,68 @@ fn history_remembers_what_was_granted_when_a_version_was_archived() {
     let v2 = history.iter().find(|e| e.version.as_deref() == Some("0.2.0")).unwrap();
     assert_eq!(v2.granted_then, vec!["session".to_string()], "grants captured before remove revoked them");
 }
+
+#[test]
+fn a_broken_policy_stops_an_install_before_anything_changes() {
+    let env = Env::new();
+    let lib = env.library();
+    let v1 = version_dir(&env, "tool", "0.1.0", "");
+    lib.install(&v1, &|_| Ok(None)).unwrap();
+    let v1_hash = lib.info("tool").unwrap().record.content_hash;
+    std::fs::write(env.home.path().join("policy.toml"), "[skills.tool\n").unwrap();
+
+    // An upgrade and a new skill both fail up front, with the file named and nothing changed.
+    let v2 = version_dir(&env, "tool", "0.2.0", "");
+    let other = version_dir(&env, "other", "0.1.0", "");
+    for dir in [&v2, &other] {
+        let err = format!("{:#}", lib.install(dir, &|m| Ok(Some(Grant::everything(m)))).unwrap_err());
+        assert!(err.contains("policy.toml is invalid") && err.contains("Nothing was installed"), "{err}");
+    }
+    let record = skillhost::library::InstallRecord::read(&env.home.path().join("skills/tool")).unwrap();
+    assert_eq!(record.content_hash, v1_hash, "the installed version is untouched");
+    assert!(!env.home.path().join("history/tool").exists(), "nothing archived");
+    assert_eq!(lib.names().unwrap(), vec!["tool".to_string()], "`other` was not installed");
+    let leftovers: Vec<_> = std::fs::read_dir(env.home.path().join("skills"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "no staging left behind: {leftovers:?}");
+    let err = format!("{:#}", lib.import(env.sources.path()).unwrap_err());
+    assert!(err.contains("Nothing was imported"), "{err}");
+}
+
+#[test]
+fn scratch_directories_are_named_with_pid_and_randomness_and_recovered_after_a_crash() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        lib.install(&version_dir(&env, "tool", "0.1.0", ""), &|_| Ok(None)).unwrap();
+    }
+    let dead_pid = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let skills = env.home.path().join("skills");
+    let old = skills.join(format!(".old-tool-{dead_pid}-0123456789abcdef"));
+    let staging = skills.join(format!(".staging-tool-{dead_pid}-fedcba9876543210"));
+    let live = skills.join(format!(".staging-tool-{}-00112233aabbccdd", std::process::id()));
+    std::fs::rename(skills.join("tool"), &old).unwrap();
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::create_dir_all(&live).unwrap();
+    let lib = env.library();
+    assert_eq!(lib.names().unwrap(), vec!["tool".to_string()], "the moved-aside version is put back");
+    assert_eq!(output(&run(&lib, "tool", json!({"mode": "noop"}))), "ok");
+    assert!(!staging.exists() && !old.exists(), "a dead process's scratch is cleaned up");
+    assert!(live.exists(), "a live process's scratch is left alone");
+    std::fs::remove_dir_all(&live).unwrap();
+
+    // New scratch names carry the pid and a random part, so two installs of one process never share one.
+    let a = skillhost::fsutil::ScratchName::new_path(&skills, "staging", "tool");
+    let b = skillhost::fsutil::ScratchName::new_path(&skills, "staging", "tool");
+    assert_ne!(a, b);
+    let parsed = skillhost::fsutil::ScratchName::parse(a.file_name().unwrap().to_str().unwrap()).unwrap();
+    assert_eq!((parsed.kind.as_str(), parsed.name.as_str(), parsed.pid), ("staging", "tool", std::process::id()));
+}
