@@ -155,7 +155,10 @@ fn the_policy_is_reparsed_only_when_it_changes_and_a_revoke_applies_to_the_next_
 
     // A grant from elsewhere applies just as fast.
     Policy::update(&env.home.path().join("policy.toml"), |p| {
-        p.apply("keeper", &Grant::capabilities(skillhost::capabilities::CapabilitySet { session: true, ..Default::default() }));
+        p.apply(
+            "keeper",
+            &Grant::capabilities(skillhost::capabilities::CapabilitySet { session: true, ..Default::default() }),
+        );
         Ok(())
     })
     .unwrap();

@@ -461,7 +461,8 @@ impl AuditLog {
             (&file).read_to_end(&mut b).with_context(|| format!("cannot read {}", self.path.display()))?;
             b
         };
-        let walk = walk(BufReader::new(bytes.as_slice())).with_context(|| format!("cannot read {}", self.path.display()))?;
+        let walk =
+            walk(BufReader::new(bytes.as_slice())).with_context(|| format!("cannot read {}", self.path.display()))?;
         let damage = match (&walk.broken, last_entry(&file)) {
             (Some(b), _) => b.message.clone(),
             (None, Err(e)) => format!("its end cannot be chained to: {e:#}"),

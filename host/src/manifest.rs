@@ -160,7 +160,9 @@ pub fn check_front_matter_limits(yaml: &str) -> Result<(), (Option<usize>, Strin
     let too_deep = |line: usize| {
         Err((
             Some(line),
-            format!("the front matter nests deeper than {MAX_FRONT_MATTER_DEPTH} levels; a skill declaration never needs that"),
+            format!(
+                "the front matter nests deeper than {MAX_FRONT_MATTER_DEPTH} levels; a skill declaration never needs that"
+            ),
         ))
     };
     let mut indents: Vec<usize> = Vec::new();
@@ -504,7 +506,8 @@ mod tests {
 
     #[test]
     fn huge_or_deeply_nested_front_matter_is_refused_before_parsing() {
-        let deep_flow = format!("---\nname: ok\ndescription: d\nmetadata: {}{}\n---\n", "[".repeat(100_000), "]".repeat(100_000));
+        let deep_flow =
+            format!("---\nname: ok\ndescription: d\nmetadata: {}{}\n---\n", "[".repeat(100_000), "]".repeat(100_000));
         let started = std::time::Instant::now();
         let e = parse(&deep_flow).unwrap_err();
         assert!(e.message.contains("more than the limit") || e.message.contains("nests deeper"), "{e}");
@@ -519,8 +522,10 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
         // Deep indentation inside a block scalar is text, and quoted brackets are not structure.
         let code: String = (0..40).map(|i| format!("  {}line\n", " ".repeat(i * 2))).collect();
-        let m = parse(&format!("---\nname: ok\ndescription: |\n{code}when_to_use: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"\n---\n"))
-            .unwrap();
+        let m = parse(&format!(
+            "---\nname: ok\ndescription: |\n{code}when_to_use: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"\n---\n"
+        ))
+        .unwrap();
         assert!(m.description.contains("line"));
     }
 

@@ -312,7 +312,7 @@ impl PolicyFiles {
     }
 
     /// The stamps of both files (`None` for a missing file): equal stamps, same policy.
-    fn stamps(&self) -> std::io::Result<[Option<FileStamp>; 2]> {
+    fn stamps(&self) -> std::io::Result<PolicyStamps> {
         let project = match &self.project {
             Some(p) => FileStamp::of(p)?,
             None => None,
@@ -321,13 +321,16 @@ impl PolicyFiles {
     }
 }
 
+/// The stamps of the user and project files.
+type PolicyStamps = [Option<FileStamp>; 2];
+
 /// The effective policy of a [`PolicyFiles`], parsed once per change: each read compares
 /// the files' stamps (two `stat`s) with those of the last parse, so a `policy revoke` by
 /// another process applies to the next call while an unchanged policy is never re-parsed.
 /// A policy that fails to parse is not kept: every read reports the error until it is fixed.
 pub struct PolicySnapshots {
     files: PolicyFiles,
-    current: Mutex<Option<([Option<FileStamp>; 2], Arc<Policy>)>>,
+    current: Mutex<Option<(PolicyStamps, Arc<Policy>)>>,
     loads: AtomicU64,
 }
 

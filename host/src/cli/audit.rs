@@ -141,7 +141,10 @@ fn print_entries(entries: &[Map<String, Value>]) {
         Some(Value::Null) | None => "-".into(),
         Some(v) => v.to_string(),
     };
-    println!("{:>5} {:<24} {:>4} {:<5} {:<24} {:<14} {:>9}  detail", "seq", "time", "step", "kind", "skill", "status", "us");
+    println!(
+        "{:>5} {:<24} {:>4} {:<5} {:<24} {:<14} {:>9}  detail",
+        "seq", "time", "step", "kind", "skill", "status", "us"
+    );
     for e in entries {
         let count = |k: &str| e.get(k).and_then(Value::as_array).map_or(0, Vec::len);
         let mut detail = Vec::new();

@@ -146,7 +146,8 @@ impl Library {
         std::fs::create_dir_all(&staging)?;
         let staged = (|| -> Result<()> {
             for rel in record.files.keys().map(String::as_str).chain(["install.json"]) {
-                let bytes = std::fs::read(src.join(rel)).with_context(|| format!("cannot read {}", src.join(rel).display()))?;
+                let bytes =
+                    std::fs::read(src.join(rel)).with_context(|| format!("cannot read {}", src.join(rel).display()))?;
                 write_atomic(&staging.join(rel), &bytes)?;
             }
             Ok(())

@@ -322,8 +322,7 @@ pub(super) fn recover_interrupted_installs(skills: &Path) {
             }
             "old" | "removed" => {
                 if let Some(root) = skills.parent() {
-                    let granted =
-                        Policy::load(&root.join("policy.toml")).map(|p| p.granted(name)).unwrap_or_default();
+                    let granted = Policy::load(&root.join("policy.toml")).map(|p| p.granted(name)).unwrap_or_default();
                     archive(root, name, &path, granted.describe());
                 }
             }

@@ -58,9 +58,9 @@ pub use install::{ImportResult, InstallReport, SkillKind};
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
 pub use run::{RunOptions, RunReport, call_entry, new_session_id, params_from_pairs};
 
+use crate::fsutil::FileStamp;
 /// Moved to [`crate::fsutil`]; re-exported so existing callers keep compiling.
 pub use crate::fsutil::write_atomic;
-use crate::fsutil::FileStamp;
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 
@@ -203,9 +203,10 @@ impl Library {
         init_once(&self.store, &self.store_init, || {
             let mut config = MemoryConfig::default();
             if let Ok(ms) = std::env::var("SKILLHOST_MEMORY_WAIT_MS") {
-                let ms: u64 = ms.trim().parse().map_err(|_| {
-                    anyhow!("SKILLHOST_MEMORY_WAIT_MS must be a number of milliseconds, not `{ms}`")
-                })?;
+                let ms: u64 = ms
+                    .trim()
+                    .parse()
+                    .map_err(|_| anyhow!("SKILLHOST_MEMORY_WAIT_MS must be a number of milliseconds, not `{ms}`"))?;
                 config.busy_wait = std::time::Duration::from_millis(ms);
             }
             self.counters.memory_opens.fetch_add(1, Ordering::Relaxed);

@@ -69,9 +69,7 @@ fn is_sha256(s: &str) -> bool {
 fn sha256_field<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
     if !is_sha256(&s) {
-        return Err(serde::de::Error::custom(format!(
-            "content_hash `{s}` is not a sha256 (64 lowercase hex digits)"
-        )));
+        return Err(serde::de::Error::custom(format!("content_hash `{s}` is not a sha256 (64 lowercase hex digits)")));
     }
     Ok(s)
 }

@@ -26,7 +26,9 @@ use crate::capabilities::{Limits, MemoryAccess};
 use crate::fsutil::FileStamp;
 use crate::manifest::{Manifest, ParamType};
 use crate::memory::Provenance;
-use crate::sandbox::{self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, SkillOutput};
+use crate::sandbox::{
+    self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, SkillOutput,
+};
 
 /// Everything about one `run`.
 #[derive(Debug, Clone, Serialize)]
@@ -171,10 +173,10 @@ impl SkillCache {
         let old = by_name.insert(name.to_string(), Current { stamp, hash: loaded.content_hash.clone() });
         let mut by_hash = lock(&self.by_hash);
         by_hash.insert(loaded.content_hash.clone(), loaded);
-        if let Some(old) = old {
-            if !by_name.values().any(|c| c.hash == old.hash) {
-                by_hash.remove(&old.hash);
-            }
+        if let Some(old) = old
+            && !by_name.values().any(|c| c.hash == old.hash)
+        {
+            by_hash.remove(&old.hash);
         }
     }
 
