@@ -14,6 +14,8 @@ pub mod authoring;
 pub mod bundle;
 pub mod capabilities;
 pub mod cli;
+pub mod config;
+pub mod http;
 pub mod library;
 pub mod lint;
 pub mod manifest;
