@@ -492,7 +492,8 @@ fn redirecting_server(bundle: Vec<u8>, connections: usize) -> u16 {
                 "/loop1" => s.write_all(redirect(&format!("http://127.0.0.1:{port}/loop2")).as_bytes()),
                 "/loop2" => s.write_all(redirect("/loop1").as_bytes()),
                 "/b.skill" => {
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bundle.len());
+                    let head =
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bundle.len());
                     s.write_all(head.as_bytes()).and_then(|()| s.write_all(&bundle))
                 }
                 _ => s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
@@ -538,7 +539,9 @@ fn install_from_a_url_refuses_a_redirect_loop() {
     let out = skillhost_direct(&env).args(["skill", "install", &url, "--yes"]).assert().code(1);
     let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(
-        stderr.contains(&format!("cannot fetch {url}: it redirects in a loop ({url} -> http://127.0.0.1:{port}/loop2 -> {url})")),
+        stderr.contains(&format!(
+            "cannot fetch {url}: it redirects in a loop ({url} -> http://127.0.0.1:{port}/loop2 -> {url})"
+        )),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use llm_mock::{MockServer, Reply};
 use serde_json::{Value, json};
 use skillhost::agent::provider::config::{DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_TIMEOUT};
-use skillhost::http::ProxySettings;
 use skillhost::agent::provider::{
     ChatMessage, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderKind, Purpose, ResponseFormat, ToolCall,
     ToolSpec, Usage, open, resolve,
 };
+use skillhost::http::ProxySettings;
 
 fn openai_config(server: &MockServer) -> ProviderConfig {
     let mut config = ProviderConfig::openai(&format!("{}/v1", server.base), "test-model");
@@ -657,22 +657,27 @@ async fn requests_go_through_the_proxy_unless_no_proxy_names_the_host() {
     let mut config = openai_config(&origin);
     // The proxy settings as `resolve` reads them from the environment.
     let home = tempfile::tempdir().unwrap();
-    let proxied = resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("HTTP_PROXY", &proxy.base)]))
-        .unwrap()
-        .unwrap();
+    let proxied =
+        resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("HTTP_PROXY", &proxy.base)]))
+            .unwrap()
+            .unwrap();
     assert_eq!(proxied.proxy, ProxySettings { http: Some(proxy.base.clone()), https: None, no_proxy: None });
     config.proxy = proxied.proxy.clone();
 
     let reply = open(&config).unwrap().chat(&decide_json()).await.unwrap();
     assert_eq!(reply.text.as_deref(), Some("via the proxy"));
     let url = format!("{}/v1/chat/completions", origin.base);
-    assert_eq!(proxy.targets(), [url.clone()], "the proxy saw the absolute URL");
+    assert_eq!(proxy.targets(), [url], "the proxy saw the absolute URL");
     assert_eq!(origin.requests()[0].target, "/v1/chat/completions", "the proxy forwarded it");
     assert_eq!(origin.requests()[0].header("authorization"), Some("Bearer sk-test"));
 
     let direct = resolve(
         home.path(),
-        &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("HTTP_PROXY", &proxy.base), ("no_proxy", "localhost,127.0.0.1")]),
+        &env(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
+            ("HTTP_PROXY", &proxy.base),
+            ("no_proxy", "localhost,127.0.0.1"),
+        ]),
     )
     .unwrap()
     .unwrap();

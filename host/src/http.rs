@@ -201,7 +201,10 @@ mod tests {
         assert_eq!(settings.no_proxy.as_deref(), Some("localhost,.internal"));
 
         let settings = ProxySettings::from_env(&env(&[("ALL_PROXY", "http://127.0.0.1:9"), ("HTTPS_PROXY", "")]));
-        assert_eq!((settings.http.as_deref(), settings.https.as_deref()), (Some("http://127.0.0.1:9"), Some("http://127.0.0.1:9")));
+        assert_eq!(
+            (settings.http.as_deref(), settings.https.as_deref()),
+            (Some("http://127.0.0.1:9"), Some("http://127.0.0.1:9"))
+        );
         assert_eq!(ProxySettings::from_env(&env(&[])), ProxySettings::default());
     }
 
@@ -227,7 +230,11 @@ mod tests {
         let long: Vec<String> = (0..=MAX_REDIRECTS).map(|i| format!("http://a.test/{i}")).collect();
         let long: Vec<&str> = long.iter().map(String::as_str).collect();
         assert!(matches!(refusal(&urls(&long), &next("http://a.test/end")), Some(RedirectRefused::TooMany { .. })));
-        assert_eq!(refusal(&urls(&long[..MAX_REDIRECTS]), &next("http://a.test/end")), None, "{MAX_REDIRECTS} hops are fine");
+        assert_eq!(
+            refusal(&urls(&long[..MAX_REDIRECTS]), &next("http://a.test/end")),
+            None,
+            "{MAX_REDIRECTS} hops are fine"
+        );
         assert!(matches!(
             refusal(&urls(&["https://a.test/"]), &next("http://a.test/")),
             Some(RedirectRefused::Downgrade { .. })

@@ -291,10 +291,8 @@ async fn forward(
     tokio::spawn(connection);
     // Origin-form towards the origin.
     parts.uri = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/").parse().expect("a path is a URI");
-    let answer = sender
-        .send_request(Request::from_parts(parts, Full::new(body)))
-        .await
-        .map_err(std::io::Error::other)?;
+    let answer =
+        sender.send_request(Request::from_parts(parts, Full::new(body))).await.map_err(std::io::Error::other)?;
     let (parts, body) = answer.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     Ok(Response::from_parts(parts, Full::new(body)))

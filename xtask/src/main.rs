@@ -78,9 +78,8 @@ fn ensure_just() -> Result<PathBuf, String> {
     say("installing `just` (the task runner) with `cargo install just --locked`: a one-time build of a minute or two");
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     status(Command::new(cargo).args(["install", "just", "--locked"]), "cargo install just")?;
-    let installed = find_just().ok_or_else(|| {
-        format!("`cargo install just` finished but no `just` is in {}", cargo_bin().display())
-    })?;
+    let installed = find_just()
+        .ok_or_else(|| format!("`cargo install just` finished but no `just` is in {}", cargo_bin().display()))?;
     if !on_path("just") {
         say(&format!(
             "`just` is in {}, which is not on your PATH: add it (e.g. `export PATH=\"{}:$PATH\"`) to run `just test`",

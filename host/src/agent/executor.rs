@@ -91,7 +91,9 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
     }
     let report = match library.run(skill, params.clone(), opts).await {
         Ok(r) => r,
-        Err(e) => return Executed::without_output(StepStatus::Error, params, format!("`{skill}` could not run: {e:#}")),
+        Err(e) => {
+            return Executed::without_output(StepStatus::Error, params, format!("`{skill}` could not run: {e:#}"));
+        }
     };
     let mut out = Executed {
         skill_hash: Some(report.content_hash.clone()),

@@ -9,8 +9,8 @@ use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use http::StatusCode;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
 
 use super::ProviderError;

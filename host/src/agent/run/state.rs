@@ -203,11 +203,15 @@ mod tests {
 
     #[test]
     fn names_are_the_serialized_ones() {
-        for status in [StepStatus::RequireMore, StepStatus::InvalidParams, StepStatus::ParseError, StepStatus::StepLimit] {
+        for status in
+            [StepStatus::RequireMore, StepStatus::InvalidParams, StepStatus::ParseError, StepStatus::StepLimit]
+        {
             assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
             assert_eq!(serde_json::from_value::<StepStatus>(status.as_str().into()).unwrap(), status);
         }
-        for action in [StepAction::CallSkill, StepAction::RequireMore, StepAction::Invalid, StepAction::StepLimitSummary] {
+        for action in
+            [StepAction::CallSkill, StepAction::RequireMore, StepAction::Invalid, StepAction::StepLimitSummary]
+        {
             assert_eq!(serde_json::to_value(action).unwrap(), action.as_str());
         }
         // A sandbox error kind maps to the status of the same name.

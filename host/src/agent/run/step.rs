@@ -11,10 +11,10 @@ use super::super::executor::{self, Executed};
 use super::super::guardrail::{EvidenceReport, check_evidence};
 use super::super::profile::{AgentProfile, Phase};
 use super::super::provider::{ChatMessage, ChatReply, ChatRequest, Provider, Purpose, ResponseFormat};
-use super::{AgentOptions, REPEAT_LIMIT, STORED_RESULT_CHARS};
 use super::decision::{Action, Decision, interpret};
 use super::outcome::{Outcome, OutcomeStatus, StepReport};
 use super::state::{AgentState, DecisionRecord, StepAction, StepStatus};
+use super::{AgentOptions, REPEAT_LIMIT, STORED_RESULT_CHARS};
 use crate::audit::StepEntry;
 use crate::library::{Library, RunOptions};
 
@@ -98,7 +98,16 @@ impl<'a> Agent<'a> {
                 Err(Unusable(message)) => {
                     let result = format!("your reply could not be used as an action: {message}");
                     let summary = one_line(&result, 120);
-                    self.record(StepAction::Invalid, String::new(), None, Value::Null, StepStatus::ParseError, &result, &result, false);
+                    self.record(
+                        StepAction::Invalid,
+                        String::new(),
+                        None,
+                        Value::Null,
+                        StepStatus::ParseError,
+                        &result,
+                        &result,
+                        false,
+                    );
                     (StepAction::Invalid, StepStatus::ParseError, summary)
                 }
                 Ok(Decision { reasoning, action: Action::CallSkill { skill, params } }) => {
@@ -139,7 +148,16 @@ impl<'a> Agent<'a> {
                         message
                     };
                     let summary = one_line(&answer, 120);
-                    self.record(StepAction::Reply, reasoning, None, Value::Null, StepStatus::Answered, &summary, &answer, false);
+                    self.record(
+                        StepAction::Reply,
+                        reasoning,
+                        None,
+                        Value::Null,
+                        StepStatus::Answered,
+                        &summary,
+                        &answer,
+                        false,
+                    );
                     self.state.finished = true;
                     self.state.answer = Some(answer);
                     end = Some(OutcomeStatus::Answered);
@@ -284,7 +302,12 @@ impl<'a> Agent<'a> {
         Ok(decided)
     }
 
-    pub(super) async fn chat(&self, purpose: Purpose, format: ResponseFormat, messages: Vec<ChatMessage>) -> Result<ChatReply> {
+    pub(super) async fn chat(
+        &self,
+        purpose: Purpose,
+        format: ResponseFormat,
+        messages: Vec<ChatMessage>,
+    ) -> Result<ChatReply> {
         let request = ChatRequest::new(purpose, format, messages);
         self.provider.chat(&request).await.map_err(|e| anyhow!("{e}"))
     }

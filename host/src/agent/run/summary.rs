@@ -69,12 +69,18 @@ impl Agent<'_> {
             "The step limit ({}) was reached before a final answer to: {}\n\nKnown:\n",
             self.state.max_steps, self.state.goal
         );
-        let known: Vec<&DecisionRecord> = self.state.decisions.iter().filter(|d| d.status == StepStatus::Success).collect();
+        let known: Vec<&DecisionRecord> =
+            self.state.decisions.iter().filter(|d| d.status == StepStatus::Success).collect();
         if known.is_empty() {
             out.push_str("- nothing yet: no skill call succeeded\n");
         }
         for d in known {
-            out.push_str(&format!("- step {} {}: {}\n", d.step, d.skill.as_deref().unwrap_or(d.action.as_str()), d.summary));
+            out.push_str(&format!(
+                "- step {} {}: {}\n",
+                d.step,
+                d.skill.as_deref().unwrap_or(d.action.as_str()),
+                d.summary
+            ));
         }
         if !self.state.facts.lines.is_empty() {
             let lines: Vec<String> = self.state.facts.lines.iter().take(20).map(|l| format!("L{l}")).collect();
@@ -82,9 +88,13 @@ impl Agent<'_> {
         }
         out.push_str("\nOpen:\n- the question itself: no conclusion was reached\n");
         for d in self.state.decisions.iter().filter(|d| d.status != StepStatus::Success) {
-            out.push_str(&format!("- step {} {}: {}\n", d.step, d.skill.as_deref().unwrap_or(d.action.as_str()), d.summary));
+            out.push_str(&format!(
+                "- step {} {}: {}\n",
+                d.step,
+                d.skill.as_deref().unwrap_or(d.action.as_str()),
+                d.summary
+            ));
         }
         out
     }
-
 }
