@@ -75,7 +75,9 @@ fn ensure_just() -> Result<PathBuf, String> {
     if let Some(found) = find_just() {
         return Ok(found);
     }
-    say("installing `just` (the task runner) with `cargo install just --locked`: a one-time build of a minute or two");
+    say(
+        "installing `just` (the task runner) with `cargo install just --locked`: a one-time build of a few minutes, progress below",
+    );
     let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     status(Command::new(cargo).args(["install", "just", "--locked"]), "cargo install just")?;
     let installed = find_just()
