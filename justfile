@@ -1,4 +1,6 @@
-# skillhost task runner. Quick start: `just demo`, `just test`.
+# skillhost task runner. Quick start: `just demo`, `just test` (on a machine without `just`,
+# `cargo xtask demo` installs it and the wasm32-wasip2 target first).
+# Long builds are not `--quiet`: a first build takes minutes and shows cargo's progress.
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 # Guest crates (skills-src/* with a Cargo.toml, and the test probe).
@@ -9,7 +11,7 @@ default: demo
 # Build every skill component and assemble installable skill dirs in target/skills/.
 build-skills:
     rustup target list --installed 2>/dev/null | grep -q wasm32-wasip2 || rustup target add wasm32-wasip2
-    CARGO_TARGET_DIR=target/wasm cargo build --quiet --profile guest --target wasm32-wasip2 $(for c in {{guest_crates}}; do printf -- '-p %s ' "$c"; done)
+    CARGO_TARGET_DIR=target/wasm cargo build --profile guest --target wasm32-wasip2 $(for c in {{guest_crates}}; do printf -- '-p %s ' "$c"; done)
     rm -rf target/skills && mkdir -p target/skills
     for dir in skills-src/*/ tests/skills/*/; do \
         name=$(basename "$dir"); \
@@ -23,7 +25,7 @@ build-skills:
 
 # Build the host (release: tests, demo and bench share one build).
 build:
-    cargo build --release --quiet
+    cargo build --release
 
 # Install the example skills into a fresh demo home and run the log analysis on the example UART log.
 demo: build-skills build

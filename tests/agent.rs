@@ -108,7 +108,7 @@ async fn run_general(lib: &Library, provider: &dyn Provider, max_steps: Option<u
 }
 
 fn statuses(outcome: &Outcome) -> Vec<String> {
-    outcome.steps.iter().map(|s| s.status.clone()).collect()
+    outcome.steps.iter().map(|s| s.status.to_string()).collect()
 }
 
 #[tokio::test]

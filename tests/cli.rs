@@ -537,4 +537,81 @@ fn not_granted_rights_are_shown_as_information() {
     let run = json_of(&out.get_output().stdout);
     assert_eq!(run["not_granted"], serde_json::json!(["env PATH"]));
     assert_eq!(run["denials"], serde_json::json!([]));
+/// A loopback server for `skill install URL`: `/a` redirects to `/b.skill` (the bundle),
+/// `/loop1` and `/loop2` redirect to each other, anything else is 404. One request per
+/// connection, at most `connections` of them.
+fn redirecting_server(bundle: Vec<u8>, connections: usize) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(connections) {
+            let Ok(mut s) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).to_string();
+            let path = request.split_whitespace().nth(1).unwrap_or("").to_string();
+            let redirect = |to: &str| {
+                format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            };
+            let _ = match path.as_str() {
+                "/a" => s.write_all(redirect("/b.skill").as_bytes()),
+                "/loop1" => s.write_all(redirect(&format!("http://127.0.0.1:{port}/loop2")).as_bytes()),
+                "/loop2" => s.write_all(redirect("/loop1").as_bytes()),
+                "/b.skill" => {
+                    let head =
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bundle.len());
+                    s.write_all(head.as_bytes()).and_then(|()| s.write_all(&bundle))
+                }
+                _ => s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+            };
+        }
+    });
+    port
+}
+
+/// `skillhost` with no proxy from the machine's environment (the servers are on loopback).
+fn skillhost_direct(env: &Env) -> Command {
+    let mut c = skillhost(env);
+    for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
+        c.env_remove(name);
+    }
+    c
+}
+
+fn packed_probe(env: &Env) -> Vec<u8> {
+    let dir = env.probe_as("fetched", "");
+    let out = env.sources.path().join("fetched.skill");
+    skillhost(env).args(["skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
+    std::fs::read(&out).unwrap()
+}
+
+#[test]
+fn install_from_a_url_follows_a_redirect() {
+    let env = Env::new();
+    let port = redirecting_server(packed_probe(&env), 4);
+    let out = skillhost_direct(&env)
+        .args(["--json", "skill", "install", &format!("http://127.0.0.1:{port}/a"), "--yes"])
+        .assert()
+        .success();
+    assert_eq!(json_of(&out.get_output().stdout)["name"], "fetched");
+    skillhost(&env).args(["skill", "run", "fetched", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
+}
+
+#[test]
+fn install_from_a_url_refuses_a_redirect_loop() {
+    let env = Env::new();
+    let port = redirecting_server(packed_probe(&env), 8);
+    let url = format!("http://127.0.0.1:{port}/loop1");
+    let out = skillhost_direct(&env).args(["skill", "install", &url, "--yes"]).assert().code(1);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(
+        stderr.contains(&format!(
+            "cannot fetch {url}: it redirects in a loop ({url} -> http://127.0.0.1:{port}/loop2 -> {url})"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]), "nothing was installed");
 }

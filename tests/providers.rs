@@ -16,6 +16,7 @@ use skillhost::agent::provider::{
     ChatMessage, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderKind, Purpose, ResponseFormat, ToolCall,
     ToolSpec, Usage, open, resolve,
 };
+use skillhost::http::ProxySettings;
 
 fn openai_config(server: &MockServer) -> ProviderConfig {
     let mut config = ProviderConfig::openai(&format!("{}/v1", server.base), "test-model");
@@ -640,4 +641,99 @@ fn anthropic_without_a_key_is_a_config_error() {
     config.api_key = None;
     let message = open(&config).err().expect("no key must fail").to_string();
     assert!(message.contains("needs an API key: set ANTHROPIC_API_KEY"), "{message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport: the shared pooled client (proxy, redirects)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_through_the_proxy_unless_no_proxy_names_the_host() {
+    let origin = MockServer::start(vec![
+        Reply::ok(llm_mock::openai_text("via the proxy")),
+        Reply::ok(llm_mock::openai_text("direct")),
+    ])
+    .await;
+    let proxy = llm_mock::ForwardProxy::start().await;
+    let mut config = openai_config(&origin);
+    // The proxy settings as `resolve` reads them from the environment.
+    let home = tempfile::tempdir().unwrap();
+    let proxied =
+        resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("HTTP_PROXY", &proxy.base)]))
+            .unwrap()
+            .unwrap();
+    assert_eq!(proxied.proxy, ProxySettings { http: Some(proxy.base.clone()), https: None, no_proxy: None });
+    config.proxy = proxied.proxy.clone();
+
+    let reply = open(&config).unwrap().chat(&decide_json()).await.unwrap();
+    assert_eq!(reply.text.as_deref(), Some("via the proxy"));
+    let url = format!("{}/v1/chat/completions", origin.base);
+    assert_eq!(proxy.targets(), [url], "the proxy saw the absolute URL");
+    assert_eq!(origin.requests()[0].target, "/v1/chat/completions", "the proxy forwarded it");
+    assert_eq!(origin.requests()[0].header("authorization"), Some("Bearer sk-test"));
+
+    let direct = resolve(
+        home.path(),
+        &env(&[
+            ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
+            ("HTTP_PROXY", &proxy.base),
+            ("no_proxy", "localhost,127.0.0.1"),
+        ]),
+    )
+    .unwrap()
+    .unwrap();
+    config.proxy = direct.proxy;
+    let reply = open(&config).unwrap().chat(&decide_json()).await.unwrap();
+    assert_eq!(reply.text.as_deref(), Some("direct"));
+    assert_eq!(proxy.targets().len(), 1, "NO_PROXY bypassed the proxy");
+    assert_eq!(origin.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_proxy_that_is_down_is_unreachable_in_one_sentence() {
+    let origin = MockServer::start(vec![Reply::ok(llm_mock::openai_text("never"))]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut config = openai_config(&origin);
+    config.proxy = ProxySettings { http: Some(format!("http://127.0.0.1:{port}")), ..Default::default() };
+    let error = chat_error(open(&config).unwrap().as_ref(), &decide_json()).await;
+    assert!(matches!(error, ProviderError::Unreachable { .. }), "{error:?}");
+    assert_one_sentence(&error.to_string());
+    assert!(origin.requests().is_empty());
+}
+
+#[tokio::test]
+async fn provider_redirects_stay_on_its_origin() {
+    let elsewhere = MockServer::start(vec![Reply::ok(llm_mock::openai_text("{}"))]).await;
+    let server = MockServer::start(vec![
+        Reply::json(307, json!({})).with_header("location", "/v2/chat/completions"),
+        Reply::ok(llm_mock::openai_text("moved")),
+        Reply::json(307, json!({})).with_header("location", &format!("{}/steal", elsewhere.base)),
+    ])
+    .await;
+    let provider = open(&openai_config(&server)).unwrap();
+    // Within the origin: followed, the body sent again.
+    let reply = provider.chat(&decide_json()).await.unwrap();
+    assert_eq!(reply.text.as_deref(), Some("moved"));
+    let requests = server.requests();
+    assert_eq!((requests[1].path.as_str(), &requests[1].body["model"]), ("/v2/chat/completions", &json!("test-model")));
+
+    // To another origin: refused, so the key never reaches it.
+    let error = chat_error(provider.as_ref(), &decide_json()).await;
+    let message = error.to_string();
+    assert_one_sentence(&message);
+    assert!(message.contains("redirects to another origin") && message.contains("/steal"), "{message}");
+    assert!(elsewhere.requests().is_empty());
+}
+
+#[test]
+fn an_unknown_table_is_named_with_the_known_ones() {
+    let home = tempfile::tempdir().unwrap();
+    let file = write(home.path(), "skillhost.toml", "[provider]\nkind = \"openai\"\n\n[mpc]\nport = 1\n");
+    let error = resolve(home.path(), &env(&[])).unwrap_err();
+    assert!(matches!(error, ProviderError::Config(_)), "{error:?}");
+    let message = error.to_string();
+    assert_one_sentence(&message);
+    assert_eq!(
+        message,
+        format!("{} has an unknown table `mpc` (line 4); the known tables are: [provider]", file.display())
+    );
 }

@@ -160,40 +160,65 @@ pub fn unpack(bytes: &[u8], into: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// GET `url` (http or https) with timeouts and a size cap.
+/// GET `url` (http or https) through the host's pooled client ([`crate::http`]: proxies from
+/// the environment, redirects followed up to a bound, a loop refused), with a first-byte and a
+/// between-bytes timeout and a size cap.
 pub async fn download(url: &str) -> Result<Vec<u8>> {
-    use http_body_util::{BodyExt, Empty};
-    let uri: http::Uri = url.parse().map_err(|e| anyhow!("`{url}` is not a URL: {e}"))?;
-    let host = uri.host().ok_or_else(|| anyhow!("`{url}` has no host"))?.to_string();
-    let authority = uri.authority().map(|a| a.to_string()).unwrap_or(host);
-    let request = http::Request::get(uri.clone())
-        .header(http::header::HOST, authority)
-        .header(http::header::USER_AGENT, concat!("skillhost/", env!("CARGO_PKG_VERSION")))
-        .body(Empty::<bytes::Bytes>::new().map_err(|never| match never {}))?;
-    let options = wasmtime_wasi_http::RequestOptions {
-        connect_timeout: Some(std::time::Duration::from_secs(15)),
-        first_byte_timeout: Some(std::time::Duration::from_secs(30)),
-        between_bytes_timeout: Some(std::time::Duration::from_secs(30)),
-    };
-    let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options))
-        .await
-        .map_err(|e| anyhow!("cannot fetch {url}: {e}"))?;
-    let io = tokio::spawn(io);
-    let status = response.status();
-    if !status.is_success() {
-        bail!("fetching {url} answered {status}");
+    let client = crate::http::shared().map_err(|e| anyhow!("cannot fetch {url}: {e}"))?;
+    download_with(&client, url).await
+}
+
+/// [`download`] with a given client.
+pub async fn download_with(client: &reqwest::Client, url: &str) -> Result<Vec<u8>> {
+    use std::time::Duration;
+    const FIRST_BYTE: Duration = Duration::from_secs(30);
+    const BETWEEN_BYTES: Duration = Duration::from_secs(30);
+    let parsed = reqwest::Url::parse(url).map_err(|e| anyhow!("`{url}` is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || !parsed.has_host() {
+        bail!("`{url}` is not an http(s) URL with a host");
     }
-    let mut body = response.into_body();
+    let failed = |e: reqwest::Error| match crate::http::RedirectRefused::find(&e) {
+        Some(refused) => anyhow!("cannot fetch {url}: {refused}; refusing it"),
+        None => anyhow!("cannot fetch {url}: {}", error_chain(&e)),
+    };
+    let mut response = tokio::time::timeout(FIRST_BYTE, client.get(parsed).send())
+        .await
+        .map_err(|_| anyhow!("cannot fetch {url}: no answer within {} s", FIRST_BYTE.as_secs()))?
+        .map_err(failed)?;
+    let status = response.status();
+    let fetched = response.url().to_string();
+    let shown = if fetched == url { String::new() } else { format!(" (redirected to {fetched})") };
+    if !status.is_success() {
+        bail!("fetching {url}{shown} answered {status}");
+    }
+    if response.content_length().is_some_and(|n| n > MAX_BUNDLE_BYTES as u64) {
+        bail!("{url}{shown} is larger than {MAX_BUNDLE_BYTES} bytes");
+    }
     let mut bytes = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| anyhow!("download of {url} failed: {e}"))?;
-        if let Some(data) = frame.data_ref() {
-            bytes.extend_from_slice(data);
-            if bytes.len() > MAX_BUNDLE_BYTES {
-                bail!("{url} is larger than {MAX_BUNDLE_BYTES} bytes");
-            }
+    loop {
+        let chunk = tokio::time::timeout(BETWEEN_BYTES, response.chunk())
+            .await
+            .map_err(|_| anyhow!("download of {url} stalled: nothing for {} s", BETWEEN_BYTES.as_secs()))?
+            .map_err(|e| anyhow!("download of {url} failed: {}", error_chain(&e)))?;
+        let Some(chunk) = chunk else { break };
+        bytes.extend_from_slice(&chunk);
+        if bytes.len() > MAX_BUNDLE_BYTES {
+            bail!("{url}{shown} is larger than {MAX_BUNDLE_BYTES} bytes");
         }
     }
-    io.abort();
     Ok(bytes)
+}
+
+/// reqwest's message and its causes, on one line ("error sending request" alone says nothing).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut cause = error.source();
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = current.source();
+    }
+    parts.join(": ")
 }

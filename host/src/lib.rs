@@ -15,6 +15,8 @@ pub mod bundle;
 pub mod capabilities;
 pub mod cli;
 pub mod fsutil;
+pub mod config;
+pub mod http;
 pub mod library;
 pub mod lint;
 pub mod manifest;

@@ -68,6 +68,8 @@ impl Reply {
 pub struct Recorded {
     pub method: String,
     pub path: String,
+    /// The request target as sent: a path, or an absolute URL when sent to a proxy.
+    pub target: String,
     pub headers: http::HeaderMap,
     /// The body as JSON, or as a JSON string when it was not JSON.
     pub body: Value,
@@ -137,6 +139,7 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
     state.requests.lock().unwrap().push(Recorded {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
+        target: parts.uri.to_string(),
         headers: parts.headers,
         body,
         at,
@@ -220,4 +223,77 @@ pub fn anthropic_tool_use(id: &str, name: &str, input: Value) -> Value {
         "stop_reason": "tool_use",
         "usage": {"input_tokens": 40, "output_tokens": 9},
     })
+}
+
+/// A forwarding HTTP proxy on 127.0.0.1 (plain http only, as a client sends to an `HTTP_PROXY`:
+/// the request target is the absolute URL). Records every request target, forwards the request
+/// to its origin, and relays the answer. Only loopback origins are forwarded.
+pub struct ForwardProxy {
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    targets: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ForwardProxy {
+    pub async fn start() -> ForwardProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let base = format!("http://{}", listener.local_addr().expect("local addr"));
+        let targets = Arc::new(Mutex::new(Vec::new()));
+        let seen = targets.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| forward(seen.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        ForwardProxy { base, targets, task }
+    }
+
+    /// The request targets received, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.targets.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ForwardProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn forward(
+    seen: Arc<Mutex<Vec<String>>>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::io::Error> {
+    let (mut parts, body) = request.into_parts();
+    seen.lock().unwrap().push(parts.uri.to_string());
+    let refuse = |status: u16, why: &str| {
+        Ok(Response::builder().status(status).body(Full::new(Bytes::from(why.to_string()))).expect("valid response"))
+    };
+    let (Some(host), Some(port)) = (parts.uri.host().map(str::to_string), parts.uri.port_u16()) else {
+        return refuse(400, "proxy: the target is not an absolute http URL with a port");
+    };
+    if host != "127.0.0.1" {
+        return refuse(403, "proxy: only loopback origins");
+    }
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let Ok(upstream) = tokio::net::TcpStream::connect((host.as_str(), port)).await else {
+        return refuse(502, "proxy: the origin is not listening");
+    };
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await.map_err(std::io::Error::other)?;
+    tokio::spawn(connection);
+    // Origin-form towards the origin.
+    parts.uri = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/").parse().expect("a path is a URI");
+    let answer =
+        sender.send_request(Request::from_parts(parts, Full::new(body))).await.map_err(std::io::Error::other)?;
+    let (parts, body) = answer.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Ok(Response::from_parts(parts, Full::new(body)))
 }

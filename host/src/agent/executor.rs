@@ -10,15 +10,15 @@ use sha2::{Digest, Sha256};
 
 use super::context::{Catalog, one_line, truncate};
 use super::guardrail::returned_lines;
+use super::run::StepStatus;
 use crate::library::{Library, RunOptions};
 use crate::sandbox::{CallError, Denial};
 
 /// What one skill call did, for the next step, the audit line and the progress line.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Executed {
-    /// `success`, `failure`, `require-more`, or an error kind (`invalid-params`, `panic`,
-    /// `unknown-skill`, ...).
-    pub status: String,
+    /// The skill's status, the sandbox's error kind, or why the host did not run it.
+    pub status: StepStatus,
     /// One line for progress and the audit log.
     pub summary: String,
     /// What the model sees: the skill's output, or the message explaining what went wrong.
@@ -38,18 +38,26 @@ pub struct Executed {
 }
 
 impl Executed {
-    fn refused(status: &str, params: Value, message: String) -> Executed {
+    /// A call that produced no output (`status` says why).
+    fn without_output(status: StepStatus, params: Value, message: String) -> Executed {
         Executed {
-            status: status.into(),
+            status,
             summary: one_line(&message, 120),
             result: message,
+            skill_hash: None,
             params,
-            ..Default::default()
+            lines: BTreeSet::new(),
+            memories_stored: Vec::new(),
+            memories_dropped: Vec::new(),
+            denials: Vec::new(),
+            elapsed_us: 0,
+            memory_peak_bytes: 0,
+            output_hash: None,
         }
     }
 
     pub fn succeeded(&self) -> bool {
-        self.status == "success"
+        self.status == StepStatus::Success
     }
 }
 
@@ -60,7 +68,7 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
                 "`{skill}` is installed but this agent may not use it; use one of: {}",
                 executable_names(catalog)
             );
-            return Executed::refused("not-allowed", params, message);
+            return Executed::without_output(StepStatus::NotAllowed, params, message);
         }
         let close = close_names(skill, catalog);
         let message = if close.is_empty() {
@@ -72,35 +80,33 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
                 executable_names(catalog)
             )
         };
-        return Executed::refused("unknown-skill", params, message);
+        return Executed::without_output(StepStatus::UnknownSkill, params, message);
     };
     if entry.instruction {
         let message = format!(
             "`{skill}` is an instruction skill: guidance to follow, not something to call. Its guidance:\n{}",
             truncate(entry.body.trim(), 2000)
         );
-        return Executed::refused("instruction-skill", params, message);
+        return Executed::without_output(StepStatus::InstructionSkill, params, message);
     }
     let report = match library.run(skill, params.clone(), opts).await {
         Ok(r) => r,
-        Err(e) => return Executed::refused("error", params, format!("`{skill}` could not run: {e:#}")),
+        Err(e) => {
+            return Executed::without_output(StepStatus::Error, params, format!("`{skill}` could not run: {e:#}"));
+        }
     };
     let mut out = Executed {
         skill_hash: Some(report.content_hash.clone()),
-        params: report.params.clone(),
         memories_stored: report.memories.stored.clone(),
         memories_dropped: report.memories.dropped.clone(),
         denials: report.denials.clone(),
         elapsed_us: report.elapsed_us,
         memory_peak_bytes: report.memory_peak_bytes,
-        ..Default::default()
+        ..Executed::without_output(StepStatus::Success, report.params.clone(), String::new())
     };
     match &report.result {
         Ok(output) => {
-            out.status = serde_json::to_value(output.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "success".into());
+            out.status = output.status.into();
             out.lines = returned_lines(&output.output);
             out.output_hash = Some(hex::encode(Sha256::digest(output.output.as_bytes())));
             let first = output.output.lines().find(|l| !l.trim().is_empty()).unwrap_or("(empty output)");
@@ -118,10 +124,7 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
             }
         }
         Err(error) => {
-            out.status = serde_json::to_value(error)
-                .ok()
-                .and_then(|v| v.get("kind").and_then(Value::as_str).map(str::to_string))
-                .unwrap_or_else(|| "error".into());
+            out.status = error.into();
             let advice = match error {
                 CallError::InvalidParams(_) => "Fix the parameters to match the skill's schema and call it again.",
                 CallError::Panic(_) | CallError::Trap(_) => {

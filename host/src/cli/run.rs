@@ -98,7 +98,7 @@ pub fn progress_line(step: &StepReport) -> String {
             let params = crate::agent::context::one_line(&params, 100);
             format!("{skill} {params}")
         }
-        None => step.action.clone(),
+        None => step.action.to_string(),
     };
     let mut line = format!(
         "[step {}/{}] {what} -> {}, {} ({} ms)",

@@ -1,5 +1,5 @@
-//! Which provider to use: the `[provider]` table of `<home>/skillhost.toml`, overridden by the
-//! environment.
+//! Which provider to use: the `[provider]` table of `<home>/skillhost.toml` (the file is parsed
+//! by [`crate::config`]; this module owns only its table), overridden by the environment.
 //!
 //! ```toml
 //! [provider]
@@ -19,7 +19,8 @@
 //! kind in the file or `SKILLHOST_PROVIDER`, a set `OPENAI_API_KEY` or `OPENAI_BASE_URL` selects
 //! OpenAI-compatible, else a set `ANTHROPIC_API_KEY` or `ANTHROPIC_BASE_URL` selects Anthropic;
 //! with none of these nothing is configured and the caller falls back to its shipped scripted
-//! decisions. Empty variables count as unset. The environment is a parameter so tests never
+//! decisions. The proxy comes from `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY`
+//! ([`crate::http::ProxySettings`]). Empty variables count as unset. The environment is a parameter so tests never
 //! touch the process environment.
 
 use std::path::{Path, PathBuf};
@@ -28,9 +29,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ProviderError;
+use crate::http::ProxySettings;
 
-/// The configuration file in the skillhost home.
-pub const CONFIG_FILE: &str = "skillhost.toml";
+pub use crate::config::CONFIG_FILE;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -81,6 +82,8 @@ pub struct ProviderConfig {
     pub max_backoff: Duration,
     /// The decisions file of `scripted`.
     pub decisions: Option<PathBuf>,
+    /// The HTTP proxy to reach the service through (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`).
+    pub proxy: ProxySettings,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -97,6 +100,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("backoff_base", &self.backoff_base)
             .field("max_backoff", &self.max_backoff)
             .field("decisions", &self.decisions)
+            .field("proxy", &self.proxy)
             .finish()
     }
 }
@@ -115,6 +119,7 @@ impl ProviderConfig {
             backoff_base: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
             decisions: None,
+            proxy: ProxySettings::from_process_env(),
         }
     }
 
@@ -142,13 +147,6 @@ impl ProviderConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ConfigFile {
-    #[serde(default)]
-    provider: Option<ProviderTable>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ProviderTable {
     kind: Option<ProviderKind>,
     base_url: Option<String>,
@@ -169,10 +167,11 @@ pub fn resolve_from_process_env(home: &Path) -> Result<Option<ProviderConfig>, P
 /// when nothing is configured.
 pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<ProviderConfig>, ProviderError> {
     let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
-    let path = home.join(CONFIG_FILE);
-    let file = read_config_file(&path)?;
-    let table_present = file.provider.is_some();
-    let table = file.provider.unwrap_or_default();
+    let file = crate::config::ConfigFile::load(home).map_err(|e| ProviderError::Config(e.0))?;
+    let path = file.path().to_path_buf();
+    let table = file.table::<ProviderTable>("provider").map_err(|e| ProviderError::Config(e.0))?;
+    let table_present = table.is_some();
+    let table = table.unwrap_or_default();
 
     let kind = match env("SKILLHOST_PROVIDER") {
         Some(text) => Some(ProviderKind::parse(text.trim()).ok_or_else(|| {
@@ -248,6 +247,7 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
         Some(file) => Some(PathBuf::from(file)),
         None => table.decisions.map(|file| home.join(file)),
     };
+    config.proxy = ProxySettings::from_env(&env);
     if kind == ProviderKind::Scripted && config.decisions.is_none() {
         return Err(ProviderError::Config(format!(
             "provider kind `scripted` needs a decisions file: set `decisions` in the [provider] table of {} or SKILLHOST_DECISIONS",
@@ -255,26 +255,6 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
         )));
     }
     Ok(Some(config))
-}
-
-fn read_config_file(path: &Path) -> Result<ConfigFile, ProviderError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(ConfigFile::default()),
-        Err(error) => return Err(ProviderError::Config(format!("cannot read {}: {error}", path.display()))),
-    };
-    toml::from_str(&text).map_err(|error| {
-        // toml's message spans several lines (a source excerpt); keep the user's error to one line.
-        let message = error.message();
-        let location = error
-            .span()
-            .map(|span| {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!(" (line {line})")
-            })
-            .unwrap_or_default();
-        ProviderError::Config(format!("{} is not valid{location}: {message}", path.display()))
-    })
 }
 
 fn check_base_url(url: &str, source: &str) -> Result<(), ProviderError> {

@@ -1,28 +1,21 @@
 //! POSTing JSON to an LLM service: timeouts, retries with backoff, and HTTP failures turned into
 //! [`ProviderError`] sentences.
 //!
-//! Built on the hyper 1 / tokio-rustls (ring) / webpki-roots stack that wasmtime-wasi-http
-//! already compiles, instead of a second HTTP client. One HTTP/1.1 connection per request:
-//! a model call takes seconds, so a pool would save nothing worth its code.
+//! The transport is the host's one pooled client ([`crate::http`]): kept-alive connections
+//! reused across the steps of a run, the proxy settings of the environment, redirects kept on
+//! the provider's own origin (its key may travel in a header another host must not see).
 
 use std::error::Error as StdError;
-use std::pin::pin;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, RETRY_AFTER, USER_AGENT};
-use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::StatusCode;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls;
-use wasmtime_wasi_http::io::TokioIo;
 
 use super::ProviderError;
 use super::config::ProviderConfig;
+use crate::http::RedirectRefused;
 
 /// Larger replies are refused: no chat completion or embedding is anywhere near this.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -57,7 +50,8 @@ struct RetryPolicy {
 pub(crate) struct JsonClient {
     endpoint: Endpoint,
     policy: RetryPolicy,
-    tls: TlsConnector,
+    /// A handle on the shared pool (cloning a reqwest client shares its connections).
+    http: reqwest::Client,
 }
 
 /// How one attempt failed.
@@ -74,20 +68,13 @@ struct RawReply {
     body: Bytes,
 }
 
-trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
-impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
-
 impl JsonClient {
     pub fn new(endpoint: Endpoint, config: &ProviderConfig) -> Result<JsonClient, ProviderError> {
-        // An explicit ring provider: the process-default lookup panics if another crate ever
-        // enables a second rustls backend.
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|error| ProviderError::Config(format!("cannot set up TLS for the {}: {error}", endpoint.label)))?
-            .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() })
-            .with_no_client_auth();
-        let mut tls = tls;
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let http = crate::http::client(&config.proxy)
+            .map_err(|error| ProviderError::Config(format!("cannot reach the {}: {error}", endpoint.label)))?;
+        if let Ok(base) = reqwest::Url::parse(&config.base_url) {
+            crate::http::keep_redirects_on_origin(&base);
+        }
         Ok(JsonClient {
             endpoint,
             policy: RetryPolicy {
@@ -96,7 +83,7 @@ impl JsonClient {
                 backoff_base: config.backoff_base,
                 max_backoff: config.max_backoff,
             },
-            tls: TlsConnector::from(Arc::new(tls)),
+            http,
         })
     }
 
@@ -113,18 +100,23 @@ impl JsonClient {
         body: &Value,
         model: ModelRef<'_>,
     ) -> Result<Value, ProviderError> {
-        let uri: Uri = url.parse().map_err(|_| {
-            ProviderError::Config(format!(
-                "`{url}` is not a valid URL for the {}; check the base URL",
-                self.endpoint.label
-            ))
-        })?;
+        let url = reqwest::Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+            .ok_or_else(|| {
+                ProviderError::Config(format!(
+                    "`{url}` is not a valid URL for the {}; check the base URL",
+                    self.endpoint.label
+                ))
+            })?;
+        let headers = self.headers(headers)?;
         let body = Bytes::from(body.to_string());
         let attempts = self.policy.max_retries.saturating_add(1);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let outcome = tokio::time::timeout(self.policy.timeout, self.attempt(&uri, headers, body.clone())).await;
+            let outcome =
+                tokio::time::timeout(self.policy.timeout, self.attempt(&url, headers.clone(), body.clone())).await;
             let wait = match outcome {
                 Err(_) => {
                     return Err(ProviderError::Timeout {
@@ -161,6 +153,23 @@ impl JsonClient {
             };
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// The request headers, checked once: the only user-supplied value is the key.
+    fn headers(&self, extra: &[(&'static str, String)]) -> Result<HeaderMap, ProviderError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        for (name, value) in extra {
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                ProviderError::Config(format!(
+                    "cannot build the request to the {}: a header value is not valid HTTP; check {} for stray characters such as newlines",
+                    self.endpoint.label, self.endpoint.key_env
+                ))
+            })?;
+            headers.insert(HeaderName::from_static(name), value);
+        }
+        Ok(headers)
     }
 
     /// Exponential backoff with up to 50% jitter, so clients that failed together do not
@@ -210,17 +219,27 @@ impl JsonClient {
         }
     }
 
-    async fn attempt(
-        &self,
-        uri: &Uri,
-        headers: &[(&'static str, String)],
-        body: Bytes,
-    ) -> Result<RawReply, AttemptError> {
-        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
-        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-        // `Uri::host` keeps the brackets of an IPv6 literal; sockets and TLS want it bare.
-        let host = uri.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_string();
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    async fn attempt(&self, url: &reqwest::Url, headers: HeaderMap, body: Bytes) -> Result<RawReply, AttemptError> {
+        let sent = self.http.post(url.clone()).headers(headers).body(body).send().await;
+        let mut response = sent.map_err(|error| self.classify(url, &error))?;
+        let status = response.status();
+        let headers = std::mem::take(response.headers_mut());
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|error| self.classify(url, &error))? {
+            if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                return Err(AttemptError::Fatal(ProviderError::BadResponse {
+                    provider: self.endpoint.label.clone(),
+                    detail: format!("the reply is larger than {} MiB", MAX_RESPONSE_BYTES >> 20),
+                }));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(RawReply { status, headers, body: Bytes::from(body) })
+    }
+
+    /// A failed exchange: refused or failed connections and refused redirects are final,
+    /// dropped connections are retried, anything else (a reply that is not HTTP) is final.
+    fn classify(&self, url: &reqwest::Url, error: &reqwest::Error) -> AttemptError {
         let unreachable = |reason: String| {
             AttemptError::Fatal(ProviderError::Unreachable {
                 provider: self.endpoint.label.clone(),
@@ -228,68 +247,49 @@ impl JsonClient {
                 hint: self.endpoint.unreachable_hint.clone(),
             })
         };
-
-        let tcp =
-            TcpStream::connect((host.as_str(), port)).await.map_err(|error| unreachable(connect_reason(&error)))?;
-        // Small request/response pairs: do not wait for Nagle.
-        let _ = tcp.set_nodelay(true);
-        let stream: Box<dyn Stream> = if https {
-            let name = rustls::pki_types::ServerName::try_from(host.clone())
-                .map_err(|_| unreachable(format!("`{host}` is not a valid TLS server name")))?;
-            let tls = self
-                .tls
-                .connect(name, tcp)
-                .await
-                .map_err(|error| unreachable(format!("TLS handshake failed: {error}")))?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
-        };
-
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|error| classify(&self.endpoint.label, &error))?;
-        let mut request = Request::post(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-            .header(HOST, authority)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json")
-            .header(USER_AGENT, concat!("skillhost/", env!("CARGO_PKG_VERSION")));
-        for (name, value) in headers {
-            request = request.header(*name, value.as_str());
+        if let Some(refused) = RedirectRefused::find(error) {
+            return unreachable(format!("the request was not sent on: {refused}"));
         }
-        let request = request.body(Full::new(body)).map_err(|_| {
-            // The builder's error would not say which header; the only user-supplied one is the key.
-            AttemptError::Fatal(ProviderError::Config(format!(
-                "cannot build the request to the {}: a header value is not valid HTTP; check {} for stray characters such as newlines",
-                self.endpoint.label, self.endpoint.key_env
-            )))
-        })?;
-
-        let exchange = async move {
-            let response =
-                sender.send_request(request).await.map_err(|error| classify(&self.endpoint.label, &error))?;
-            let (parts, body) = response.into_parts();
-            let body = Limited::new(body, MAX_RESPONSE_BYTES).collect().await.map_err(|error| {
-                if error.is::<http_body_util::LengthLimitError>() {
-                    AttemptError::Fatal(ProviderError::BadResponse {
-                        provider: self.endpoint.label.clone(),
-                        detail: format!("the reply is larger than {} MiB", MAX_RESPONSE_BYTES >> 20),
-                    })
-                } else {
-                    classify(&self.endpoint.label, error.as_ref())
-                }
-            })?;
-            Ok(RawReply { status: parts.status, headers: parts.headers, body: body.to_bytes() })
-        };
-        // The connection future moves the bytes; it must be polled while the exchange waits. When
-        // it ends first (server closed), the exchange still holds what was received, or the error.
-        let mut exchange = pin!(exchange);
-        let mut connection = pin!(connection);
-        tokio::select! {
-            result = &mut exchange => result,
-            _ = &mut connection => exchange.await,
+        if error.is_connect() {
+            if let Some(io) = io_cause(error)
+                && is_connect_failure(io)
+            {
+                return unreachable(connect_reason(io));
+            }
+            if url.scheme() == "https" {
+                return unreachable(format!("TLS handshake failed: {}", innermost(error)));
+            }
+            return unreachable(innermost(error));
         }
+        classify_exchange(&self.endpoint.label, error)
     }
+}
+
+/// The first I/O error in `error`'s source chain.
+fn io_cause<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a std::io::Error> {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cause = current.source();
+    }
+    None
+}
+
+/// The I/O kinds a failed TCP connect reports (a TLS failure is reported in other kinds).
+fn is_connect_failure(io: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(io.kind(), ConnectionRefused | TimedOut | HostUnreachable | NetworkUnreachable | AddrNotAvailable)
+}
+
+/// The last message of the source chain: the actual cause, without reqwest's wrapping.
+fn innermost(error: &(dyn StdError + 'static)) -> String {
+    let mut last = error;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
 }
 
 fn is_retryable(status: StatusCode) -> bool {
@@ -315,7 +315,7 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 
 /// A failure during the HTTP exchange: dropped connections are retried, anything else (a reply
 /// that is not HTTP) is final.
-fn classify(provider: &str, error: &(dyn StdError + 'static)) -> AttemptError {
+fn classify_exchange(provider: &str, error: &(dyn StdError + 'static)) -> AttemptError {
     let mut cause: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(current) = cause {
         if let Some(hyper_error) = current.downcast_ref::<hyper::Error>()

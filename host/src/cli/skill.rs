@@ -1,0 +1,394 @@
+//! `skillhost skill …`: install, inspect, run, author and version skills.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result, anyhow};
+use serde_json::{Value, json};
+
+use super::output::{one_line, print_list, print_run};
+use super::{SkillCmd, ask, print_json};
+use crate::library::{Library, RunOptions, params_from_pairs};
+use crate::policy::{Grant, Policy, parse_grant};
+use crate::sandbox::Status;
+
+pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
+    match cmd {
+        SkillCmd::Install { dir, grants, yes } => {
+            let interactive = !yes && grants.is_empty() && std::io::stdin().is_terminal() && !json;
+            let decide = |m: &crate::manifest::Manifest| -> Result<Option<Grant>> {
+                if yes {
+                    return Ok(Some(Grant::everything(m)));
+                }
+                let mut set = Policy::default();
+                for spec in &grants {
+                    let g =
+                        parse_grant(spec, &m.capabilities, &m.limits).map_err(|e| anyhow!("--grant {spec}: {e}"))?;
+                    set.apply(&m.name, &g);
+                }
+                if !grants.is_empty() {
+                    return Ok(Some(Grant { capabilities: set.granted(&m.name), limits: set.limit_caps(&m.name) }));
+                }
+                // On an upgrade, ask only about what the new version adds: the user's
+                // earlier decisions (including revocations) stay as they are.
+                let previous = lib.info(&m.name).ok().map(|i| (i.manifest.capabilities, ()));
+                let new_caps = match &previous {
+                    Some((caps, _)) => m.capabilities.minus(caps),
+                    None => m.capabilities.clone(),
+                };
+                let asks: Vec<String> = new_caps.describe().into_iter().chain(m.limits.beyond_default()).collect();
+                if interactive && !asks.is_empty() {
+                    let what = if previous.is_some() { "this version newly asks for" } else { "asks for" };
+                    eprintln!("{} {what}:", m.name);
+                    for d in &asks {
+                        eprintln!("  - {d}");
+                    }
+                    if ask("Grant these?") {
+                        return Ok(Some(Grant { capabilities: new_caps, limits: m.limits }));
+                    }
+                }
+                Ok(None)
+            };
+            let source = dir.to_string_lossy().into_owned();
+            let report = if source.starts_with("http://") || source.starts_with("https://") {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let bytes = rt.block_on(crate::bundle::download(&source))?;
+                lib.install_bundle(&bytes, &decide)?
+            } else if dir.is_file() {
+                let bytes = std::fs::read(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+                lib.install_bundle(&bytes, &decide).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
+            } else {
+                lib.install(&dir, &decide)?
+            };
+            if json {
+                print_json(&report)?;
+            } else {
+                println!(
+                    "installed {} {} ({}, {})",
+                    report.name,
+                    report.version.as_deref().unwrap_or(""),
+                    report.kind,
+                    &report.content_hash[..12]
+                );
+                print_list("declares", &report.declared);
+                print_list("granted", &report.granted);
+                if !report.imports.is_empty() {
+                    let short: Vec<&str> = report.imports.iter().map(|i| i.split('@').next().unwrap_or(i)).collect();
+                    println!("  component imports ({}): {}", short.len(), short.join(", "));
+                }
+                let mut by_cap: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+                for u in &report.undeclared_imports {
+                    by_cap.entry(&u.capability).or_default().push(&u.import);
+                }
+                for (cap, imports) in by_cap {
+                    println!(
+                        "  ! imports beyond the declaration: `{cap}` ({}); calls through them are denied",
+                        imports.join(", ")
+                    );
+                }
+                if let Some(prev) = &report.replaced {
+                    println!("  replaced {} (kept in `skillhost skill history {}`)", &prev[..12], report.name);
+                }
+                if !report.new_rights.is_empty() {
+                    println!(
+                        "  ! this version asks for rights the previous one did not: {} (not granted unless you grant them)",
+                        report.new_rights.join("; ")
+                    );
+                }
+                if !report.limits_requested.is_empty() {
+                    println!(
+                        "  asks for limits above the defaults: {} (in force: wall {} ms, cpu {} ms, memory {} MiB; grant with `skillhost policy grant {} limits`)",
+                        report.limits_requested.join("; "),
+                        report.limits.wall_time_ms,
+                        report.limits.cpu_time_ms,
+                        report.limits.memory_mb,
+                        report.name
+                    );
+                }
+                if !report.not_granted.is_empty() {
+                    println!(
+                        "  not granted: {} (grant with `skillhost policy grant {} all`)",
+                        report.not_granted.join("; "),
+                        report.name
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::List => {
+            let scanned = lib.scan()?;
+            if json {
+                let rows: Vec<Value> = scanned
+                    .iter()
+                    .map(|(name, info)| match info {
+                        Ok(i) => json!({
+                            "name": name,
+                            "version": i.record.version,
+                            "kind": if i.record.is_instruction() { "instruction" } else { "executable" },
+                            "description": i.manifest.description,
+                            "content_hash": i.record.content_hash,
+                            "effective": i.effective,
+                        }),
+                        Err(e) => json!({ "name": name, "error": format!("{e:#}") }),
+                    })
+                    .collect();
+                print_json(&rows)?;
+            } else if scanned.is_empty() {
+                println!("no skills installed; install one with `skillhost skill install DIR`");
+            } else {
+                for (name, info) in &scanned {
+                    match info {
+                        Ok(i) => println!(
+                            "{:<28} {:<8} {:<11} {}",
+                            name,
+                            i.record.version.as_deref().unwrap_or("-"),
+                            if i.record.is_instruction() { "instruction" } else { "executable" },
+                            one_line(&i.manifest.description, 72)
+                        ),
+                        Err(e) => println!("{name:<28} BROKEN   {e:#}"),
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Search { query, top } => {
+            let hits = lib.search(&query, top)?;
+            if json {
+                let rows: Vec<Value> = hits
+                    .iter()
+                    .map(|(h, i)| {
+                        json!({
+                            "name": h.name,
+                            "score": h.score,
+                            "kind": if i.record.is_instruction() { "instruction" } else { "executable" },
+                            "description": i.manifest.description,
+                        })
+                    })
+                    .collect();
+                print_json(&rows)?;
+            } else if hits.is_empty() {
+                println!("no installed skill matches; try other words, or `skillhost skill list`");
+            } else {
+                for (h, i) in &hits {
+                    println!("{:>6.2}  {:<28} {}", h.score, h.name, one_line(&i.manifest.description, 64));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Info { name } => {
+            let info = lib.info(&name)?;
+            if json {
+                print_json(&info)?;
+            } else {
+                let m = &info.manifest;
+                println!("{} {}", m.name, info.record.version.as_deref().unwrap_or(""));
+                println!("  {}", m.description);
+                if let Some(w) = &m.when_to_use {
+                    println!("  when to use: {w}");
+                }
+                println!("  content hash: {}", info.record.content_hash);
+                for p in &m.parameters {
+                    println!(
+                        "  param {} ({:?}{}){}",
+                        p.name,
+                        p.kind,
+                        if p.required { ", required" } else { "" },
+                        if p.description.is_empty() { String::new() } else { format!(": {}", p.description) }
+                    );
+                }
+                print_list("declares", &info.declared);
+                print_list("granted", &info.granted);
+                print_list("effective", &info.effective);
+                println!("  limits: {}", serde_json::to_string(&info.limits)?);
+                if !info.record.imports.is_empty() {
+                    print_list("component imports", &info.record.imports);
+                }
+                if info.record.is_instruction() && !m.body.is_empty() {
+                    println!("\n{}", m.body);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Run { name, params, pairs, session } => {
+            let mut value = match &params {
+                Some(text) => serde_json::from_str::<Value>(text).map_err(|e| {
+                    anyhow!("--params is not valid JSON ({e}); pass an object like '{{\"path\": \"x.log\"}}'")
+                })?,
+                None => json!({}),
+            };
+            if !pairs.is_empty() {
+                let manifest = lib.info(&name)?.manifest;
+                let extra = params_from_pairs(&manifest, &pairs)?;
+                if let (Some(obj), Value::Object(more)) = (value.as_object_mut(), extra) {
+                    obj.extend(more);
+                }
+            }
+            let mut opts = RunOptions::default();
+            if let Some(s) = session {
+                opts.session = s;
+            }
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let report = rt.block_on(lib.run(&name, value, &opts))?;
+            if json {
+                print_json(&report)?;
+            } else {
+                print_run(&report);
+            }
+            let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+        }
+        SkillCmd::New { name, lang, dir, sdk } => {
+            if lang != "rust" {
+                anyhow::bail!("`--lang {lang}` is not supported yet; only rust");
+            }
+            let parent = dir.unwrap_or_else(|| PathBuf::from("."));
+            let created = crate::authoring::new_rust_skill(
+                &parent,
+                &name,
+                &sdk.unwrap_or_else(crate::authoring::default_sdk_path),
+            )?;
+            if json {
+                print_json(&json!({ "created": created }))?;
+            } else {
+                println!("created {}", created.display());
+                println!(
+                    "next: skillhost skill build {0} && skillhost skill install {0} --yes && skillhost skill test {name} --cases {0}/cases.json",
+                    created.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Build { dir } => {
+            let wasm = crate::authoring::build(&dir)?;
+            let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
+            if json {
+                print_json(&json!({ "component": wasm, "bytes": size }))?;
+            } else {
+                println!("built {} ({} KiB)", wasm.display(), size / 1024);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Test { name, cases } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let results = rt.block_on(crate::authoring::test(lib, &name, &cases))?;
+            let failed = results.iter().filter(|r| !r.passed).count();
+            if json {
+                print_json(&results)?;
+            } else {
+                println!("{:<4} {:<32} {:<15} {:>9}  detail", "", "case", "status", "us");
+                for r in &results {
+                    println!(
+                        "{:<4} {:<32} {:<15} {:>9}  {}",
+                        if r.passed { "ok" } else { "FAIL" },
+                        one_line(&r.name, 32),
+                        r.status,
+                        r.elapsed_us,
+                        r.detail
+                    );
+                }
+                println!("{} passed, {} failed", results.len() - failed, failed);
+            }
+            Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        SkillCmd::Pack { dir, output } => {
+            let manifest = crate::manifest::Manifest::load_dir(&dir).map_err(|e| anyhow!("{e}"))?;
+            let out = output.unwrap_or_else(|| {
+                let version = manifest.version.as_ref().map(|v| format!("-{v}")).unwrap_or_default();
+                PathBuf::from(format!("{}{version}.skill", manifest.name))
+            });
+            let bundle = crate::bundle::pack(&dir, &out)?;
+            if json {
+                print_json(&json!({ "bundle": out, "manifest": bundle }))?;
+            } else {
+                println!("packed {} ({} files) into {}", bundle.name, bundle.files.len(), out.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Lint { path, agent_skills } => {
+            let issues = crate::lint::lint_dir(&path, agent_skills);
+            let errors = issues.iter().filter(|i| i.severity == crate::lint::Severity::Error).count();
+            if json {
+                print_json(&issues)?;
+            } else if issues.is_empty() {
+                println!("{}: ok", path.join("SKILL.md").display());
+            } else {
+                for i in &issues {
+                    println!("{i}");
+                }
+            }
+            Ok(if errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        SkillCmd::Import { dir } => {
+            let results = lib.import(&dir)?;
+            if json {
+                print_json(&results)?;
+            } else {
+                for r in &results {
+                    let name = r.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    match (&r.installed, &r.error) {
+                        (Some(rep), _) => println!("imported {name} ({})", rep.kind),
+                        (None, Some(e)) => println!("failed   {name}: {e}"),
+                        (None, None) => println!("skipped  {name}: lint errors"),
+                    }
+                    for i in &r.issues {
+                        println!("    {i}");
+                    }
+                    if !r.not_imported.is_empty() {
+                        println!("    not imported: {}", r.not_imported.join(", "));
+                    }
+                }
+            }
+            let failed = results.iter().filter(|r| r.installed.is_none()).count();
+            Ok(if failed > 0 { ExitCode::from(3) } else { ExitCode::SUCCESS })
+        }
+        SkillCmd::History { name } => {
+            let entries = lib.history(&name)?;
+            if json {
+                print_json(&entries)?;
+            } else {
+                for e in &entries {
+                    println!(
+                        "{} {:<10} {}  {}",
+                        if e.installed { "*" } else { " " },
+                        e.version.as_deref().unwrap_or("-"),
+                        &e.content_hash[..16],
+                        if e.installed { "installed" } else { "archived" }
+                    );
+                    if !e.granted_then.is_empty() {
+                        println!("      granted when archived: {}", e.granted_then.join("; "));
+                    }
+                    for r in &e.added_rights {
+                        println!("      + {r}");
+                    }
+                    for r in &e.removed_rights {
+                        println!("      - {r}");
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Rollback { name, version } => {
+            let entry = lib.rollback(&name, &version)?;
+            if json {
+                print_json(&entry)?;
+            } else {
+                println!(
+                    "{name} rolled back to {} ({}); grants unchanged: rights it declares that you have not granted stay off",
+                    entry.version.as_deref().unwrap_or("-"),
+                    &entry.content_hash[..16]
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Remove { name, purge } => {
+            lib.remove(&name, purge)?;
+            if json {
+                print_json(&json!({ "removed": name }))?;
+            } else {
+                println!("removed {name}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
