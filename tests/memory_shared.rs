@@ -98,7 +98,12 @@ impl Holder {
     fn search(&mut self, q: &str) -> Vec<u64> {
         writeln!(self.stdin, "search {q}").unwrap();
         let line = self.expect("found");
-        line.trim_start_matches("found").trim().split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect()
+        line.trim_start_matches("found")
+            .trim()
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect()
     }
 
     fn kill(mut self) {
@@ -113,7 +118,8 @@ fn cli_commands_work_while_another_process_holds_the_store_and_after_it_dies() {
     let home = tempfile::tempdir().unwrap();
     let mut holder = Holder::start(&home.path().join("memory"));
 
-    let out = cli(home.path()).args(["--json", "memory", "add", "the lidar driver needs firmware 7.2"]).output().unwrap();
+    let out =
+        cli(home.path()).args(["--json", "memory", "add", "the lidar driver needs firmware 7.2"]).output().unwrap();
     assert!(out.status.success(), "add during a holder: {}", String::from_utf8_lossy(&out.stderr));
     let id = json_of(&out.stdout)["record"]["id"].as_u64().unwrap();
     let out = cli(home.path()).args(["--json", "memory", "search", "lidar firmware"]).output().unwrap();

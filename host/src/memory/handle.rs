@@ -183,7 +183,11 @@ impl Memory {
     }
 
     /// Run an operation on the store: in this process if it owns it, else on the owner.
-    fn route<T: DeserializeOwned>(&self, local: impl Fn(&Store) -> Result<T>, remote: impl Fn() -> Request) -> Result<T> {
+    fn route<T: DeserializeOwned>(
+        &self,
+        local: impl Fn(&Store) -> Result<T>,
+        remote: impl Fn() -> Request,
+    ) -> Result<T> {
         for _ in 0..4 {
             let (client, epoch) = {
                 let state = self.state.read().map_err(|_| anyhow!("memory handle poisoned"))?;
@@ -437,10 +441,7 @@ impl MemoryStore for Memory {
     }
 
     fn session_get(&self, session: &str, key: &str) -> Result<Option<String>> {
-        self.route(
-            |s| s.session_get(session, key),
-            || Request::SessionGet { session: session.into(), key: key.into() },
-        )
+        self.route(|s| s.session_get(session, key), || Request::SessionGet { session: session.into(), key: key.into() })
     }
 
     fn session_set(&self, session: &str, key: &str, value: &str) -> Result<()> {

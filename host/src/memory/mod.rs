@@ -38,15 +38,15 @@ mod view;
 mod writes;
 
 pub use daily::DailyEntry;
+pub use handle::Memory;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, SearchHit, SearchOrder,
 };
-pub use handle::Memory;
 pub use store::{MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
-pub use writes::{CompactReport, ImportReport, MaintainReport};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
+pub use writes::{CompactReport, ImportReport, MaintainReport};
 
 use anyhow::Result;
 

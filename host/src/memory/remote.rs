@@ -257,7 +257,8 @@ fn accept_loop(
         }
         let Ok(handle) = stream.try_clone() else { continue };
         let store = store.clone();
-        if let Ok(t) = std::thread::Builder::new().name("memory-client".into()).spawn(move || handle_connection(stream, &store))
+        if let Ok(t) =
+            std::thread::Builder::new().name("memory-client".into()).spawn(move || handle_connection(stream, &store))
         {
             conns.push((handle, t));
         }

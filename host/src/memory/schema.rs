@@ -56,7 +56,6 @@ pub(super) fn decode_record(bytes: &[u8], id: u64) -> Result<MemoryRecord> {
     serde_json::from_slice(bytes).with_context(|| format!("memory record #{id} is corrupt"))
 }
 
-
 /// Decoded records by namespace, kept in step with every commit of this process. The
 /// process holds the store lock, so nobody else writes: the MEMORY.md view after a write
 /// needs no full decode of the namespace.
@@ -132,7 +131,13 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
-    pub(super) fn archive(&self, at_ms: u64, reason: &str, record: MemoryRecord, merged_into: Option<u64>) -> Result<u64> {
+    pub(super) fn archive(
+        &self,
+        at_ms: u64,
+        reason: &str,
+        record: MemoryRecord,
+        merged_into: Option<u64>,
+    ) -> Result<u64> {
         let id = self.next("next_archive_id")?;
         let entry = ArchiveEntry { id, at_ms, reason: reason.to_string(), record, merged_into };
         self.txn.open_table(ARCHIVE)?.insert(id, encode(&entry)?.as_slice())?;

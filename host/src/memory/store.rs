@@ -25,8 +25,7 @@ use super::lock::StoreLock;
 use super::merge::{round_importance, same_fact, similarity};
 use super::records::{ArchiveEntry, MemoryRecord, NewRecord, SearchFilter, SearchHit, SearchOrder};
 use super::schema::{
-    ARCHIVE, BY_NAMESPACE, META, RECORDS, RecordCache, SESSION_KV, Txn, WriteGuard, decode_record, encode,
-    migrate,
+    ARCHIVE, BY_NAMESPACE, META, RECORDS, RecordCache, SESSION_KV, Txn, WriteGuard, decode_record, encode, migrate,
 };
 use super::sessions;
 use super::tokens::count_tokens;
@@ -350,7 +349,11 @@ impl Store {
     }
 
     /// Run `f` over the decoded records of `namespace` (decoded once per open store).
-    pub(super) fn with_namespace<T>(&self, namespace: &str, f: impl FnOnce(&BTreeMap<u64, MemoryRecord>) -> T) -> Result<T> {
+    pub(super) fn with_namespace<T>(
+        &self,
+        namespace: &str,
+        f: impl FnOnce(&BTreeMap<u64, MemoryRecord>) -> T,
+    ) -> Result<T> {
         let mut cache = self.records_cache.lock().map_err(|_| anyhow!("memory record cache poisoned"))?;
         if !cache.contains_key(namespace) {
             let records = self.load(self.ids_of_namespace(namespace)?)?;
@@ -395,7 +398,12 @@ impl Store {
     }
 
     /// The live record of `namespace` that states the same fact as `text`, if any.
-    pub(super) fn duplicate_of(&self, namespace: &str, text: &str, except: Option<u64>) -> Result<Option<MemoryRecord>> {
+    pub(super) fn duplicate_of(
+        &self,
+        namespace: &str,
+        text: &str,
+        except: Option<u64>,
+    ) -> Result<Option<MemoryRecord>> {
         let terms = analyze(text);
         if terms.is_empty() {
             return Ok(None);
@@ -621,7 +629,6 @@ impl Store {
         let entries = self.daily.read(&date)?;
         Ok((date, entries))
     }
-
 }
 
 impl Store {
@@ -677,7 +684,9 @@ fn create_store(path: &Path) -> Result<()> {
     let fresh = path.with_extension("redb.new");
     let _ = std::fs::remove_file(&fresh);
     drop(Database::create(&fresh).with_context(|| format!("cannot create memory store {}", fresh.display()))?);
-    std::fs::File::open(&fresh).and_then(|f| f.sync_all()).with_context(|| format!("cannot sync {}", fresh.display()))?;
+    std::fs::File::open(&fresh)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("cannot sync {}", fresh.display()))?;
     std::fs::rename(&fresh, path).with_context(|| format!("cannot move {} to {}", fresh.display(), path.display()))?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());

@@ -473,5 +473,4 @@ impl Store {
         self.reindex(&refs, &[], &[])?;
         Ok(report)
     }
-
 }
