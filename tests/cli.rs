@@ -197,24 +197,23 @@ fn misuse_is_refused_clearly() {
 }
 
 #[test]
-fn a_busy_memory_store_blocks_only_the_skills_that_need_it() {
+fn a_held_memory_store_does_not_block_the_skills_that_need_it() {
     let env = Env::new();
     let plain = env.probe_as("plain", "");
     let stateful = env.probe_as("stateful", "capabilities:\n  session: true\n");
     skillhost(&env).args(["skill", "install"]).arg(&plain).arg("--yes").assert().success();
     skillhost(&env).args(["skill", "install"]).arg(&stateful).arg("--yes").assert().success();
-    let _held =
+    let held =
         skillhost::memory::Memory::open(&env.home.path().join("memory"), skillhost::memory::MemoryConfig::default())
             .unwrap();
+    assert!(held.is_owner());
     skillhost(&env).args(["skill", "run", "plain", "-p", "mode=noop"]).assert().success();
-    let out = skillhost(&env)
+    // The run is served by the process that holds the store (issue 9, defect 8).
+    skillhost(&env)
         .args(["skill", "run", "stateful", "-p", "mode=session-get"])
         .env("SKILLHOST_MEMORY_WAIT_MS", "200")
         .assert()
-        .code(1);
-    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    let me = format!("held by pid {}", std::process::id());
-    assert!(err.contains("memory store") && err.contains("is busy") && err.contains(&me), "{err}");
+        .success();
 }
 
 #[test]

@@ -15,7 +15,7 @@ use time::{Date, OffsetDateTime};
 pub const PROMOTE_FLAG: &str = "#promote";
 
 /// One bullet of a daily note; `line` is its 1-based line in the file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DailyEntry {
     pub date: String,
     pub line: u32,

@@ -53,7 +53,7 @@ pub(super) struct MemoryIndex {
 }
 
 /// A daily-note hit: which file, which line, what it says.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DailyHit {
     pub date: String,
     pub line: u32,

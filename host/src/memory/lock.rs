@@ -1,14 +1,13 @@
-//! One process at a time: redb allows a single writer process, so the store is guarded by
-//! an advisory lock on `store.lock`, which also records who holds it. A second process
-//! waits up to the configured time, then says which process holds the store instead of
-//! failing with a bare "database already open". The kernel drops the lock when its holder
-//! dies, SIGKILL included, so a crash never leaves the store locked.
+//! Who owns the store: redb allows one process, so the owner holds an advisory lock on
+//! `store.lock`, which also records who it is. Other processes do not wait for it: they
+//! talk to the owner over its socket (see `handle.rs`). The kernel drops the lock when its
+//! holder dies, SIGKILL included, so a crash never leaves the store locked, and the next
+//! process to try takes it over.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 
@@ -18,7 +17,8 @@ pub(super) struct StoreLock {
 }
 
 impl StoreLock {
-    pub fn acquire(path: &Path, wait: Duration) -> Result<StoreLock> {
+    /// The lock if nobody holds it, else `None` (never waits).
+    pub fn try_acquire(path: &Path) -> Result<Option<StoreLock>> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -26,41 +26,28 @@ impl StoreLock {
             .truncate(false)
             .open(path)
             .with_context(|| format!("cannot open the memory lock file {}", path.display()))?;
-        let started = Instant::now();
-        loop {
-            // SAFETY: flock on a descriptor we own; no memory is passed.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                break;
-            }
+        // SAFETY: flock on a descriptor we own; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 bail!("cannot lock the memory store ({}): {err}", path.display());
             }
-            if started.elapsed() >= wait {
-                bail!(
-                    "the memory store {} is busy: {}; waited {:.1} s. Wait for that process to finish (or stop it) and retry",
-                    store_dir(path).display(),
-                    holder(&mut file),
-                    wait.as_secs_f64()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(25));
+            return Ok(None);
         }
         let me = format!("pid {} ({})\n", std::process::id(), command_line(std::process::id()));
         file.set_len(0)?;
         file.seek(SeekFrom::Start(0))?;
         file.write_all(me.as_bytes())?;
-        Ok(StoreLock { _file: file })
+        Ok(Some(StoreLock { _file: file }))
     }
 }
 
-fn store_dir(lock: &Path) -> PathBuf {
-    lock.parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-fn holder(file: &mut File) -> String {
+/// Who holds the lock, as its holder wrote it.
+pub(super) fn holder(path: &Path) -> String {
     let mut text = String::new();
-    let _ = file.seek(SeekFrom::Start(0)).and_then(|_| file.read_to_string(&mut text));
+    if let Ok(mut f) = File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
     match text.trim() {
         "" => "another process holds it".to_string(),
         who => format!("held by {who}"),

@@ -3,12 +3,19 @@
 //! [`Memory`] is the whole system behind one skillhost home's `memory/` directory:
 //!
 //! ```text
-//! memory/store.redb        the source of truth: records, provenance, archive, sessions
+//! memory/store.redb        the source of truth: records, provenance, archive, working memory
 //! memory/index/            tantivy BM25 index, rebuilt from the store when missing or stale
 //! memory/daily/DATE.md     daily notes, append-only, searchable, never auto-loaded
 //! memory/archive/daily/    daily notes older than 90 days (moved by `memory maintain`)
-//! memory/store.lock        who holds the store (redb allows one process)
+//! memory/sessions/ID.json  paused agent runs (atomic files, outside the store)
+//! memory/store.lock        which process owns the store (redb allows one)
+//! memory/store.sock        where the owner serves the other processes
 //! ```
+//!
+//! Files: `handle.rs` ([`Memory`], owner or client), `remote.rs` (the owner's socket),
+//! `store.rs` (the open store, reads, caches), `writes.rs`, `schema.rs` (tables, migration,
+//! transactions), `merge.rs` (same-fact rules), `sessions.rs`, `view.rs`, `index.rs`,
+//! `daily.rs`, `lock.rs`.
 //!
 //! The sandbox talks only to the [`MemoryStore`] trait (search, insert, session working
 //! memory); the CLI and the agent loop use [`Memory`] directly for the view, compaction,
@@ -17,28 +24,51 @@
 //! back: nothing learned is lost to housekeeping.
 
 mod daily;
+mod handle;
 mod index;
 mod lock;
+mod merge;
 mod records;
+mod remote;
+mod schema;
+mod sessions;
 mod store;
 mod tokens;
 mod view;
+mod writes;
 
 pub use daily::DailyEntry;
+pub use handle::Memory;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, SearchHit, SearchOrder,
 };
-pub use store::{CompactReport, ImportReport, MaintainReport, Memory, MemoryConfig, validate_namespace};
+pub use store::{MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
+pub use writes::{CompactReport, ImportReport, MaintainReport};
 
 use anyhow::Result;
 
-/// Long-term memory and session working memory, as the sandbox needs them.
+/// Long-term memory and session working memory, as the sandbox needs them. [`Memory`]
+/// is safe to call from many threads at once (the sandbox calls it from
+/// `spawn_blocking`), and from several processes at once.
 pub trait MemoryStore: Send + Sync {
     /// Live records of `namespace` relevant to `query`, best first, with their scores.
     fn search(&self, namespace: &str, query: &str, limit: usize) -> Result<Vec<(MemoryRecord, f32)>>;
+    /// [`MemoryStore::search`] on behalf of `session`: a record handed out counts one
+    /// reference per session (the sandbox passes the call's session). The default ignores
+    /// the session.
+    fn search_in_session(
+        &self,
+        session: &str,
+        namespace: &str,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<(MemoryRecord, f32)>> {
+        let _ = session;
+        self.search(namespace, query, limit)
+    }
     /// Store a record, merging it into a near-duplicate if there is one; returns the id
     /// of the record that now holds the fact.
     fn insert(&self, record: NewRecord) -> Result<u64>;

@@ -119,7 +119,7 @@ impl MemoryRecord {
 }
 
 /// A record to store; the store assigns id, times, expiry and importance.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewRecord {
     pub namespace: String,
     pub kind: MemoryKind,
@@ -143,7 +143,7 @@ pub struct ArchiveEntry {
     pub merged_into: Option<u64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum SearchOrder {
     /// BM25 relevance.
     #[default]
@@ -153,7 +153,7 @@ pub enum SearchOrder {
 }
 
 /// Which records a search may return. Empty fields do not filter.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SearchFilter {
     pub namespace: Option<String>,
     pub kinds: Vec<MemoryKind>,
@@ -169,7 +169,7 @@ impl SearchFilter {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchHit {
     pub record: MemoryRecord,
     pub score: f32,

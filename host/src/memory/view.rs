@@ -27,13 +27,13 @@ fn section_of(kind: MemoryKind) -> usize {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ViewSection {
     pub title: String,
     pub records: Vec<u64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct MemoryView {
     pub namespace: String,
     /// The Markdown that is injected into the prompt.

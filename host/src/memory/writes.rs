@@ -1,0 +1,476 @@
+//! The writes of [`Store`]: add (with merging), batch add, priority changes, promotion of
+//! daily notes, forget and restore, quarantine, compaction, the weekly maintenance job and
+//! import. Each takes the write guard first (in [`Store::begin`]) and keeps it through its
+//! index update, so concurrent writes behave as if they ran one after the other.
+
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable};
+use serde::{Deserialize, Serialize};
+
+use super::daily::{self, DailyEntry, PROMOTE_FLAG};
+use super::merge::{merge_into, round_importance, same_fact, same_identity};
+use super::records::{ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter};
+use super::schema::{ARCHIVE, BY_SKILL, MAX_ID, PROMOTED};
+use super::store::{Store, validate_namespace};
+use crate::search::analyze;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CompactReport {
+    pub merged: Vec<(u64, u64)>,
+    pub expired: Vec<u64>,
+    pub deprecated_removed: Vec<u64>,
+    /// Archive ids of everything removed (`memory restore ID` undoes one).
+    pub archived: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MaintainReport {
+    pub compact: CompactReport,
+    pub demoted: Vec<u64>,
+    pub daily_archived: Vec<String>,
+    pub promoted: Vec<u64>,
+    /// Flagged notes that could not be promoted (too long, over the priority-5 budget...).
+    pub promote_errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ImportReport {
+    pub imported: usize,
+    pub unchanged: usize,
+    /// (id in the file, id given) for records whose id was taken by a different record.
+    pub renumbered: Vec<(u64, u64)>,
+}
+
+impl Store {
+    /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
+    /// incoming version, and the stored one when its wording changes), else as a new
+    /// record. Returns the id that holds the fact.
+    pub fn add(&self, r: NewRecord) -> Result<u64> {
+        Ok(self.add_detailed(r)?.0)
+    }
+
+    /// [`Store::add`], also saying whether the record was merged into an existing one.
+    pub fn add_detailed(&self, r: NewRecord) -> Result<(u64, bool)> {
+        self.check_new(&r)?;
+        let now = self.now_ms();
+        let namespace = r.namespace.clone();
+        // Under the write guard: a concurrent add of the same fact is either seen here
+        // (and merged) or waits for this one to be indexed.
+        let txn = self.begin()?;
+        let dup = self.duplicate_of(&namespace, &r.content, None)?;
+        // Re-read inside the transaction: the index may lag the store after a failed update.
+        let dup = match dup {
+            Some(d) => txn.get(d.id)?.filter(|d| d.is_live(now)),
+            None => None,
+        };
+        let incoming = self.new_record(txn.new_id()?, r, now);
+        let (stored, merged) = match dup {
+            Some(mut existing) => {
+                let superseded = merge_into(&mut existing, &incoming, now);
+                txn.put(&existing)?;
+                if let Some(old) = superseded {
+                    txn.archive(now, "superseded", old, Some(existing.id))?;
+                }
+                txn.archive(now, "merged", incoming, Some(existing.id))?;
+                (existing, true)
+            }
+            None => {
+                txn.put(&incoming)?;
+                (incoming, false)
+            }
+        };
+        if stored.priority == 5 {
+            self.check_protected(&namespace, &txn.protected(&namespace, now)?)?;
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        self.reindex(&[&stored], &[], &[])?;
+        Ok((stored.id, merged))
+    }
+
+    /// Store many records in one transaction, without merging (bulk loads and benchmarks;
+    /// `memory compact` merges duplicates afterwards). Priority-5 budgets are checked.
+    pub fn add_batch(&self, records: Vec<NewRecord>) -> Result<Vec<u64>> {
+        for r in &records {
+            self.check_new(r)?;
+        }
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let mut stored = Vec::with_capacity(records.len());
+        for r in records {
+            let rec = self.new_record(txn.new_id()?, r, now);
+            txn.put(&rec)?;
+            stored.push(rec);
+        }
+        let namespaces: BTreeSet<&str> =
+            stored.iter().filter(|r| r.priority == 5).map(|r| r.namespace.as_str()).collect();
+        for ns in namespaces {
+            self.check_protected(ns, &txn.protected(ns, now)?)?;
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        let refs: Vec<&MemoryRecord> = stored.iter().collect();
+        self.reindex(&refs, &[], &[])?;
+        Ok(stored.iter().map(|r| r.id).collect())
+    }
+
+    fn update_record(&self, id: u64, change: impl FnOnce(&mut MemoryRecord) -> Result<()>) -> Result<MemoryRecord> {
+        let txn = self.begin()?;
+        let mut r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
+        change(&mut r)?;
+        r.updated_ms = self.now_ms();
+        r.importance = round_importance(r.importance_at(r.updated_ms));
+        txn.put(&r)?;
+        if r.priority == 5 {
+            self.check_protected(&r.namespace, &txn.protected(&r.namespace, r.updated_ms)?)?;
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        self.reindex(&[&r], &[], &[])?;
+        Ok(r)
+    }
+
+    /// Set a record's priority (0-5); lowering it to 1 or less gives it a day from now.
+    pub fn set_priority(&self, id: u64, priority: u8) -> Result<MemoryRecord> {
+        if priority > 5 {
+            bail!("priority {priority} is out of range; use 0 to 5");
+        }
+        let expires = self.now_ms() + self.config.low_priority_ttl_ms;
+        self.update_record(id, |r| {
+            r.expires_ms = (priority <= 1).then(|| r.expires_ms.unwrap_or(expires));
+            r.priority = priority;
+            Ok(())
+        })
+    }
+
+    /// Copy daily-note entry `date:line` into long-term memory (once).
+    pub fn promote_daily(&self, date: &str, line: u32, namespace: &str, kind: MemoryKind, priority: u8) -> Result<u64> {
+        let entry = self
+            .daily
+            .read(date)?
+            .into_iter()
+            .find(|e| e.line == line)
+            .ok_or_else(|| anyhow!("the daily note of {date} has no entry on line {line}; `skillhost memory daily --date {date}` shows them"))?;
+        {
+            let txn = self.db.begin_read()?;
+            if let Some(id) = txn.open_table(PROMOTED)?.get((date, line))? {
+                bail!("{date}:{line} was already promoted to memory #{}", id.value());
+            }
+        }
+        let content = entry.text.replace(PROMOTE_FLAG, "");
+        // Drop the HH:MM:SS stamp the note carries.
+        let content = match content.split_once(' ') {
+            Some((time, rest)) if time.len() == 8 && time.as_bytes()[2] == b':' => rest.trim().to_string(),
+            _ => content.trim().to_string(),
+        };
+        let id = self.add(NewRecord {
+            namespace: namespace.to_string(),
+            kind,
+            content,
+            priority,
+            tags: vec![],
+            provenance: Provenance {
+                skill: "daily-note".into(),
+                skill_hash: String::new(),
+                session: format!("daily:{date}"),
+                step: line,
+            },
+        })?;
+        let txn = self.begin()?;
+        txn.txn.open_table(PROMOTED)?.insert((date, line), id)?;
+        txn.commit()?;
+        Ok(id)
+    }
+
+    /// Move a record to the archive (`memory restore` brings it back).
+    pub fn forget(&self, id: u64) -> Result<u64> {
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
+        txn.delete(&r)?;
+        let archive_id = txn.archive(now, "forgotten", r, None)?;
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        self.reindex(&[], &[id], &[])?;
+        Ok(archive_id)
+    }
+
+    /// Put an archived record back (same id). Fails if that id is in use again.
+    pub fn restore(&self, archive_id: u64) -> Result<MemoryRecord> {
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let entry: ArchiveEntry = {
+            let t = txn.txn.open_table(ARCHIVE)?;
+            let v = t
+                .get(archive_id)?
+                .ok_or_else(|| anyhow!("no archive entry {archive_id}; `skillhost memory archive` lists them"))?;
+            serde_json::from_slice(v.value()).with_context(|| format!("archive entry {archive_id} is corrupt"))?
+        };
+        let mut record = entry.record;
+        if txn.get(record.id)?.is_some() {
+            if entry.reason != "superseded" {
+                bail!("memory #{} exists again; forget it first, then restore", record.id);
+            }
+            // A superseded wording shares the id of the record that absorbed it: it comes
+            // back as a record of its own.
+            record.id = txn.new_id()?;
+        }
+        record.deprecated = None;
+        record.expires_ms = record.expires_ms.map(|_| now + self.config.low_priority_ttl_ms);
+        txn.put(&record)?;
+        if record.priority == 5 {
+            self.check_protected(&record.namespace, &txn.protected(&record.namespace, now)?)?;
+        }
+        txn.txn.open_table(ARCHIVE)?.remove(archive_id)?;
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        self.reindex(&[&record], &[], &[])?;
+        Ok(record)
+    }
+
+    /// Deprecate every live record that `skill` wrote (only version `hash_prefix`, if
+    /// given): the response to poisoned memory. Returns the ids.
+    pub fn quarantine(&self, skill: &str, hash_prefix: Option<&str>) -> Result<Vec<u64>> {
+        let now = self.now_ms();
+        let txn = self.begin()?;
+        let ids: Vec<u64> = {
+            let t = txn.txn.open_multimap_table(BY_SKILL)?;
+            let mut ids = Vec::new();
+            for v in t.get(skill)? {
+                ids.push(v?.value());
+            }
+            ids
+        };
+        let reason = match hash_prefix {
+            Some(h) => format!("quarantined: written by {skill} version {h}"),
+            None => format!("quarantined: written by {skill}"),
+        };
+        let mut changed = Vec::new();
+        for id in ids {
+            let Some(mut r) = txn.get(id)? else { continue };
+            let hit = r
+                .provenance
+                .iter()
+                .any(|p| p.skill == skill && hash_prefix.is_none_or(|h| p.skill_hash.starts_with(h)));
+            if hit && r.deprecated.is_none() {
+                r.deprecated = Some(Deprecation { at_ms: now, reason: reason.clone() });
+                r.updated_ms = now;
+                txn.put(&r)?;
+                changed.push(id);
+            }
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        self.reindex(&[], &changed, &[])?;
+        Ok(changed)
+    }
+
+    /// Cleanup job: archive deprecated and expired records, merge near-duplicates (each
+    /// record against its best index candidates, not every pair).
+    pub fn compact(&self, namespace: Option<&str>) -> Result<CompactReport> {
+        if let Some(ns) = namespace {
+            validate_namespace(ns)?;
+        }
+        let now = self.now_ms();
+        let mut report = CompactReport::default();
+        let txn = self.begin()?;
+        let records: Vec<MemoryRecord> =
+            txn.all()?.into_iter().filter(|r| namespace.is_none_or(|ns| r.namespace == ns)).collect();
+        let mut removed: Vec<u64> = Vec::new();
+        let mut survivors: Vec<MemoryRecord> = Vec::new();
+        for r in records {
+            if r.deprecated.is_some() {
+                txn.delete(&r)?;
+                removed.push(r.id);
+                report.deprecated_removed.push(r.id);
+                report.archived.push(txn.archive(now, "deprecated", r, None)?);
+            } else if !r.is_live(now) {
+                txn.delete(&r)?;
+                removed.push(r.id);
+                report.expired.push(r.id);
+                report.archived.push(txn.archive(now, "expired", r, None)?);
+            } else {
+                survivors.push(r);
+            }
+        }
+        let position: HashMap<u64, usize> = survivors.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let mut gone = vec![false; survivors.len()];
+        let mut updated: Vec<usize> = Vec::new();
+        for i in 0..survivors.len() {
+            if gone[i] {
+                continue;
+            }
+            let terms = analyze(&survivors[i].content);
+            let filter = SearchFilter::namespace(&survivors[i].namespace);
+            for (id, _) in self.index.search(&survivors[i].content, &filter, now, 8)? {
+                let Some(&j) = position.get(&id) else { continue };
+                if j <= i || gone[j] {
+                    continue;
+                }
+                let other_terms = analyze(&survivors[j].content);
+                if !same_fact(
+                    &survivors[i].content,
+                    &terms,
+                    &survivors[j].content,
+                    &other_terms,
+                    self.config.merge_similarity,
+                ) {
+                    continue;
+                }
+                let other = survivors[j].clone();
+                let keep_id = survivors[i].id;
+                if let Some(old) = merge_into(&mut survivors[i], &other, now) {
+                    report.archived.push(txn.archive(now, "superseded", old, Some(keep_id))?);
+                }
+                gone[j] = true;
+                txn.delete(&other)?;
+                removed.push(other.id);
+                report.merged.push((other.id, keep_id));
+                report.archived.push(txn.archive(now, "merged", other, Some(keep_id))?);
+                if !updated.contains(&i) {
+                    updated.push(i);
+                }
+            }
+        }
+        for &i in &updated {
+            txn.put(&survivors[i])?;
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        let upserts: Vec<&MemoryRecord> = updated.iter().map(|&i| &survivors[i]).collect();
+        self.reindex(&upserts, &removed, &[])?;
+        Ok(report)
+    }
+
+    /// The weekly job: compact, archive records whose importance decayed below the
+    /// threshold, archive daily notes older than 90 days, promote `#promote` entries.
+    pub fn maintain(&self, namespace: &str) -> Result<MaintainReport> {
+        validate_namespace(namespace)?;
+        let compact = self.compact(None)?;
+        let now = self.now_ms();
+        let mut report = MaintainReport { compact, ..MaintainReport::default() };
+
+        let txn = self.begin()?;
+        let decayed: Vec<MemoryRecord> = txn
+            .all()?
+            .into_iter()
+            .filter(|r| r.priority < 5 && r.importance_at(now) < self.config.demote_below)
+            .collect();
+        if decayed.is_empty() {
+            txn.abort()?;
+        } else {
+            for r in decayed {
+                txn.delete(&r)?;
+                report.demoted.push(r.id);
+                report.compact.archived.push(txn.archive(now, "demoted", r, None)?);
+            }
+            txn.bump_generation()?;
+            let _written = txn.commit()?;
+            self.reindex(&[], &report.demoted, &[])?;
+        }
+
+        let today = daily::date_of(now);
+        for date in self.daily.dates()? {
+            let flagged: Vec<DailyEntry> = self.daily.read(&date)?.into_iter().filter(DailyEntry::flagged).collect();
+            for e in flagged {
+                let done = {
+                    let txn = self.db.begin_read()?;
+                    txn.open_table(PROMOTED)?.get((date.as_str(), e.line))?.is_some()
+                };
+                if !done {
+                    // One bad note must not stop the weekly job: report it and go on.
+                    match self.promote_daily(&date, e.line, namespace, MemoryKind::General, 3) {
+                        Ok(id) => report.promoted.push(id),
+                        Err(err) => report.promote_errors.push(format!("{date}:{}: {err:#}", e.line)),
+                    }
+                }
+            }
+            if daily::days_between(&date, &today)? > self.config.daily_archive_days {
+                let to = self.dir.join("archive").join("daily");
+                std::fs::create_dir_all(&to).with_context(|| format!("cannot create {}", to.display()))?;
+                let from = self.daily.path(&date);
+                std::fs::rename(&from, to.join(format!("{date}.md")))
+                    .with_context(|| format!("cannot move {} to the archive", from.display()))?;
+                report.daily_archived.push(date);
+            }
+        }
+        if !report.daily_archived.is_empty() {
+            let _written = self.write_guard();
+            self.refresh_daily_fingerprint()?;
+            self.rebuild_index()?;
+        }
+        Ok(report)
+    }
+
+    /// Append to today's daily note.
+    pub fn note(&self, text: &str) -> Result<DailyEntry> {
+        if text.len() > self.config.max_record_bytes {
+            bail!("the note is {} bytes, over the limit of {}; summarize it", text.len(), self.config.max_record_bytes);
+        }
+        let _written = self.write_guard();
+        let entry = self.daily.append(self.now_ms(), text)?;
+        self.refresh_daily_fingerprint()?;
+        self.reindex(&[], &[], std::slice::from_ref(&entry))?;
+        Ok(entry)
+    }
+
+    /// Load `memory export` output. All or nothing: one bad line imports nothing and the
+    /// error names it. Ids are kept when free; a record identical to the stored one is
+    /// skipped; a different record under a taken id gets a new id.
+    pub fn import(&self, input: &str, source: &str) -> Result<ImportReport> {
+        let mut incoming = Vec::new();
+        for (i, line) in input.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let r: MemoryRecord =
+                serde_json::from_str(line).with_context(|| format!("{source}:{}: not a memory record", i + 1))?;
+            validate_namespace(&r.namespace).with_context(|| format!("{source}:{}", i + 1))?;
+            if r.priority > 5 || r.content.trim().is_empty() {
+                bail!("{source}:{}: priority must be 0-5 and content non-empty", i + 1);
+            }
+            if r.id == 0 || r.id >= MAX_ID {
+                bail!("{source}:{}: id {} is out of range (1 to 2^53-1)", i + 1, r.id);
+            }
+            incoming.push(r);
+        }
+        let mut report = ImportReport::default();
+        let txn = self.begin()?;
+        let mut stored = Vec::new();
+        for mut r in incoming {
+            match txn.get(r.id)? {
+                // The same memory (counters and state may have moved on since the export).
+                Some(existing) if same_identity(&existing, &r) => {
+                    report.unchanged += 1;
+                    continue;
+                }
+                Some(_) => {
+                    let new_id = txn.new_id()?;
+                    report.renumbered.push((r.id, new_id));
+                    r.id = new_id;
+                }
+                None => {
+                    if r.id >= txn.meta("next_id")? {
+                        txn.set_meta("next_id", r.id + 1)?;
+                    }
+                }
+            }
+            txn.put(&r)?;
+            report.imported += 1;
+            stored.push(r);
+        }
+        let namespaces: BTreeSet<String> =
+            stored.iter().filter(|r| r.priority == 5).map(|r| r.namespace.clone()).collect();
+        let now = self.now_ms();
+        for ns in namespaces {
+            self.check_protected(&ns, &txn.protected(&ns, now)?)?;
+        }
+        txn.bump_generation()?;
+        let _written = txn.commit()?;
+        let refs: Vec<&MemoryRecord> = stored.iter().collect();
+        self.reindex(&refs, &[], &[])?;
+        Ok(report)
+    }
+}
