@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::profile::{AgentProfile, GENERAL};
 use super::provider::{ChatMessage, ChatRequest, Provider, Purpose, ResponseFormat};
 use super::repair::repair_json;
+use crate::search::is_cjk;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -228,12 +229,6 @@ pub fn by_keywords(request: &str, profiles: &[AgentProfile], prefix: &str) -> Ro
 
 fn words_joined(text: &str) -> String {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
-}
-
-/// CJK ideographs, kana and Hangul: scripts written without spaces between words.
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xAC00..=0xD7AF | 0xF900..=0xFAFF | 0x20000..=0x2FA1F)
 }
 
 #[cfg(test)]
