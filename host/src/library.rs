@@ -374,21 +374,20 @@ impl Library {
             None => (Vec::new(), None),
         };
         let declared = &manifest.capabilities;
-        let undeclared_imports: Vec<UndeclaredImport> = imports
-            .iter()
-            .filter_map(|i| {
-                let cap = sandbox::capability_of_import(i)?;
-                let has = match cap {
-                    "filesystem" => !declared.filesystem.is_empty(),
-                    "network" => !declared.network.is_empty(),
-                    "env" => !declared.env.is_empty(),
-                    "memory" => declared.memory != crate::capabilities::MemoryAccess::None,
-                    "session" => declared.session,
-                    _ => true,
-                };
-                (!has).then(|| UndeclaredImport { import: i.clone(), capability: cap.to_string() })
-            })
-            .collect();
+        let mut undeclared_imports: Vec<UndeclaredImport> = Vec::new();
+        for i in &imports {
+            let capability = match sandbox::classify_import(i) {
+                sandbox::ImportClass::Ambient => continue,
+                sandbox::ImportClass::Governed(kind) if kind.held_by(declared) => continue,
+                sandbox::ImportClass::Governed(kind) => kind.name(),
+                sandbox::ImportClass::Refused => "sockets",
+                sandbox::ImportClass::NotProvided => bail!(
+                    "{}: the component imports `{i}`, which this host does not provide (it links WASI 0.2 and skillhost:skill@0.1); rebuild it without that import",
+                    wasm_path.display()
+                ),
+            };
+            undeclared_imports.push(UndeclaredImport { import: i.clone(), capability: capability.to_string() });
+        }
         let sources = crate::bundle::skill_files(src)?;
         let mut files = BTreeMap::new();
         let mut contents = Vec::new();
