@@ -1,13 +1,55 @@
 //! The sandbox, through the real runtime: limits, capabilities, denials, cache integrity.
+//! Every test runs twice: on a current-thread tokio runtime and on a multi-threaded one
+//! (calls in a server run on whichever worker is free).
 
 mod common;
 
-use common::{Env, TestServer, output, run, run_with};
-use serde_json::json;
-use skillhost::library::RunOptions;
+use std::cell::Cell;
+
+use common::{Env, TestServer, output};
+use serde_json::{Value, json};
+use skillhost::library::{Library, RunOptions, RunReport};
 use skillhost::sandbox::{CallError, CompileOutcome, Status};
 
-#[test]
+#[derive(Clone, Copy)]
+enum Flavor {
+    CurrentThread,
+    MultiThread,
+}
+
+thread_local! {
+    static FLAVOR: Cell<Flavor> = const { Cell::new(Flavor::CurrentThread) };
+}
+
+fn tokio_runtime() -> tokio::runtime::Runtime {
+    match FLAVOR.with(Cell::get) {
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+        Flavor::MultiThread => {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+        }
+    }
+}
+
+fn run(lib: &Library, name: &str, params: Value) -> RunReport {
+    run_with(lib, name, params, &RunOptions::default())
+}
+
+fn run_with(lib: &Library, name: &str, params: Value, opts: &RunOptions) -> RunReport {
+    tokio_runtime().block_on(lib.run(name, params, opts)).unwrap()
+}
+
+/// Each listed test body as `current_thread::NAME` and `multi_thread::NAME`.
+macro_rules! on_both_runtimes {
+    ($($name:ident),* $(,)?) => {
+        mod current_thread {
+            $(#[test] fn $name() { super::FLAVOR.with(|f| f.set(super::Flavor::CurrentThread)); super::$name() })*
+        }
+        mod multi_thread {
+            $(#[test] fn $name() { super::FLAVOR.with(|f| f.set(super::Flavor::MultiThread)); super::$name() })*
+        }
+    };
+}
+
 fn trivial_call_succeeds_and_reports() {
     let env = Env::new();
     let lib = env.library();
@@ -25,7 +67,6 @@ fn trivial_call_succeeds_and_reports() {
     assert!(audit.contains("\"session\":\"sess-1\""), "{audit}");
 }
 
-#[test]
 fn invalid_params_are_rejected_before_the_component_runs() {
     let env = Env::new();
     let lib = env.library();
@@ -45,7 +86,6 @@ fn invalid_params_are_rejected_before_the_component_runs() {
     assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("unknown mode")), "{:?}", r.result);
 }
 
-#[test]
 fn panic_is_readable_and_the_next_call_works() {
     let env = Env::new();
     let lib = env.library();
@@ -56,7 +96,6 @@ fn panic_is_readable_and_the_next_call_works() {
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
 
-#[test]
 fn infinite_loop_is_stopped_by_the_cpu_deadline() {
     let env = Env::new();
     let lib = env.library();
@@ -68,7 +107,6 @@ fn infinite_loop_is_stopped_by_the_cpu_deadline() {
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
 
-#[test]
 fn busy_guest_is_stopped_by_the_wall_clock_too() {
     let env = Env::new();
     let lib = env.library();
@@ -79,7 +117,6 @@ fn busy_guest_is_stopped_by_the_wall_clock_too() {
     assert!(started.elapsed().as_millis() < 2_000, "took {:?}", started.elapsed());
 }
 
-#[test]
 fn waiting_is_not_counted_as_cpu_time() {
     let env = Env::new();
     let lib = env.library();
@@ -88,7 +125,6 @@ fn waiting_is_not_counted_as_cpu_time() {
     assert_eq!(output(&r), "slept");
 }
 
-#[test]
 fn waiting_guest_is_stopped_by_the_wall_clock() {
     let env = Env::new();
     let lib = env.library();
@@ -97,7 +133,6 @@ fn waiting_guest_is_stopped_by_the_wall_clock() {
     assert_eq!(r.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
 }
 
-#[test]
 fn memory_bomb_is_stopped_by_the_limit() {
     let env = Env::new();
     let lib = env.library();
@@ -108,7 +143,6 @@ fn memory_bomb_is_stopped_by_the_limit() {
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
 
-#[test]
 fn output_flood_is_capped() {
     let env = Env::new();
     let lib = env.library();
@@ -129,7 +163,6 @@ fn output_flood_is_capped() {
     assert!(r.stdout.len() <= 64 * 1024);
 }
 
-#[test]
 fn filesystem_is_confined_to_granted_mounts() {
     let env = Env::new();
     std::fs::write(env.workspace.path().join("data.txt"), "inside").unwrap();
@@ -170,7 +203,6 @@ fn filesystem_is_confined_to_granted_mounts() {
     assert!(r.result.is_err());
 }
 
-#[test]
 fn environment_is_only_what_is_declared_and_granted() {
     let env = Env::new();
     let lib = env.library();
@@ -192,7 +224,6 @@ fn environment_is_only_what_is_declared_and_granted() {
     assert_eq!(r.not_granted, vec!["env PATH".to_string()], "reported as information, not as a denial");
 }
 
-#[test]
 fn declared_but_not_granted_is_denied() {
     let env = Env::new();
     let lib = env.library();
@@ -230,7 +261,6 @@ fn declared_but_not_granted_is_denied() {
     assert_eq!(output(&run_with(&lib, "p", json!({"mode": "session-get"}), &other)), "");
 }
 
-#[test]
 fn memories_are_stored_with_provenance_within_limits() {
     let env = Env::new();
     let lib = env.library();
@@ -266,7 +296,6 @@ fn memories_are_stored_with_provenance_within_limits() {
     assert_eq!(output(&r), "");
 }
 
-#[test]
 fn outbound_http_follows_the_allowlist() {
     let server = TestServer::start();
     let env = Env::new();
@@ -315,7 +344,6 @@ fn outbound_http_follows_the_allowlist() {
     assert_eq!(server.hits(), 1);
 }
 
-#[test]
 fn corrupted_cache_entry_is_detected_and_recompiled() {
     let env = Env::new();
     {
@@ -341,7 +369,6 @@ fn corrupted_cache_entry_is_detected_and_recompiled() {
     assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
 }
 
-#[test]
 fn tampered_installed_component_is_refused() {
     let env = Env::new();
     {
@@ -354,12 +381,10 @@ fn tampered_installed_component_is_refused() {
     bytes[last] ^= 1;
     std::fs::write(&wasm, bytes).unwrap();
     let lib = env.library();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let err = rt.block_on(lib.run("p", json!({"mode": "noop"}), &RunOptions::default())).unwrap_err();
+    let err = tokio_runtime().block_on(lib.run("p", json!({"mode": "noop"}), &RunOptions::default())).unwrap_err();
     assert!(format!("{err:#}").contains("do not match their recorded hash"), "{err:#}");
 }
 
-#[test]
 fn malformed_manifest_and_non_component_wasm_are_clear_errors() {
     let env = Env::new();
     let lib = env.library();
@@ -378,7 +403,6 @@ fn malformed_manifest_and_non_component_wasm_are_clear_errors() {
     assert!(lib.names().unwrap().is_empty(), "nothing half-installed");
 }
 
-#[test]
 fn a_broken_installed_skill_does_not_hide_the_others() {
     let env = Env::new();
     let lib = env.library();
@@ -393,7 +417,6 @@ fn a_broken_installed_skill_does_not_hide_the_others() {
     assert_eq!(output(&run(&lib, "good", json!({"mode": "noop"}))), "ok");
 }
 
-#[test]
 fn status_and_failure_come_through() {
     let env = Env::new();
     let lib = env.library();
@@ -406,7 +429,6 @@ fn status_and_failure_come_through() {
     assert_eq!(r.logs[2].message, "step #2");
 }
 
-#[test]
 fn a_planted_symlink_cannot_redirect_a_mount() {
     let env = Env::new();
     std::fs::create_dir(env.workspace.path().join("real-logs")).unwrap();
@@ -424,3 +446,88 @@ fn a_planted_symlink_cannot_redirect_a_mount() {
     env.install_granted(&lib, "real", &mount("real-logs"));
     assert_eq!(output(&run(&lib, "real", json!({"mode": "read-file", "arg": "/logs/app.log"}))), "ok line");
 }
+
+fn raw_sockets_are_refused_even_with_network_granted() {
+    let server = TestServer::start();
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "net", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}\n", server.port));
+    let r = run(&lib, "net", json!({"mode": "tcp-connect", "arg": format!("127.0.0.1:{}", server.port)}));
+    let Err(CallError::Failed(m)) = &r.result else { panic!("a raw TCP connection went through: {:?}", r.result) };
+    assert!(m.contains("AccessDenied") || m.contains("access-denied"), "{m}");
+    let r = run(&lib, "net", json!({"mode": "dns-lookup", "arg": "localhost"}));
+    assert!(r.result.is_err(), "name lookup answered: {:?}", r.result);
+    assert_eq!(server.hits(), 0);
+    // HTTP to the granted rule still works.
+    let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/", server.port)}));
+    assert_eq!(output(&r), "200 hello");
+}
+
+/// A component whose only import is `interface`, an instance with no items.
+fn component_importing(interface: &str) -> Vec<u8> {
+    use wasm_encoder::{Component, ComponentImportSection, ComponentTypeRef, ComponentTypeSection, InstanceType};
+    let mut component = Component::new();
+    let mut types = ComponentTypeSection::new();
+    types.instance(&InstanceType::new());
+    component.section(&types);
+    let mut imports = ComponentImportSection::new();
+    imports.import(interface, ComponentTypeRef::Instance(0));
+    component.section(&imports);
+    component.finish()
+}
+
+fn an_import_the_host_does_not_provide_is_refused_at_install() {
+    let env = Env::new();
+    let lib = env.library();
+    let dir = env.probe_as("keyvalue", "");
+    std::fs::write(dir.join("skill.wasm"), component_importing("wasi:keyvalue/store@0.2.0-draft")).unwrap();
+    let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+    assert!(err.contains("imports `wasi:keyvalue/store@0.2.0-draft`, which this host does not provide"), "{err}");
+    assert!(lib.names().unwrap().is_empty(), "nothing installed");
+    // A known interface at a version the host does not link is refused the same way.
+    std::fs::write(dir.join("skill.wasm"), component_importing("wasi:filesystem/preopens@0.3.0")).unwrap();
+    let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+    assert!(err.contains("wasi:filesystem/preopens@0.3.0"), "{err}");
+}
+
+fn undeclared_governed_imports_are_reported_and_sockets_are_always_refused() {
+    let env = Env::new();
+    let lib = env.library();
+    let report = lib.install(&env.probe_as("p", ""), &|_| Ok(None)).unwrap();
+    let caps: std::collections::BTreeSet<&str> =
+        report.undeclared_imports.iter().map(|u| u.capability.as_str()).collect();
+    // The probe imports the filesystem, wasi:http's handler, memory, session and sockets.
+    for cap in ["filesystem", "network", "memory", "session", "sockets"] {
+        assert!(caps.contains(cap), "{cap} missing from {:?}", report.undeclared_imports);
+    }
+    let report =
+        lib.install(&env.probe_as("q", "capabilities:\n  memory: read\n  session: true\n"), &|_| Ok(None)).unwrap();
+    assert!(report.undeclared_imports.iter().all(|u| u.capability != "memory" && u.capability != "session"));
+    assert!(report.undeclared_imports.iter().any(|u| u.capability == "sockets"));
+}
+
+on_both_runtimes!(
+    trivial_call_succeeds_and_reports,
+    invalid_params_are_rejected_before_the_component_runs,
+    panic_is_readable_and_the_next_call_works,
+    infinite_loop_is_stopped_by_the_cpu_deadline,
+    busy_guest_is_stopped_by_the_wall_clock_too,
+    waiting_is_not_counted_as_cpu_time,
+    waiting_guest_is_stopped_by_the_wall_clock,
+    memory_bomb_is_stopped_by_the_limit,
+    output_flood_is_capped,
+    filesystem_is_confined_to_granted_mounts,
+    environment_is_only_what_is_declared_and_granted,
+    declared_but_not_granted_is_denied,
+    memories_are_stored_with_provenance_within_limits,
+    outbound_http_follows_the_allowlist,
+    corrupted_cache_entry_is_detected_and_recompiled,
+    tampered_installed_component_is_refused,
+    malformed_manifest_and_non_component_wasm_are_clear_errors,
+    a_broken_installed_skill_does_not_hide_the_others,
+    status_and_failure_come_through,
+    a_planted_symlink_cannot_redirect_a_mount,
+    raw_sockets_are_refused_even_with_network_granted,
+    an_import_the_host_does_not_provide_is_refused_at_install,
+    undeclared_governed_imports_are_reported_and_sockets_are_always_refused,
+);

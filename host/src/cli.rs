@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, anyhow};
 use clap::{Parser, Subcommand};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::library::Library;
 

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::capabilities::{Access, CapabilitySet, LimitsRequest, MemoryAccess, Mount, NetRule};
+#[cfg(test)]
+use crate::capabilities::{Access, MemoryAccess, Mount, NetRule};
+use crate::capabilities::{CapabilityKind, CapabilitySet, LimitsRequest};
 use crate::fsutil::FileStamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -107,25 +109,7 @@ impl Policy {
 
     /// Add `grant` to what `skill` already has.
     pub fn grant(&mut self, skill: &str, grant: &CapabilitySet) {
-        let caps = self.skills.entry(skill.to_string()).or_default();
-        for m in &grant.filesystem {
-            match caps.filesystem.iter_mut().find(|c| c.host == m.host && c.guest == m.guest) {
-                Some(c) => c.access = c.access.max(m.access),
-                None => caps.filesystem.push(m.clone()),
-            }
-        }
-        for r in &grant.network {
-            if !caps.network.contains(r) {
-                caps.network.push(r.clone());
-            }
-        }
-        for e in &grant.env {
-            if !caps.env.contains(e) {
-                caps.env.push(e.clone());
-            }
-        }
-        caps.memory = caps.memory.max(grant.memory);
-        caps.session |= grant.session;
+        self.skills.entry(skill.to_string()).or_default().merge(grant);
     }
 
     /// Record everything in `grant` for `skill`.
@@ -158,33 +142,8 @@ impl Policy {
         };
         let before = caps.clone();
         let (kind, value) = split_spec(spec);
-        match (kind, value) {
-            ("filesystem", None) => caps.filesystem.clear(),
-            ("filesystem", Some(v)) => {
-                let (guest, downgrade) = match v.rsplit_once(':') {
-                    Some((g, "read-write")) => (g, true),
-                    Some((g, "read")) => (g, false),
-                    _ => (v, false),
-                };
-                if downgrade {
-                    caps.filesystem.iter_mut().filter(|m| m.guest == guest).for_each(|m| m.access = Access::Read);
-                } else {
-                    caps.filesystem.retain(|m| m.guest != guest);
-                }
-            }
-            ("network", None) => caps.network.clear(),
-            ("network", Some(r)) => {
-                let rule = NetRule::parse(r).map_err(|e| anyhow!(e))?;
-                caps.network.retain(|n| *n != rule)
-            }
-            ("env", None) => caps.env.clear(),
-            ("env", Some(name)) => caps.env.retain(|n| n != name),
-            ("memory", None) => caps.memory = MemoryAccess::None,
-            ("memory", Some("write")) => caps.memory = caps.memory.min(MemoryAccess::Read),
-            ("memory", Some("read")) => caps.memory = MemoryAccess::None,
-            ("session", None) => caps.session = false,
-            _ => bail!("cannot revoke `{spec}`: {GRANT_SYNTAX}"),
-        }
+        let kind = CapabilityKind::from_name(kind).ok_or_else(|| anyhow!("cannot revoke `{spec}`: {GRANT_SYNTAX}"))?;
+        caps.revoke_spec(kind, value).map_err(|e| anyhow!("cannot revoke `{spec}`: {e}"))?;
         if *caps == before {
             bail!("`{skill}` holds nothing matching `{spec}`; see `skillhost policy show {skill}`");
         }
@@ -223,76 +182,15 @@ fn split_spec(spec: &str) -> (&str, Option<&str>) {
 /// the skill declares: you cannot grant what a skill did not ask for, so a typo fails loudly.
 pub fn parse_grant(spec: &str, declared: &CapabilitySet, requested: &LimitsRequest) -> Result<Grant> {
     let (kind, value) = split_spec(spec);
-    let mut g = CapabilitySet::default();
-    let not_declared = |what: &str| anyhow!("the skill does not declare {what}; it cannot be granted");
     match (kind, value) {
         ("all", None) => return Ok(Grant { capabilities: declared.clone(), limits: *requested }),
         ("limits", None) => return Ok(Grant { capabilities: CapabilitySet::default(), limits: *requested }),
-        ("filesystem", None) => {
-            if declared.filesystem.is_empty() {
-                return Err(not_declared("filesystem access"));
-            }
-            g.filesystem = declared.filesystem.clone();
-        }
-        ("filesystem", Some(v)) => {
-            let (guest, access) = match v.rsplit_once(':') {
-                Some((g, "read")) => (g, Some(Access::Read)),
-                Some((g, "read-write")) => (g, Some(Access::ReadWrite)),
-                _ => (v, None),
-            };
-            let m: &Mount = declared
-                .filesystem
-                .iter()
-                .find(|m| m.guest == guest)
-                .ok_or_else(|| not_declared(&format!("a mount at {guest}")))?;
-            g.filesystem.push(Mount { access: access.unwrap_or(m.access).min(m.access), ..m.clone() });
-        }
-        ("network", None) => {
-            if declared.network.is_empty() {
-                return Err(not_declared("network access"));
-            }
-            g.network = declared.network.clone();
-        }
-        ("network", Some(v)) => {
-            let rule = NetRule::parse(v).map_err(|e| anyhow!(e))?;
-            if !declared.network.iter().any(|d| rule.within(d)) {
-                return Err(not_declared(&format!("network access covering {rule}")));
-            }
-            g.network.push(rule);
-        }
-        ("env", None) => {
-            if declared.env.is_empty() {
-                return Err(not_declared("environment variables"));
-            }
-            g.env = declared.env.clone();
-        }
-        ("env", Some(name)) => {
-            if !declared.env.iter().any(|e| e == name) {
-                return Err(not_declared(&format!("env {name}")));
-            }
-            g.env.push(name.to_string());
-        }
-        ("memory", v) => {
-            let level = match v {
-                None => declared.memory,
-                Some("read") => MemoryAccess::Read,
-                Some("write") => MemoryAccess::Write,
-                Some(other) => bail!("memory grant `{other}`: use memory=read or memory=write"),
-            };
-            if declared.memory == MemoryAccess::None {
-                return Err(not_declared("memory access"));
-            }
-            g.memory = level.min(declared.memory);
-        }
-        ("session", None) => {
-            if !declared.session {
-                return Err(not_declared("session access"));
-            }
-            g.session = true;
-        }
-        _ => bail!("unknown grant `{spec}`: {GRANT_SYNTAX}"),
+        _ => {}
     }
-    Ok(Grant::capabilities(g))
+    let Some(kind) = CapabilityKind::from_name(kind) else {
+        bail!("unknown grant `{spec}`: {GRANT_SYNTAX}");
+    };
+    Ok(Grant::capabilities(declared.grant_spec(kind, value)?))
 }
 
 /// Where the two policy files live.
@@ -366,24 +264,8 @@ impl PolicySnapshots {
     }
 }
 
-/// Expand a mount's host template (`$WORKSPACE/logs`) into a host path.
-pub fn expand_path(template: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf> {
-    let Some(rest) = template.strip_prefix('$') else {
-        return Ok(PathBuf::from(template));
-    };
-    let (name, tail) = if let Some(braced) = rest.strip_prefix('{') {
-        braced.split_once('}').ok_or_else(|| anyhow!("`{template}`: unclosed `${{`"))?
-    } else {
-        match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        }
-    };
-    let base = vars.get(name).ok_or_else(|| {
-        anyhow!("path variable ${name} is not defined: set it under [paths] in the policy, or pass --workspace for $WORKSPACE")
-    })?;
-    Ok(PathBuf::from(format!("{base}{tail}")))
-}
+/// Path templates live next to mounts now; re-exported for existing callers.
+pub use crate::capabilities::expand_path;
 
 #[cfg(test)]
 mod tests {
@@ -454,10 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn templates_expand_only_known_vars() {
-        let vars = BTreeMap::from([("WORKSPACE".to_string(), "/w".to_string())]);
-        assert_eq!(expand_path("$WORKSPACE/logs", &vars).unwrap(), PathBuf::from("/w/logs"));
-        assert_eq!(expand_path("${WORKSPACE}/x", &vars).unwrap(), PathBuf::from("/w/x"));
-        assert!(expand_path("$HOME/.ssh", &vars).unwrap_err().to_string().contains("$HOME is not defined"));
+    fn the_grant_syntax_names_every_capability() {
+        assert_eq!(GRANT_SYNTAX, crate::capabilities::grant_syntax());
     }
 }

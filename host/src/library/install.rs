@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::record::{InstallRecord, UndeclaredImport, content_hash, sha256_hex};
 use super::{Library, history::archive, now_ms};
-use crate::capabilities::{CapabilitySet, Limits, MemoryAccess};
+use crate::capabilities::Limits;
 use crate::fsutil::{ScratchName, swap_dir, write_atomic};
 use crate::manifest::Manifest;
 use crate::policy::{Grant, Policy};
@@ -71,19 +71,6 @@ pub struct ImportResult {
     pub not_imported: Vec<String>,
 }
 
-/// Does the declaration cover the capability an import needs?
-fn declares(declared: &CapabilitySet, capability: &str) -> bool {
-    match capability {
-        "filesystem" => !declared.filesystem.is_empty(),
-        "network" => !declared.network.is_empty(),
-        "env" => !declared.env.is_empty(),
-        "memory" => declared.memory != MemoryAccess::None,
-        "session" => declared.session,
-        // An import of a capability this host does not know is never covered.
-        _ => false,
-    }
-}
-
 impl Library {
     /// Check that the policy files parse before anything changes: an install that would
     /// fail at the grant step must fail before the swap.
@@ -112,14 +99,21 @@ impl Library {
             }
             None => (Vec::new(), None),
         };
-        let undeclared_imports: Vec<UndeclaredImport> = imports
-            .iter()
-            .filter_map(|i| {
-                let cap = sandbox::capability_of_import(i)?;
-                (!declares(&manifest.capabilities, cap))
-                    .then(|| UndeclaredImport { import: i.clone(), capability: cap.to_string() })
-            })
-            .collect();
+        let declared = &manifest.capabilities;
+        let mut undeclared_imports: Vec<UndeclaredImport> = Vec::new();
+        for i in &imports {
+            let capability = match sandbox::classify_import(i) {
+                sandbox::ImportClass::Ambient => continue,
+                sandbox::ImportClass::Governed(kind) if kind.held_by(declared) => continue,
+                sandbox::ImportClass::Governed(kind) => kind.name(),
+                sandbox::ImportClass::Refused => "sockets",
+                sandbox::ImportClass::NotProvided => bail!(
+                    "{}: the component imports `{i}`, which this host does not provide (it links WASI 0.2 and skillhost:skill@0.1); rebuild it without that import",
+                    wasm_path.display()
+                ),
+            };
+            undeclared_imports.push(UndeclaredImport { import: i.clone(), capability: capability.to_string() });
+        }
         let sources = crate::bundle::skill_files(src)?;
         let mut files = BTreeMap::new();
         let mut contents = Vec::new();

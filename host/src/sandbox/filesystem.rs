@@ -8,11 +8,33 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use super::Denial;
-use crate::capabilities::{Access, Mount};
-use crate::policy::expand_path;
+use wasmtime::component::Linker;
 
-pub(super) fn apply(
+use super::capability::{CallSetup, Enforce};
+use super::{CallState, Denial};
+use crate::capabilities::filesystem::Filesystem;
+use crate::capabilities::{Access, Mount, expand_path};
+
+impl Enforce for Filesystem {
+    type State = ();
+    const GOVERNS: &'static [&'static str] = &["wasi:filesystem/types", "wasi:filesystem/preopens"];
+
+    /// Linked with WASI's core (`Runtime::new`): without preopens it reaches nothing.
+    fn add_to_linker(_linker: &mut Linker<CallState>) -> Result<()> {
+        Ok(())
+    }
+
+    fn prepare(
+        mounts: &Vec<Mount>,
+        call: &CallSetup<'_>,
+        wasi: &mut WasiCtxBuilder,
+        denials: &mut Vec<Denial>,
+    ) -> Result<()> {
+        apply(mounts, &call.grant.paths, wasi, denials)
+    }
+}
+
+fn apply(
     mounts: &[Mount],
     paths: &BTreeMap<String, String>,
     builder: &mut WasiCtxBuilder,

@@ -4,37 +4,73 @@
 
 use std::sync::Arc;
 
-use super::bindings::skillhost::skill::memory::Host;
+use anyhow::Result;
+use wasmtime::component::{HasData, Linker};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::bindings::skillhost::skill::memory::{self as wit_memory, Host};
 use super::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
-use super::{CallGrant, CallState, Denial, ProposedMemory};
+use super::capability::{CallSetup, Enforce};
+use super::{CallState, Denial, ProposedMemory};
+use crate::capabilities::memory::Memory;
 use crate::capabilities::{Limits, MemoryAccess};
 use crate::memory::{MemoryKind, MemoryStore, NewRecord, Provenance};
 
 const MAX_SEARCH_LIMIT: u32 = 50;
 
-/// The memory-related part of a call's rights.
-pub(super) struct HostAccess {
+/// The memory slice of a call: what `memory.search` sees.
+pub(crate) struct MemoryState {
+    access: MemoryAccess,
     store: Option<Arc<dyn MemoryStore>>,
-    pub namespace: String,
-    pub session_id: String,
-    pub memory: MemoryAccess,
-    pub session: bool,
+    namespace: String,
+    denials: Vec<Denial>,
 }
 
-impl HostAccess {
-    /// The store, once the capability check has passed.
-    pub fn store(&self) -> Result<&dyn MemoryStore, HostError> {
-        self.store.as_deref().ok_or_else(|| HostError::Unavailable("no memory store is open for this call".into()))
+/// Links `skillhost:skill/memory` to a call's [`MemoryState`] only.
+struct MemoryView;
+
+impl HasData for MemoryView {
+    type Data<'a> = &'a mut MemoryState;
+}
+
+impl Enforce for Memory {
+    type State = MemoryState;
+    const GOVERNS: &'static [&'static str] = &["skillhost:skill/memory"];
+
+    fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
+        wit_memory::add_to_linker::<CallState, MemoryView>(linker, |s| &mut s.caps.memory)?;
+        Ok(())
     }
 
-    pub fn new(grant: &CallGrant, session: &str) -> HostAccess {
-        HostAccess {
-            store: grant.store.clone(),
-            namespace: grant.namespace.clone(),
-            session_id: session.to_string(),
-            memory: grant.capabilities.memory,
-            session: grant.capabilities.session,
-        }
+    fn prepare(
+        access: &MemoryAccess,
+        call: &CallSetup<'_>,
+        _: &mut WasiCtxBuilder,
+        _: &mut Vec<Denial>,
+    ) -> Result<MemoryState> {
+        Ok(MemoryState {
+            access: *access,
+            store: call.grant.store.clone(),
+            namespace: call.grant.namespace.clone(),
+            denials: Vec::new(),
+        })
+    }
+
+    fn take_denials(state: &mut MemoryState) -> Vec<Denial> {
+        std::mem::take(&mut state.denials)
+    }
+}
+
+/// Run blocking store work (redb, tantivy, fsync) on tokio's blocking pool, so a guest's
+/// memory call never stalls the other calls on its worker thread.
+pub(super) async fn off_executor<R: Send + 'static>(
+    store: Option<&Arc<dyn MemoryStore>>,
+    work: impl FnOnce(&dyn MemoryStore) -> Result<R, HostError> + Send + 'static,
+) -> Result<R, HostError> {
+    let store = store.cloned().ok_or_else(|| HostError::Unavailable("no memory store is open for this call".into()))?;
+    match tokio::task::spawn_blocking(move || work(&*store)).await {
+        Ok(r) => r,
+        Err(e) => Err(HostError::Unavailable(format!("the memory store task failed: {e}"))),
     }
 }
 
@@ -64,21 +100,19 @@ pub(super) fn proposed_from_wit(m: NewMemory) -> ProposedMemory {
     ProposedMemory { kind: kind_from_wit(m.kind), content: m.content, priority: m.priority.min(5), tags: m.tags }
 }
 
-impl Host for CallState {
-    fn search(&mut self, query: String, limit: u32) -> wasmtime::Result<Result<Vec<MemoryHit>, HostError>> {
-        if self.host.memory == MemoryAccess::None {
+impl Host for MemoryState {
+    async fn search(&mut self, query: String, limit: u32) -> wasmtime::Result<Result<Vec<MemoryHit>, HostError>> {
+        if self.access == MemoryAccess::None {
             let message =
                 "memory.search needs the `memory: read` capability, which this skill does not hold".to_string();
             self.denials.push(Denial { capability: "memory".into(), message: message.clone() });
             return Ok(Err(HostError::Denied(message)));
         }
         let limit = limit.clamp(1, MAX_SEARCH_LIMIT) as usize;
-        let store = match self.host.store() {
-            Ok(s) => s,
-            Err(e) => return Ok(Err(e)),
-        };
-        Ok(match store.search(&self.host.namespace, &query, limit) {
-            Ok(hits) => Ok(hits
+        let namespace = self.namespace.clone();
+        Ok(off_executor(self.store.as_ref(), move |store| {
+            let hits = store.search(&namespace, &query, limit).map_err(|e| HostError::Unavailable(format!("{e:#}")))?;
+            Ok(hits
                 .into_iter()
                 .map(|(r, score)| MemoryHit {
                     id: r.id.to_string(),
@@ -89,9 +123,9 @@ impl Host for CallState {
                     score,
                     created_ms: r.created_ms,
                 })
-                .collect()),
-            Err(e) => Err(HostError::Unavailable(format!("{e:#}"))),
+                .collect())
         })
+        .await)
     }
 }
 

@@ -4,16 +4,25 @@
 //!
 //! All of WASI 0.2 and wasi:http are linked for every component, so components from any
 //! toolchain instantiate; what they reach is decided per call by the capability modules
-//! in this directory, one file each. Limits: linear memory through a [`ResourceLimiter`]
-//! (summed over all memories of the instance); CPU and wall time through epoch
-//! interruption (a ticker thread; the deadline callback compares the thread's CPU time and
-//! the elapsed time with the limits), plus a tokio timeout for the wall limit while the
-//! guest waits in a host call (epochs do not fire then); output, metadata and new memories
+//! in this directory, one file each (see [`capability`]); raw sockets are refused to all.
+//! [`classify_import`] says, for every import, which of these applies.
+//!
+//! Many calls share one process: calls are admitted through a semaphore sized like the
+//! instance pool (a call waits for a slot, then fails with "host busy"); CPU time is
+//! accounted per call across polls and worker threads ([`cpu`]); the epoch callback yields
+//! to the executor every tick so a busy guest never holds a worker thread; host imports
+//! are async and run store work on the blocking pool. Limits: linear memory through a
+//! [`ResourceLimiter`] (summed over all memories of the instance); CPU and wall time
+//! checked in the epoch callback, plus a tokio timeout for the wall limit while the guest
+//! waits in a host call (epochs do not fire then); output, metadata and new memories
 //! capped after the call.
 
 mod cache;
+mod capability;
+mod cpu;
 mod env;
 mod filesystem;
+mod imports;
 mod log;
 mod memory;
 mod network;
@@ -27,15 +36,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
-use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use tokio::sync::{Semaphore, SemaphorePermit};
+use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 pub use cache::CompileOutcome;
+pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
 
@@ -46,26 +57,39 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "skill",
-        imports: { default: trappable },
+        imports: { default: async | trappable },
         exports: { default: async },
     });
 }
 
+use bindings::SkillPre;
 use bindings::skillhost::skill::types as wit;
-use bindings::{Skill, SkillPre};
 
-/// Milliseconds between epoch ticks.
+/// Milliseconds between epoch ticks: the granularity of the CPU and wall checks and of a
+/// busy guest's yields to the executor.
 const EPOCH_TICK_MS: u64 = 10;
-/// The deadline callback checks CPU and wall time every this many ticks.
-const CHECK_EVERY_TICKS: u64 = 2;
+/// CPU time a busy guest runs between yields to the executor, at least.
+const MIN_SLICE: Duration = Duration::from_millis(EPOCH_TICK_MS / 2);
 /// Linear memories one instance may have (Rust components have one or two).
 const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
 /// Bytes of each pooled memory/table slot kept resident between calls.
 const KEEP_RESIDENT_BYTES: usize = 64 << 10;
-/// Concurrent instances the pooling allocator is sized for.
-const POOL_INSTANCES: u32 = 64;
+
+/// How a [`Runtime`] is sized.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeOptions {
+    /// Calls running at once (instances in the pool). Further calls wait for a slot, up
+    /// to their wall-time limit, then fail with "host busy".
+    pub max_concurrent_calls: u32,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions { max_concurrent_calls: 64 }
+    }
+}
 
 /// The process-wide engine, linker and compile cache.
 pub struct Runtime {
@@ -73,6 +97,8 @@ pub struct Runtime {
     linker: Linker<CallState>,
     cache: cache::CompileCache,
     ticker: Arc<AtomicBool>,
+    admission: Semaphore,
+    max_calls: u32,
 }
 
 impl Drop for Runtime {
@@ -88,18 +114,23 @@ pub struct PreparedSkill {
 }
 
 impl Runtime {
-    /// `cache_dir` holds compiled components.
+    /// `cache_dir` holds compiled components. Sized for 64 concurrent calls.
     pub fn new(cache_dir: PathBuf) -> Result<Runtime> {
+        Runtime::with_options(cache_dir, RuntimeOptions::default())
+    }
+
+    pub fn with_options(cache_dir: PathBuf, options: RuntimeOptions) -> Result<Runtime> {
+        let calls = options.max_concurrent_calls.max(1);
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.max_wasm_stack(512 * 1024);
         // No component-model-async in the contract: skip the per-store concurrency state.
         config.concurrency_support(false);
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(POOL_INSTANCES);
-        pool.total_memories(POOL_INSTANCES * 2);
-        pool.total_tables(POOL_INSTANCES * 4);
-        pool.total_stacks(POOL_INSTANCES);
+        pool.total_component_instances(calls);
+        pool.total_memories(calls * 2);
+        pool.total_tables(calls * 4);
+        pool.total_stacks(calls);
         pool.max_memory_size((Limits::CEILING.memory_mb as usize) << 20);
         // Reset the first pages of a slot with memset instead of madvise: a small skill
         // then reuses warm pages instead of faulting them in again on every call.
@@ -110,8 +141,9 @@ impl Runtime {
 
         let mut linker: Linker<CallState> = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        Skill::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        bindings::skillhost::skill::types::add_to_linker::<CallState, TypesOnly>(&mut linker, |_| TypesOnly)?;
+        log::add_to_linker(&mut linker)?;
+        capability::link_all(&mut linker)?;
 
         let ticker = Arc::new(AtomicBool::new(false));
         let (stop, weak) = (ticker.clone(), engine.weak());
@@ -125,11 +157,16 @@ impl Runtime {
             }
         })?;
         let cache = cache::CompileCache::new(cache_dir, &engine);
-        Ok(Runtime { engine, linker, cache, ticker })
+        Ok(Runtime { engine, linker, cache, ticker, admission: Semaphore::new(calls as usize), max_calls: calls })
     }
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Calls this runtime runs at once.
+    pub fn max_concurrent_calls(&self) -> u32 {
+        self.max_calls
     }
 
     /// Compile `wasm` (at install) and store it in the cache. Rejects anything that is not
@@ -158,64 +195,115 @@ impl Runtime {
         Ok((PreparedSkill { pre }, outcome))
     }
 
-    /// Run one call in a fresh store.
+    /// Wait for a call slot, at most `wait`.
+    async fn admit(&self, wait: Duration) -> Result<SemaphorePermit<'_>, CallError> {
+        if let Ok(permit) = self.admission.try_acquire() {
+            return Ok(permit);
+        }
+        match tokio::time::timeout(wait, self.admission.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(CallError::Setup(format!(
+                "host busy: {} calls running; retry later (no slot was free within {} ms)",
+                self.max_calls,
+                wait.as_millis()
+            ))),
+        }
+    }
+
+    /// Run one call in a fresh store. The call first waits for a slot (at most its wall
+    /// limit); its wall limit then counts from the start of its run. The future is `Send`:
+    /// calls may run on any worker of a multi-threaded runtime.
     pub async fn call(&self, skill: &PreparedSkill, grant: CallGrant, invocation: Invocation) -> CallOutcome {
         let started = Instant::now();
         let limits = grant.limits;
+        let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
+        let _slot = match self.admit(wall).await {
+            Ok(p) => p,
+            Err(e) => return CallOutcome::failed(e, Vec::new(), started),
+        };
+        let running = Instant::now();
         let mut denials = Vec::new();
         let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
         let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
         let state = match CallState::new(&grant, &invocation, stdout.clone(), stderr.clone(), &mut denials) {
             Ok(s) => s,
-            Err(e) => return CallOutcome::failed_setup(e, denials, started),
+            Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
-        let cpu_start = thread_cpu_time();
-        store.set_epoch_deadline(CHECK_EVERY_TICKS);
+        let meter = Arc::new(cpu::CpuMeter::default());
+        let deadline_meter = meter.clone();
+        store.set_epoch_deadline(1);
+        let mut slice_start = Duration::ZERO;
         store.epoch_deadline_callback(move |mut ctx| {
             // Epochs count elapsed time, including time spent waiting in host calls; the
-            // CPU limit is checked against the CPU time this thread actually used.
-            if started.elapsed() >= wall {
+            // CPU limit is checked against the CPU time this call's polls used.
+            if running.elapsed() >= wall {
                 ctx.data_mut().stopped = Some(CallError::Timeout { limit_ms: wall.as_millis() as u64 });
                 return Ok(UpdateDeadline::Interrupt);
             }
-            if thread_cpu_time().saturating_sub(cpu_start) >= cpu_limit {
+            let used = deadline_meter.used();
+            if used >= cpu_limit {
+                ctx.data_mut().stopped = Some(CallError::CpuLimit(format!(
+                    "the skill ran longer than its {} ms of CPU time",
+                    cpu_limit.as_millis()
+                )));
                 return Ok(UpdateDeadline::Interrupt);
             }
-            Ok(UpdateDeadline::Continue(CHECK_EVERY_TICKS))
+            // Let the other tasks on this worker run, once this call has had its slice: a
+            // guest resumed after another one's slice finds its deadline already passed,
+            // and yielding again at once would starve it behind the others.
+            if used.saturating_sub(slice_start) < MIN_SLICE {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            slice_start = used;
+            Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         });
 
-        let instance = match tokio::time::timeout(wall, skill.pre.instantiate_async(&mut store)).await {
-            Ok(Ok(i)) => Ok(i),
-            Ok(Err(e)) => Err(CallError::Setup(format!("cannot instantiate the component: {e:#}"))),
-            Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
-        };
-        let result = match instance {
-            Err(e) => Err(e),
-            Ok(instance) => {
-                let remaining = wall.saturating_sub(started.elapsed());
-                match tokio::time::timeout(remaining, instance.call_execute(&mut store, &invocation.to_wit())).await {
-                    Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
-                    Ok(Err(e)) => Err(classify_trap(e, store.data_mut(), &limits, &stderr)),
-                    Ok(Ok(Err(wit::SkillError::InvalidParams(m)))) => Err(CallError::InvalidParams(m)),
-                    Ok(Ok(Err(wit::SkillError::Failed(m)))) => Err(CallError::Failed(m)),
-                    Ok(Ok(Ok(r))) => Ok(SkillOutput::from_wit(r, &limits)),
+        let result = {
+            let run = async {
+                let instance = skill
+                    .pre
+                    .instantiate_async(&mut store)
+                    .await
+                    .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
+                match instance.call_execute(&mut store, &invocation.to_wit()).await {
+                    Err(e) => Err(classify_trap(e, store.data_mut(), &limits, &stderr)),
+                    Ok(Err(wit::SkillError::InvalidParams(m))) => Err(CallError::InvalidParams(m)),
+                    Ok(Err(wit::SkillError::Failed(m))) => Err(CallError::Failed(m)),
+                    Ok(Ok(r)) => Ok(SkillOutput::from_wit(r, &limits)),
                 }
+            };
+            let mut run = std::pin::pin!(run);
+            let metered = cpu::Metered { inner: run.as_mut(), meter: meter.clone() };
+            match tokio::time::timeout(wall, metered).await {
+                Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
+                Ok(r) => r,
             }
         };
         let execute_end = Instant::now();
-        let state = store.into_data();
-        denials.extend(state.denials);
-        denials.extend(state.net.denials.take());
+        let mut state = store.into_data();
+        denials.extend(state.caps.take_denials());
+        let redact = |mut text: String| {
+            state.caps.redact(&mut text);
+            text
+        };
+        let result = result.map(|mut out| {
+            out.output = redact(std::mem::take(&mut out.output));
+            out
+        });
+        let logs = std::mem::take(&mut state.logs.lines)
+            .into_iter()
+            .map(|l| LogLine { message: redact(l.message), ..l })
+            .collect();
         CallOutcome {
             result,
             denials,
-            logs: state.logs,
-            stdout: String::from_utf8_lossy(&stdout.contents()).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr.contents()).into_owned(),
+            logs,
+            stdout: redact(String::from_utf8_lossy(&stdout.contents()).into_owned()),
+            stderr: redact(String::from_utf8_lossy(&stderr.contents()).into_owned()),
             memory_peak_bytes: state.limiter.peak,
+            cpu_time_us: meter.used().as_micros() as u64,
             elapsed_us: execute_end.duration_since(started).as_micros() as u64,
         }
     }
@@ -251,17 +339,23 @@ impl Invocation {
     }
 }
 
-/// Per-call store data: WASI built from the grant, host-interface state, accounting.
+/// `skillhost:skill/types` has no functions: it is linked with no state at all.
+struct TypesOnly;
+
+impl wasmtime::component::HasData for TypesOnly {
+    type Data<'a> = TypesOnly;
+}
+
+impl wit::Host for TypesOnly {}
+
+/// Per-call store data: the WASI core, each capability's slice, accounting.
 pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
-    http: WasiHttpCtx,
-    net: network::NetworkGate,
+    caps: capability::CapabilityStates,
     limiter: MemoryLimiter,
-    host: memory::HostAccess,
-    logs: Vec<LogLine>,
-    denials: Vec<Denial>,
-    /// Why the deadline callback stopped the guest, when it was not the CPU limit.
+    logs: log::LogBuffer,
+    /// Why the deadline callback stopped the guest.
     stopped: Option<CallError>,
 }
 
@@ -275,17 +369,21 @@ impl CallState {
     ) -> Result<CallState> {
         let mut builder = WasiCtxBuilder::new();
         builder.stdout(stdout).stderr(stderr);
-        filesystem::apply(&grant.capabilities.filesystem, &grant.paths, &mut builder, denials)?;
-        env::apply(&grant.capabilities.env, &mut builder);
+        // Raw sockets are refused to every skill, whatever wasmtime's defaults: no TCP, no
+        // UDP, no name lookup, and no address passes the check.
+        builder
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
+        let setup = capability::CallSetup { grant, invocation };
+        let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),
             table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            net: network::NetworkGate::new(grant.capabilities.network.clone()),
+            caps,
             limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, total: 0, peak: 0, hit: false },
-            host: memory::HostAccess::new(grant, &invocation.session_id),
-            logs: Vec::new(),
-            denials: Vec::new(),
+            logs: log::LogBuffer::default(),
             stopped: None,
         })
     }
@@ -299,11 +397,10 @@ impl WasiView for CallState {
 
 impl WasiHttpView for CallState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.net }
+        let net = &mut self.caps.network;
+        WasiHttpCtxView { ctx: &mut net.http, table: &mut self.table, hooks: &mut net.gate }
     }
 }
-
-impl bindings::skillhost::skill::types::Host for CallState {}
 
 /// Linear memory cap over all memories of the instance; a grow past it traps with a
 /// message naming the limit.
@@ -334,18 +431,6 @@ impl ResourceLimiter for MemoryLimiter {
     fn memories(&self) -> usize {
         MAX_MEMORIES_PER_INSTANCE
     }
-}
-
-/// CPU time used by the calling thread (the guest runs on it between awaits).
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime only writes the timespec we pass; CLOCK_THREAD_CPUTIME_ID is
-    // supported on every Linux and macOS version we build for.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// A right the skill used without holding it. The model reads `message`; the audit log
@@ -499,18 +584,21 @@ pub struct CallOutcome {
     pub stdout: String,
     pub stderr: String,
     pub memory_peak_bytes: usize,
+    /// CPU time the call's guest code used (summed over the polls of its future).
+    pub cpu_time_us: u64,
     pub elapsed_us: u64,
 }
 
 impl CallOutcome {
-    fn failed_setup(e: anyhow::Error, denials: Vec<Denial>, started: Instant) -> CallOutcome {
+    fn failed(e: CallError, denials: Vec<Denial>, started: Instant) -> CallOutcome {
         CallOutcome {
-            result: Err(CallError::Setup(format!("{e:#}"))),
+            result: Err(e),
             denials,
             logs: Vec::new(),
             stdout: String::new(),
             stderr: String::new(),
             memory_peak_bytes: 0,
+            cpu_time_us: 0,
             elapsed_us: started.elapsed().as_micros() as u64,
         }
     }
@@ -534,19 +622,4 @@ pub fn component_imports(engine: &Engine, component: &Component) -> Vec<String> 
     let mut names: Vec<String> = component.component_type().imports(engine).map(|(n, _)| n.to_string()).collect();
     names.sort();
     names
-}
-
-/// Map an import to the capability that governs it (None: always available, harmless).
-/// `wasi:cli/environment` is not mapped: every std-based component imports it to read its
-/// arguments at start-up, and it yields only the variables `env` grants.
-pub fn capability_of_import(import: &str) -> Option<&'static str> {
-    let name = import.split('@').next().unwrap_or(import);
-    match name {
-        n if n.starts_with("wasi:filesystem/") => Some("filesystem"),
-        n if n.starts_with("wasi:http/outgoing-handler") => Some("network"),
-        n if n.starts_with("wasi:sockets/") => Some("network"),
-        "skillhost:skill/memory" => Some("memory"),
-        "skillhost:skill/session" => Some("session"),
-        _ => None,
-    }
 }

@@ -1,5 +1,6 @@
 //! `network`: outbound HTTP through wasi:http, allowed only to URLs that match an effective
-//! allowlist rule. Raw sockets and name lookup stay off (WASI sockets are never granted).
+//! allowlist rule. Raw sockets and name lookup are refused to every skill (see
+//! `CallState::new`); no capability grants them.
 //!
 //! Private, loopback, link-local and metadata addresses are refused even when an allowed
 //! *name* resolves to them (DNS rebinding); they are reachable only when the rule names the
@@ -11,18 +12,53 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+use anyhow::Result;
+use wasmtime::component::Linker;
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpHooks};
 
-use super::Denial;
+use super::capability::{CallSetup, Enforce};
+use super::{CallState, Denial};
+use crate::capabilities::network::Network;
 use crate::capabilities::{NetRule, default_port};
 
-pub(super) struct NetworkGate {
+/// The network slice of a call: wasi:http's context and the gate its requests go through.
+pub(crate) struct NetworkState {
+    pub http: WasiHttpCtx,
+    pub gate: NetworkGate,
+}
+
+impl Enforce for Network {
+    type State = NetworkState;
+    const GOVERNS: &'static [&'static str] = &["wasi:http/outgoing-handler"];
+
+    /// wasi:http (types and the outgoing handler); every request passes [`NetworkGate`].
+    fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+        Ok(())
+    }
+
+    fn prepare(
+        rules: &Vec<NetRule>,
+        _: &CallSetup<'_>,
+        _: &mut WasiCtxBuilder,
+        _: &mut Vec<Denial>,
+    ) -> Result<NetworkState> {
+        Ok(NetworkState { http: WasiHttpCtx::new(), gate: NetworkGate::new(rules.clone()) })
+    }
+
+    fn take_denials(state: &mut NetworkState) -> Vec<Denial> {
+        state.gate.denials.take()
+    }
+}
+
+pub(crate) struct NetworkGate {
     rules: Vec<NetRule>,
-    pub denials: SharedDenials,
+    denials: SharedDenials,
 }
 
 #[derive(Clone, Default)]
-pub(super) struct SharedDenials(Arc<Mutex<Vec<Denial>>>);
+struct SharedDenials(Arc<Mutex<Vec<Denial>>>);
 
 impl SharedDenials {
     fn push(&self, message: String) {
@@ -31,13 +67,13 @@ impl SharedDenials {
         }
     }
 
-    pub fn take(&self) -> Vec<Denial> {
+    fn take(&self) -> Vec<Denial> {
         self.0.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default()
     }
 }
 
 impl NetworkGate {
-    pub fn new(rules: Vec<NetRule>) -> NetworkGate {
+    fn new(rules: Vec<NetRule>) -> NetworkGate {
         NetworkGate { rules, denials: SharedDenials::default() }
     }
 }

@@ -1,20 +1,69 @@
 //! `session`: working memory scoped to the agent session, through the [`MemoryStore`]
-//! seam. Without the capability every call returns `denied` (and is recorded).
+//! seam. Without the capability every call returns `denied` (and is recorded). Store work
+//! runs on the blocking pool.
 //!
 //! [`MemoryStore`]: crate::memory::MemoryStore
 
-use super::bindings::skillhost::skill::session::Host;
+use std::sync::Arc;
+
+use anyhow::Result;
+use wasmtime::component::{HasData, Linker};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::bindings::skillhost::skill::session::{self as wit_session, Host};
 use super::bindings::skillhost::skill::types::HostError;
+use super::capability::{CallSetup, Enforce};
+use super::memory::off_executor;
 use super::{CallState, Denial};
+use crate::capabilities::session::Session;
+use crate::memory::MemoryStore;
 
 const MAX_KEY_BYTES: usize = 256;
 const MAX_VALUE_BYTES: usize = 256 * 1024;
 /// Keys per session, so a skill cannot fill the store through one session (256 KiB each).
 const MAX_KEYS: usize = 256;
 
-impl CallState {
-    fn session_allowed(&mut self, op: &str) -> Result<(), HostError> {
-        if self.host.session {
+/// The session slice of a call.
+pub(crate) struct SessionState {
+    held: bool,
+    store: Option<Arc<dyn MemoryStore>>,
+    session_id: String,
+    denials: Vec<Denial>,
+}
+
+/// Links `skillhost:skill/session` to a call's [`SessionState`] only.
+struct SessionView;
+
+impl HasData for SessionView {
+    type Data<'a> = &'a mut SessionState;
+}
+
+impl Enforce for Session {
+    type State = SessionState;
+    const GOVERNS: &'static [&'static str] = &["skillhost:skill/session"];
+
+    fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
+        wit_session::add_to_linker::<CallState, SessionView>(linker, |s| &mut s.caps.session)?;
+        Ok(())
+    }
+
+    fn prepare(held: &bool, call: &CallSetup<'_>, _: &mut WasiCtxBuilder, _: &mut Vec<Denial>) -> Result<SessionState> {
+        Ok(SessionState {
+            held: *held,
+            store: call.grant.store.clone(),
+            session_id: call.invocation.session_id.clone(),
+            denials: Vec::new(),
+        })
+    }
+
+    fn take_denials(state: &mut SessionState) -> Vec<Denial> {
+        std::mem::take(&mut state.denials)
+    }
+}
+
+impl SessionState {
+    fn allowed(&mut self, op: &str) -> Result<(), HostError> {
+        if self.held {
             return Ok(());
         }
         let message = format!("session.{op} needs the `session` capability, which this skill does not hold");
@@ -27,16 +76,17 @@ fn unavailable(e: anyhow::Error) -> HostError {
     HostError::Unavailable(format!("{e:#}"))
 }
 
-impl Host for CallState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, HostError>> {
-        if let Err(e) = self.session_allowed("get") {
+impl Host for SessionState {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, HostError>> {
+        if let Err(e) = self.allowed("get") {
             return Ok(Err(e));
         }
-        Ok(self.host.store().and_then(|s| s.session_get(&self.host.session_id, &key).map_err(unavailable)))
+        let session = self.session_id.clone();
+        Ok(off_executor(self.store.as_ref(), move |s| s.session_get(&session, &key).map_err(unavailable)).await)
     }
 
-    fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), HostError>> {
-        if let Err(e) = self.session_allowed("set") {
+    async fn set(&mut self, key: String, value: String) -> wasmtime::Result<Result<(), HostError>> {
+        if let Err(e) = self.allowed("set") {
             return Ok(Err(e));
         }
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
@@ -48,21 +98,24 @@ impl Host for CallState {
                 value.len()
             ))));
         }
-        Ok(self.host.store().and_then(|s| {
-            let keys = s.session_keys(&self.host.session_id).map_err(unavailable)?;
+        let session = self.session_id.clone();
+        Ok(off_executor(self.store.as_ref(), move |s| {
+            let keys = s.session_keys(&session).map_err(unavailable)?;
             if keys.len() >= MAX_KEYS && !keys.contains(&key) {
                 return Err(HostError::InvalidInput(format!(
                     "this session already holds {MAX_KEYS} keys; overwrite an existing key instead"
                 )));
             }
-            s.session_set(&self.host.session_id, &key, &value).map_err(unavailable)
-        }))
+            s.session_set(&session, &key, &value).map_err(unavailable)
+        })
+        .await)
     }
 
-    fn keys(&mut self) -> wasmtime::Result<Result<Vec<String>, HostError>> {
-        if let Err(e) = self.session_allowed("keys") {
+    async fn keys(&mut self) -> wasmtime::Result<Result<Vec<String>, HostError>> {
+        if let Err(e) = self.allowed("keys") {
             return Ok(Err(e));
         }
-        Ok(self.host.store().and_then(|s| s.session_keys(&self.host.session_id).map_err(unavailable)))
+        let session = self.session_id.clone();
+        Ok(off_executor(self.store.as_ref(), move |s| s.session_keys(&session).map_err(unavailable)).await)
     }
 }

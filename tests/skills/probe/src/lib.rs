@@ -34,6 +34,28 @@ impl Skill for Probe {
                 }
                 Ok(SkillResult::success(x.to_string()))
             }
+            "spin" => {
+                // Busy for `n` ms of elapsed time, then succeed (a CPU-bound call that ends).
+                let until = std::time::Instant::now() + std::time::Duration::from_millis(p.n);
+                let mut x: u64 = 1;
+                while std::time::Instant::now() < until {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                }
+                Ok(SkillResult::success("spun").meta("x", x % 10))
+            }
+            "alloc" => {
+                // Hold `n` MiB of linear memory, every page written, and report a checksum.
+                let mut blocks: Vec<Vec<u8>> = Vec::new();
+                for i in 0..p.n {
+                    blocks.push(vec![(i % 251) as u8 + 1; 1 << 20]);
+                }
+                let sum: u64 = blocks.iter().map(|b| b.iter().step_by(4096).map(|v| *v as u64).sum::<u64>()).sum();
+                Ok(SkillResult::success(format!("allocated {} MiB", p.n)).meta("sum", sum))
+            }
+            "tcp-connect" => tcp_connect(&p.arg).map(SkillResult::success).map_err(SkillError::failed),
+            "dns-lookup" => dns_lookup(&p.arg).map(SkillResult::success).map_err(SkillError::failed),
             "membomb" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -107,6 +129,42 @@ impl Skill for Probe {
             other => Err(SkillError::invalid(format!("unknown mode '{other}'"))),
         }
     }
+}
+
+/// A raw TCP connection through wasi:sockets to `ip:port`; "connected" or the error.
+fn tcp_connect(addr: &str) -> Result<String, String> {
+    use wasip2::sockets::instance_network::instance_network;
+    use wasip2::sockets::network::{IpAddressFamily, IpSocketAddress, Ipv4SocketAddress};
+    use wasip2::sockets::tcp_create_socket::create_tcp_socket;
+
+    let parsed: std::net::SocketAddrV4 = addr.parse().map_err(|e| format!("`{addr}`: {e}"))?;
+    let network = instance_network();
+    let socket = create_tcp_socket(IpAddressFamily::Ipv4).map_err(|e| format!("create-tcp-socket: {e:?}"))?;
+    let o = parsed.ip().octets();
+    let remote = IpSocketAddress::Ipv4(Ipv4SocketAddress { port: parsed.port(), address: (o[0], o[1], o[2], o[3]) });
+    socket.start_connect(&network, remote).map_err(|e| format!("start-connect: {e:?}"))?;
+    socket.subscribe().block();
+    socket.finish_connect().map_err(|e| format!("finish-connect: {e:?}"))?;
+    Ok("connected".into())
+}
+
+/// A name lookup through wasi:sockets; the addresses found or the error.
+fn dns_lookup(name: &str) -> Result<String, String> {
+    use wasip2::sockets::instance_network::instance_network;
+    use wasip2::sockets::ip_name_lookup::resolve_addresses;
+
+    let network = instance_network();
+    let stream = resolve_addresses(&network, name).map_err(|e| format!("resolve-addresses: {e:?}"))?;
+    let mut found = Vec::new();
+    loop {
+        match stream.resolve_next_address() {
+            Ok(Some(a)) => found.push(format!("{a:?}")),
+            Ok(None) => break,
+            Err(wasip2::sockets::network::ErrorCode::WouldBlock) => stream.subscribe().block(),
+            Err(e) => return Err(format!("resolve-next-address: {e:?}")),
+        }
+    }
+    Ok(found.join(", "))
 }
 
 /// A plain GET through wasi:http; returns "<status> <body>".

@@ -1,0 +1,176 @@
+//! `filesystem`: host directories (a path or a template such as `$WORKSPACE/logs`) mounted
+//! at guest paths, read-only or read-write. Path templates live here, next to the mounts
+//! that use them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow};
+use serde::{Deserialize, Serialize};
+
+use super::{Capability, CapabilityKind};
+
+/// A host directory (a path or a template such as `$WORKSPACE/logs`) seen by the guest at
+/// `guest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    pub host: String,
+    pub guest: String,
+    #[serde(default)]
+    pub access: Access,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    #[default]
+    Read,
+    ReadWrite,
+}
+
+impl fmt::Display for Mount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let access = match self.access {
+            Access::Read => "read",
+            Access::ReadWrite => "read-write",
+        };
+        write!(f, "{} -> {} ({access})", self.host, self.guest)
+    }
+}
+
+/// The `filesystem` capability: a list of mounts.
+pub struct Filesystem;
+
+/// `GUEST_PATH[:read|read-write]`, the value of a filesystem grant or revoke spec.
+fn guest_and_access(v: &str) -> (&str, Option<Access>) {
+    match v.rsplit_once(':') {
+        Some((g, "read")) => (g, Some(Access::Read)),
+        Some((g, "read-write")) => (g, Some(Access::ReadWrite)),
+        _ => (v, None),
+    }
+}
+
+impl Capability for Filesystem {
+    const KIND: CapabilityKind = CapabilityKind::Filesystem;
+    const SPEC: &'static str = "[=GUEST_PATH[:read|read-write]]";
+    type Decl = Vec<Mount>;
+
+    fn validate(mounts: &Vec<Mount>) -> Result<(), (String, String)> {
+        for m in mounts {
+            let host_ok = m.host.starts_with('$') || m.host.starts_with('/');
+            if !host_ok {
+                return Err((
+                    "filesystem.host".into(),
+                    format!("`{}` must be absolute or start with a template such as $WORKSPACE", m.host),
+                ));
+            }
+            if m.host.split('/').any(|c| c == "..") {
+                return Err(("filesystem.host".into(), format!("`{}` must not contain `..`", m.host)));
+            }
+            if !m.guest.starts_with('/') || m.guest.split('/').any(|c| c == "..") {
+                return Err((
+                    "filesystem.guest".into(),
+                    format!("`{}` must be an absolute guest path without `..`, like /workspace", m.guest),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn intersect(declared: &Vec<Mount>, granted: &Vec<Mount>) -> Vec<Mount> {
+        declared
+            .iter()
+            .filter_map(|d| {
+                granted
+                    .iter()
+                    .filter(|g| g.host == d.host && g.guest == d.guest)
+                    .map(|g| g.access.min(d.access))
+                    .max()
+                    .map(|access| Mount { access, ..d.clone() })
+            })
+            .collect()
+    }
+
+    fn minus(mine: &Vec<Mount>, other: &Vec<Mount>) -> Vec<Mount> {
+        mine.iter()
+            .filter(|m| !other.iter().any(|o| o.host == m.host && o.guest == m.guest && o.access >= m.access))
+            .cloned()
+            .collect()
+    }
+
+    fn describe(mounts: &Vec<Mount>) -> Vec<String> {
+        mounts.iter().map(ToString::to_string).collect()
+    }
+
+    fn merge(held: &mut Vec<Mount>, more: &Vec<Mount>) {
+        for m in more {
+            match held.iter_mut().find(|c| c.host == m.host && c.guest == m.guest) {
+                Some(c) => c.access = c.access.max(m.access),
+                None => held.push(m.clone()),
+            }
+        }
+    }
+
+    fn parse_grant(value: Option<&str>, declared: &Vec<Mount>) -> Result<Vec<Mount>> {
+        let Some(v) = value else {
+            if declared.is_empty() {
+                return Err(anyhow!("the skill does not declare filesystem access; it cannot be granted"));
+            }
+            return Ok(declared.clone());
+        };
+        let (guest, access) = guest_and_access(v);
+        let m = declared
+            .iter()
+            .find(|m| m.guest == guest)
+            .ok_or_else(|| anyhow!("the skill does not declare a mount at {guest}; it cannot be granted"))?;
+        Ok(vec![Mount { access: access.unwrap_or(m.access).min(m.access), ..m.clone() }])
+    }
+
+    fn revoke(held: &mut Vec<Mount>, value: Option<&str>) -> Result<()> {
+        match value {
+            None => held.clear(),
+            Some(v) => match guest_and_access(v) {
+                // `:read-write` downgrades the mount to read-only instead of removing it.
+                (guest, Some(Access::ReadWrite)) => {
+                    held.iter_mut().filter(|m| m.guest == guest).for_each(|m| m.access = Access::Read)
+                }
+                (guest, _) => held.retain(|m| m.guest != guest),
+            },
+        }
+        Ok(())
+    }
+}
+
+/// Expand a mount's host template (`$WORKSPACE/logs`) into a host path.
+pub fn expand_path(template: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf> {
+    let Some(rest) = template.strip_prefix('$') else {
+        return Ok(PathBuf::from(template));
+    };
+    let (name, tail) = if let Some(braced) = rest.strip_prefix('{') {
+        braced.split_once('}').ok_or_else(|| anyhow!("`{template}`: unclosed `${{`"))?
+    } else {
+        match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        }
+    };
+    let base = vars.get(name).ok_or_else(|| {
+        anyhow!("path variable ${name} is not defined: set it under [paths] in the policy, or pass --workspace for $WORKSPACE")
+    })?;
+    Ok(PathBuf::from(format!("{base}{tail}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_expand_only_known_vars() {
+        let vars = BTreeMap::from([("WORKSPACE".to_string(), "/w".to_string())]);
+        assert_eq!(expand_path("$WORKSPACE/logs", &vars).unwrap(), PathBuf::from("/w/logs"));
+        assert_eq!(expand_path("${WORKSPACE}/x", &vars).unwrap(), PathBuf::from("/w/x"));
+        assert!(expand_path("$HOME/.ssh", &vars).unwrap_err().to_string().contains("$HOME is not defined"));
+    }
+}

@@ -1,0 +1,146 @@
+//! Limits: what a skill asks for (SKILL.md `limits:`), what the policy caps, and what is
+//! in force for one call. Not a capability: limits take rights away, they grant nothing.
+
+use serde::{Deserialize, Serialize};
+
+/// Limits a skill asks for in SKILL.md (all optional); the policy caps them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_time_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_kb: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_new_memories: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_bytes: Option<u64>,
+}
+
+/// The limits in force for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    pub wall_time_ms: u64,
+    pub cpu_time_ms: u64,
+    pub memory_mb: u64,
+    pub output_kb: u64,
+    pub max_new_memories: u64,
+    pub max_memory_bytes: u64,
+}
+
+impl Limits {
+    /// Used when neither the skill nor the policy says otherwise.
+    pub const DEFAULT: Limits = Limits {
+        wall_time_ms: 10_000,
+        cpu_time_ms: 5_000,
+        memory_mb: 64,
+        output_kb: 64,
+        max_new_memories: 8,
+        max_memory_bytes: 2_048,
+    };
+    /// No policy can raise a limit above these.
+    pub const CEILING: Limits = Limits {
+        wall_time_ms: 600_000,
+        cpu_time_ms: 300_000,
+        memory_mb: 1_024,
+        output_kb: 4_096,
+        max_new_memories: 100,
+        max_memory_bytes: 16_384,
+    };
+
+    /// Effective limits: the skill's request (or the default), capped by the policy (the
+    /// default where the policy says nothing: asking for more than the default is a right
+    /// the user grants, like a capability) and by the ceiling.
+    pub fn resolve(request: &LimitsRequest, cap: &LimitsRequest) -> Limits {
+        let pick = |req: Option<u64>, cap: Option<u64>, default: u64, ceiling: u64| {
+            req.unwrap_or(default).min(cap.unwrap_or(default)).min(ceiling)
+        };
+        let (d, c) = (Limits::DEFAULT, Limits::CEILING);
+        Limits {
+            wall_time_ms: pick(request.wall_time_ms, cap.wall_time_ms, d.wall_time_ms, c.wall_time_ms),
+            cpu_time_ms: pick(request.cpu_time_ms, cap.cpu_time_ms, d.cpu_time_ms, c.cpu_time_ms),
+            memory_mb: pick(request.memory_mb, cap.memory_mb, d.memory_mb, c.memory_mb),
+            output_kb: pick(request.output_kb, cap.output_kb, d.output_kb, c.output_kb),
+            max_new_memories: pick(
+                request.max_new_memories,
+                cap.max_new_memories,
+                d.max_new_memories,
+                c.max_new_memories,
+            ),
+            max_memory_bytes: pick(
+                request.max_memory_bytes,
+                cap.max_memory_bytes,
+                d.max_memory_bytes,
+                c.max_memory_bytes,
+            ),
+        }
+    }
+}
+
+impl LimitsRequest {
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let fields = [
+            ("wall_time_ms", self.wall_time_ms),
+            ("cpu_time_ms", self.cpu_time_ms),
+            ("memory_mb", self.memory_mb),
+            ("output_kb", self.output_kb),
+        ];
+        for (name, v) in fields {
+            if v == Some(0) {
+                return Err((name.into(), "must be greater than 0".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Per-field minimum of `self` (unset meaning the default) and `lower` where it is set.
+    pub fn lowered_by(&self, lower: &LimitsRequest) -> LimitsRequest {
+        let d = Limits::DEFAULT;
+        let f = |mine: Option<u64>, theirs: Option<u64>, default: u64| match theirs {
+            Some(t) => Some(mine.unwrap_or(default).min(t)),
+            None => mine,
+        };
+        LimitsRequest {
+            wall_time_ms: f(self.wall_time_ms, lower.wall_time_ms, d.wall_time_ms),
+            cpu_time_ms: f(self.cpu_time_ms, lower.cpu_time_ms, d.cpu_time_ms),
+            memory_mb: f(self.memory_mb, lower.memory_mb, d.memory_mb),
+            output_kb: f(self.output_kb, lower.output_kb, d.output_kb),
+            max_new_memories: f(self.max_new_memories, lower.max_new_memories, d.max_new_memories),
+            max_memory_bytes: f(self.max_memory_bytes, lower.max_memory_bytes, d.max_memory_bytes),
+        }
+    }
+
+    /// The fields where `self` asks for more than the default, for consent.
+    pub fn beyond_default(&self) -> Vec<String> {
+        let d = Limits::DEFAULT;
+        [
+            ("wall_time_ms", self.wall_time_ms, d.wall_time_ms),
+            ("cpu_time_ms", self.cpu_time_ms, d.cpu_time_ms),
+            ("memory_mb", self.memory_mb, d.memory_mb),
+            ("output_kb", self.output_kb, d.output_kb),
+            ("max_new_memories", self.max_new_memories, d.max_new_memories),
+            ("max_memory_bytes", self.max_memory_bytes, d.max_memory_bytes),
+        ]
+        .into_iter()
+        .filter_map(|(name, v, default)| {
+            v.filter(|v| *v > default).map(|v| format!("limit {name} {v} (default {default})"))
+        })
+        .collect()
+    }
+
+    /// Per-field: `self` where set, else `fallback`.
+    pub fn or(&self, fallback: &LimitsRequest) -> LimitsRequest {
+        LimitsRequest {
+            wall_time_ms: self.wall_time_ms.or(fallback.wall_time_ms),
+            cpu_time_ms: self.cpu_time_ms.or(fallback.cpu_time_ms),
+            memory_mb: self.memory_mb.or(fallback.memory_mb),
+            output_kb: self.output_kb.or(fallback.output_kb),
+            max_new_memories: self.max_new_memories.or(fallback.max_new_memories),
+            max_memory_bytes: self.max_memory_bytes.or(fallback.max_memory_bytes),
+        }
+    }
+}

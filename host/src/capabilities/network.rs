@@ -1,0 +1,240 @@
+//! `network`: the outbound HTTP allowlist (`scheme://host[:port][/path-prefix]`). Raw
+//! sockets are no capability: they are refused to every skill.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use anyhow::{Result, anyhow};
+use serde::{Deserialize, Serialize};
+
+use super::{Capability, CapabilityKind};
+
+/// The `network` capability: a list of allowlist rules.
+pub struct Network;
+
+impl Capability for Network {
+    const KIND: CapabilityKind = CapabilityKind::Network;
+    const SPEC: &'static str = "[=URL_RULE]";
+    type Decl = Vec<NetRule>;
+
+    /// The narrower of each declared/granted pair where one contains the other.
+    fn intersect(declared: &Vec<NetRule>, granted: &Vec<NetRule>) -> Vec<NetRule> {
+        let mut out: Vec<NetRule> = Vec::new();
+        for d in declared {
+            for g in granted {
+                let narrower = if d.within(g) {
+                    d
+                } else if g.within(d) {
+                    g
+                } else {
+                    continue;
+                };
+                if !out.contains(narrower) {
+                    out.push(narrower.clone());
+                }
+            }
+        }
+        out
+    }
+
+    fn minus(mine: &Vec<NetRule>, other: &Vec<NetRule>) -> Vec<NetRule> {
+        mine.iter().filter(|r| !other.iter().any(|o| r.within(o))).cloned().collect()
+    }
+
+    fn describe(rules: &Vec<NetRule>) -> Vec<String> {
+        rules.iter().map(ToString::to_string).collect()
+    }
+
+    fn merge(held: &mut Vec<NetRule>, more: &Vec<NetRule>) {
+        for r in more {
+            if !held.contains(r) {
+                held.push(r.clone());
+            }
+        }
+    }
+
+    fn parse_grant(value: Option<&str>, declared: &Vec<NetRule>) -> Result<Vec<NetRule>> {
+        let Some(v) = value else {
+            if declared.is_empty() {
+                return Err(anyhow!("the skill does not declare network access; it cannot be granted"));
+            }
+            return Ok(declared.clone());
+        };
+        let rule = NetRule::parse(v).map_err(|e| anyhow!(e))?;
+        if !declared.iter().any(|d| rule.within(d)) {
+            return Err(anyhow!("the skill does not declare network access covering {rule}; it cannot be granted"));
+        }
+        Ok(vec![rule])
+    }
+
+    fn revoke(held: &mut Vec<NetRule>, value: Option<&str>) -> Result<()> {
+        match value {
+            None => held.clear(),
+            Some(r) => {
+                let rule = NetRule::parse(r).map_err(|e| anyhow!(e))?;
+                held.retain(|n| *n != rule)
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One outbound HTTP allowlist entry, parsed from `scheme://host[:port][/path-prefix]`.
+/// `host` may start with `*.` to allow subdomains (never the bare domain, never IPs);
+/// a missing port means the scheme's default port and `*` means any port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetRule {
+    pub scheme: String,
+    pub host: String,
+    pub port: PortRule,
+    pub path_prefix: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRule {
+    Default,
+    Any,
+    Exact(u16),
+}
+
+impl NetRule {
+    pub fn parse(text: &str) -> Result<NetRule, String> {
+        let fix =
+            "write it as scheme://host[:port][/path-prefix], e.g. https://api.example.com or http://127.0.0.1:8080/v1";
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| format!("`{text}` has no scheme; {fix}"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
+            return Err(format!("`{text}`: only http and https are supported"));
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (addr, after) = v6.split_once(']').ok_or_else(|| format!("`{text}`: unclosed `[`; {fix}"))?;
+            (format!("[{addr}]"), after.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (authority.to_string(), None),
+            }
+        };
+        let host = host.to_ascii_lowercase();
+        if host.is_empty() || host == "*" || host.contains('@') {
+            return Err(format!("`{text}`: a host is required (`*` alone is not allowed); {fix}"));
+        }
+        if let Some(base) = host.strip_prefix("*.") {
+            // A name with a real top-level label: `*.0.0.1` must not cover 127.0.0.1.
+            let tld_is_name = base.rsplit('.').next().is_some_and(|t| t.chars().any(|c| c.is_ascii_alphabetic()));
+            if base.contains('*') || base.contains(['[', ']', ':']) || !base.contains('.') || !tld_is_name {
+                return Err(format!(
+                    "`{text}`: wildcards are for subdomains of a domain name only, like *.example.com"
+                ));
+            }
+        } else if host.contains('*') {
+            return Err(format!("`{text}`: wildcards are for subdomains only, like *.example.com"));
+        }
+        let port = match port {
+            None => PortRule::Default,
+            Some("*") => PortRule::Any,
+            Some(p) => {
+                PortRule::Exact(p.parse().map_err(|_| format!("`{text}`: port `{p}` is not a number 1-65535 or `*`"))?)
+            }
+        };
+        Ok(NetRule { scheme, host, port, path_prefix: path.to_string() })
+    }
+
+    /// The host as an IP address when the rule names one literally.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+    }
+
+    /// Is every request this rule allows also allowed by `other`?
+    pub fn within(&self, other: &NetRule) -> bool {
+        let host_ok = match (self.host.strip_prefix("*."), other.host.strip_prefix("*.")) {
+            (_, None) => self.host == other.host,
+            (Some(mine), Some(base)) => mine == base || mine.ends_with(&format!(".{base}")),
+            (None, Some(base)) => self.host.ends_with(&format!(".{base}")),
+        };
+        let port_ok = match (self.port, other.port) {
+            (_, PortRule::Any) => true,
+            (a, b) => a == b,
+        };
+        self.scheme == other.scheme && host_ok && port_ok && other.path_ok(&self.path_prefix)
+    }
+
+    /// Does a request to `scheme://host:port/path` fall under this rule? Wildcards never
+    /// match IP literals; a path prefix matches whole segments only (`/v1` covers `/v1` and
+    /// `/v1/x`, not `/v1admin`), and a path with dot segments or encoded separators never
+    /// matches a rule that has a prefix, since the server may resolve it outside the prefix.
+    pub fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
+        if !self.scheme.eq_ignore_ascii_case(scheme) {
+            return false;
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        let is_ip = host.parse::<IpAddr>().is_ok();
+        let host_ok = match self.host.strip_prefix("*.") {
+            Some(base) => {
+                !is_ip
+                    && host.len() > base.len() + 1
+                    && host.ends_with(base)
+                    && host[..host.len() - base.len()].ends_with('.')
+            }
+            None => host == self.host.trim_start_matches('[').trim_end_matches(']'),
+        };
+        let port_ok = match self.port {
+            PortRule::Any => true,
+            PortRule::Exact(p) => p == port,
+            PortRule::Default => port == default_port(scheme),
+        };
+        host_ok && port_ok && self.path_ok(path)
+    }
+
+    fn path_ok(&self, path: &str) -> bool {
+        let prefix = self.path_prefix.as_str();
+        if prefix == "/" {
+            return true;
+        }
+        let lower = path.to_ascii_lowercase();
+        let suspicious = path.split('/').any(|seg| seg == "." || seg == "..")
+            || ["%2e", "%2f", "%5c", "\\"].iter().any(|p| lower.contains(p));
+        if suspicious {
+            return false;
+        }
+        path == prefix
+            || (prefix.ends_with('/') && path.starts_with(prefix))
+            || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/') || rest.starts_with('?'))
+    }
+}
+
+pub fn default_port(scheme: &str) -> u16 {
+    if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 }
+}
+
+impl fmt::Display for NetRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.host)?;
+        match self.port {
+            PortRule::Default => {}
+            PortRule::Any => write!(f, ":*")?,
+            PortRule::Exact(p) => write!(f, ":{p}")?,
+        }
+        if self.path_prefix != "/" {
+            write!(f, "{}", self.path_prefix)?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for NetRule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for NetRule {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        NetRule::parse(&s).map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,107 @@
+//! The enforcement half of a capability: which imports it governs, what it links into the
+//! process-wide linker (once), and the slice of per-call state its host functions see
+//! (prepared from the effective rights, like wasmtime-wasi's per-interface contexts and
+//! views). The list of capabilities is `capabilities::with_capabilities!`: the per-call
+//! state struct and the link/prepare/finish loops below are generated from it, so a
+//! capability without an [`Enforce`] impl does not compile.
+
+use anyhow::Result;
+use wasmtime::component::Linker;
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::{CallGrant, CallState, Denial, Invocation};
+use crate::capabilities::{Capability, CapabilityKind, CapabilitySet};
+
+/// What a capability's `prepare` may read about the call.
+pub(crate) struct CallSetup<'a> {
+    pub grant: &'a CallGrant,
+    pub invocation: &'a Invocation,
+}
+
+/// A capability as the sandbox enforces it.
+pub(crate) trait Enforce: Capability {
+    /// The part of a call's state this capability's host functions see, and nothing else.
+    type State: Send + 'static;
+    /// Interfaces (names without `@version`) whose reach this capability decides.
+    const GOVERNS: &'static [&'static str];
+
+    /// Link this capability's host interfaces (once per engine). Interfaces that are part
+    /// of WASI's core (filesystem) are linked with it; their reach is set in `prepare`.
+    fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()>;
+
+    /// One call's state from its effective rights; may configure the WASI context.
+    /// Rights that cannot be honoured (a mount that does not resolve) go to `denials`.
+    fn prepare(
+        effective: &Self::Decl,
+        call: &CallSetup<'_>,
+        wasi: &mut WasiCtxBuilder,
+        denials: &mut Vec<Denial>,
+    ) -> Result<Self::State>;
+
+    /// Attempted uses refused during the call.
+    fn take_denials(_state: &mut Self::State) -> Vec<Denial> {
+        Vec::new()
+    }
+
+    /// Remove from text the model reads what this capability must not leak (for example
+    /// secret values). Nothing today holds secrets.
+    fn redact(_state: &Self::State, _text: &mut String) {}
+}
+
+macro_rules! define_states {
+    ($($field:ident : $module:ident :: $cap:ident => $variant:ident),* $(,)?) => {
+        /// Every capability's slice of one call's state.
+        pub(crate) struct CapabilityStates {
+            $(pub $field: <crate::capabilities::$module::$cap as Enforce>::State,)*
+        }
+
+        /// Link every capability's host interfaces.
+        pub(crate) fn link_all(linker: &mut Linker<CallState>) -> Result<()> {
+            $(<crate::capabilities::$module::$cap as Enforce>::add_to_linker(linker)?;)*
+            Ok(())
+        }
+
+        /// Prepare every capability's state for one call.
+        pub(crate) fn prepare_all(
+            effective: &CapabilitySet,
+            call: &CallSetup<'_>,
+            wasi: &mut WasiCtxBuilder,
+            denials: &mut Vec<Denial>,
+        ) -> Result<CapabilityStates> {
+            Ok(CapabilityStates {
+                $($field: <crate::capabilities::$module::$cap as Enforce>::prepare(&effective.$field, call, wasi, denials)?,)*
+            })
+        }
+
+        /// The capability that governs `interface` (a name without version), if any.
+        pub(crate) fn governing(interface: &str) -> Option<CapabilityKind> {
+            $(
+                if <crate::capabilities::$module::$cap as Enforce>::GOVERNS.contains(&interface) {
+                    return Some(CapabilityKind::$variant);
+                }
+            )*
+            None
+        }
+
+        /// Every interface some capability governs.
+        pub(crate) fn governed() -> Vec<&'static str> {
+            let mut out = Vec::new();
+            $(out.extend_from_slice(<crate::capabilities::$module::$cap as Enforce>::GOVERNS);)*
+            out
+        }
+
+        impl CapabilityStates {
+            pub(crate) fn take_denials(&mut self) -> Vec<Denial> {
+                let mut out = Vec::new();
+                $(out.extend(<crate::capabilities::$module::$cap as Enforce>::take_denials(&mut self.$field));)*
+                out
+            }
+
+            pub(crate) fn redact(&self, text: &mut String) {
+                $(<crate::capabilities::$module::$cap as Enforce>::redact(&self.$field, text);)*
+            }
+        }
+    };
+}
+
+crate::capabilities::with_capabilities!(define_states);
