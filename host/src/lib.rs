@@ -17,6 +17,7 @@ pub mod cli;
 pub mod library;
 pub mod lint;
 pub mod manifest;
+pub mod mcp;
 pub mod memory;
 pub mod policy;
 pub mod sandbox;
