@@ -221,7 +221,8 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).unwrap();
-    s.write_all(body).unwrap();
+    // A server refusing an oversized body may answer and close before it is all sent.
+    let _ = s.write_all(body);
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("no HTTP header end");
