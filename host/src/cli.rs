@@ -19,6 +19,7 @@ use crate::library::Library;
 
 mod agent;
 mod audit;
+mod mcp;
 mod memory;
 mod output;
 mod policy;
@@ -64,6 +65,8 @@ enum Command {
     Agent(agent::AgentCmd),
     /// Run the agent on a task: the model picks skills step by step (see `--help`).
     Run(run::RunArgs),
+    /// Serve the skills and memory to MCP clients (stdio; Streamable HTTP with --http).
+    Mcp(mcp::McpArgs),
 }
 
 #[derive(Subcommand)]
@@ -232,6 +235,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Memory(cmd) => memory::run(&lib, cmd, json),
         Command::Audit(cmd) => audit::run(&lib, cmd, json),
         Command::Agent(cmd) => agent::run(&home, cmd, json),
+        Command::Mcp(args) => mcp::run(lib, &home, args),
     }
 }
 

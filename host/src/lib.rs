@@ -20,6 +20,7 @@ pub mod http;
 pub mod library;
 pub mod lint;
 pub mod manifest;
+pub mod mcp;
 pub mod memory;
 pub mod policy;
 pub mod sandbox;

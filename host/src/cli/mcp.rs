@@ -1,0 +1,100 @@
+//! `skillhost mcp`: serve the installed skills and memory to MCP clients, over stdio (default,
+//! for a client that starts the server) or Streamable HTTP (`--http ADDR`, for remote or
+//! shared use). stdout belongs to the protocol on stdio: everything else goes to stderr.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::profile::load_profiles;
+use crate::library::Library;
+use crate::mcp::http::HttpOptions;
+use crate::mcp::{McpServer, MemoryMode, ServerOptions};
+
+#[derive(Args)]
+pub(super) struct McpArgs {
+    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8765; a
+    /// non-loopback address needs a token).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Serve only the skills this agent profile allows, with its memory namespace.
+    #[arg(long, value_name = "PROFILE")]
+    agent: Option<String>,
+    /// What clients may do with long-term memory.
+    #[arg(long, value_enum, default_value = "read")]
+    memory: MemoryMode,
+    /// File holding the bearer token HTTP clients must send (required for a non-loopback
+    /// --http address). SKILLHOST_MCP_TOKEN sets it too.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Another `Host` header value to accept over HTTP (the name clients use to reach a
+    /// non-loopback bind); repeatable. Loopback names are always accepted.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    allow_hosts: Vec<String>,
+    /// A browser origin to accept over HTTP (e.g. https://app.example.com:443); repeatable.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+    /// Most skill calls running at once; more wait for a slot (up to 10 s, then a busy error).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_calls: u32,
+}
+
+fn read_token(args: &McpArgs) -> Result<Option<String>> {
+    let token = match &args.token_file {
+        Some(file) => Some(
+            std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the token file {}", file.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var("SKILLHOST_MCP_TOKEN").ok().map(|t| t.trim().to_string()),
+    };
+    match token {
+        Some(t) if t.is_empty() => bail!("the MCP token is empty; put a long random string in it"),
+        other => Ok(other),
+    }
+}
+
+pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> {
+    let mut options = ServerOptions::new(home.to_path_buf());
+    options.memory = args.memory;
+    options.max_concurrent_calls = args.max_calls as usize;
+    if let Some(name) = &args.agent {
+        let profiles = load_profiles(home)?;
+        let known: Vec<String> = profiles.iter().map(|p| p.name.clone()).collect();
+        let profile = profiles.into_iter().find(|p| p.name == *name).ok_or_else(|| {
+            anyhow!("no agent profile `{name}`; known: {} (add one with `skillhost agent add DIR`)", known.join(", "))
+        })?;
+        options.profile = Some(profile);
+    }
+    let http = match args.http {
+        Some(addr) => {
+            let mut h = HttpOptions::new(addr);
+            h.token = read_token(&args)?;
+            h.allowed_hosts = args.allow_hosts.clone();
+            h.allowed_origins = args.allow_origins.clone();
+            h.check()?;
+            Some(h)
+        }
+        None => None,
+    };
+    let server = McpServer::new(Arc::new(lib), options);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        match http {
+            Some(h) => {
+                // Runs until killed: every answered call's audit line is already written.
+                crate::mcp::http::serve(server, h, CancellationToken::new()).await
+            }
+            None => crate::mcp::serve_stdio(server).await,
+        }
+    })?;
+    // A stdin read may still be parked on the blocking pool; do not wait for it.
+    rt.shutdown_background();
+    Ok(ExitCode::SUCCESS)
+}

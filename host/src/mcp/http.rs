@@ -1,0 +1,187 @@
+//! Streamable HTTP at `/mcp` (rmcp's tower service under axum) and `/healthz`.
+//!
+//! In front of the MCP service, in this order: a bearer token when one is configured (always
+//! for a non-loopback bind, see [`HttpOptions::check`]); a request-size limit; a bound on
+//! requests in flight. Each refusal is a JSON-RPC error body with a sentence saying what to
+//! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::{McpServer, Transport};
+
+/// How the HTTP endpoint is guarded.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub addr: SocketAddr,
+    /// Required `Authorization: Bearer` token; mandatory for a non-loopback bind.
+    pub token: Option<String>,
+    /// Extra `Host` names accepted besides loopback (for a non-loopback bind).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted (`http://localhost:*` style); none means only loopback pages.
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    pub max_in_flight: usize,
+}
+
+impl HttpOptions {
+    pub fn new(addr: SocketAddr) -> HttpOptions {
+        HttpOptions {
+            addr,
+            token: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 1 << 20,
+            max_in_flight: 256,
+        }
+    }
+
+    /// Refuse setups that would expose the skills unauthenticated.
+    pub fn check(&self) -> Result<()> {
+        if !self.addr.ip().is_loopback() && self.token.is_none() {
+            bail!(
+                "refusing to serve MCP on {} without a token: a non-loopback address needs --token-file FILE or SKILLHOST_MCP_TOKEN (or bind 127.0.0.1)",
+                self.addr
+            );
+        }
+        if self.token.as_deref().is_some_and(|t| t.len() < 16) {
+            bail!("the MCP token is too short: use at least 16 characters (e.g. `openssl rand -hex 32`)");
+        }
+        Ok(())
+    }
+}
+
+fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message } });
+    let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"skillhost\""));
+    }
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Equal-length, data-independent comparison: the token check leaks no prefix timing.
+fn same_token(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+struct Guard {
+    token: Option<String>,
+    max_body_bytes: usize,
+    in_flight: Semaphore,
+    max_in_flight: usize,
+}
+
+async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &g.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match given {
+            Some(t) if same_token(t.as_bytes(), token.as_bytes()) => {}
+            Some(_) => {
+                return rpc_error(StatusCode::UNAUTHORIZED, -32001, "invalid bearer token".into());
+            }
+            None => {
+                return rpc_error(
+                    StatusCode::UNAUTHORIZED,
+                    -32001,
+                    "this server requires `Authorization: Bearer <token>` (the token of --token-file / SKILLHOST_MCP_TOKEN)"
+                        .into(),
+                );
+            }
+        }
+    }
+    let declared =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > g.max_body_bytes as u64) {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            -32600,
+            format!(
+                "request body of {} bytes is over the limit of {} bytes; send less at once",
+                declared.unwrap_or(0),
+                g.max_body_bytes
+            ),
+        );
+    }
+    let Ok(_permit) = g.in_flight.try_acquire() else {
+        return rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            -32000,
+            format!("server busy: {} requests in flight (the limit); retry shortly", g.max_in_flight),
+        );
+    };
+    next.run(request).await
+}
+
+async fn healthz() -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json!({ "status": "ok" }).to_string())
+        .into_response()
+}
+
+/// The axum app: `/mcp` and `/healthz`, guarded. `shutdown` ends every MCP session.
+pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: CancellationToken) -> axum::Router {
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+    if !options.addr.ip().is_unspecified() {
+        hosts.push(options.addr.ip().to_string());
+    }
+    hosts.extend(options.allowed_hosts.iter().cloned());
+    let mut origins: Vec<String> =
+        vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
+    origins.extend(options.allowed_origins.iter().cloned());
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(options.max_body_bytes)
+        .with_cancellation_token(shutdown);
+    let factory = {
+        let server = server.clone();
+        move || -> Result<super::SkillhostMcp, std::io::Error> { Ok(server.connection(Transport::Http)) }
+    };
+    let mcp: StreamableHttpService<_, LocalSessionManager> =
+        StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    let guard_state = Arc::new(Guard {
+        token: options.token.clone(),
+        max_body_bytes: options.max_body_bytes,
+        in_flight: Semaphore::new(options.max_in_flight.max(1)),
+        max_in_flight: options.max_in_flight,
+    });
+    let guarded =
+        axum::Router::new().nest_service("/mcp", mcp).layer(middleware::from_fn_with_state(guard_state, guard));
+    axum::Router::new().route("/healthz", axum::routing::get(healthz)).merge(guarded).fallback(|| async {
+        rpc_error(StatusCode::NOT_FOUND, -32601, "no such endpoint: MCP is served at /mcp".into())
+    })
+}
+
+/// Bind and serve until `shutdown` is cancelled. Prints the address it listens on (stderr)
+/// once bound, so a caller that asked for port 0 learns the port.
+pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: CancellationToken) -> Result<()> {
+    options.check()?;
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
+    let local = listener.local_addr()?;
+    eprintln!("skillhost mcp: listening on http://{local}/mcp");
+    let app = router(server, &options, shutdown.clone());
+    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled_owned().await }).await?;
+    Ok(())
+}

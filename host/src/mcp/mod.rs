@@ -1,0 +1,469 @@
+//! `skillhost mcp`: the installed skills and memory served to any Model Context Protocol client.
+//!
+//! One [`McpServer`] (one `Arc<Library>`, the options, the call limiter) is shared by every
+//! connection; each connection (stdio, or one Streamable HTTP session or stateless request)
+//! gets a cheap [`SkillhostMcp`] handler that names its audit session. The handler is written
+//! by hand against rmcp's `ServerHandler` because the tool list is not known at compile time:
+//! every `tools/list` reads the installed skills and the policy again, so a skill installed,
+//! removed or re-granted while the server runs shows on the next list and applies to the next
+//! call. Nothing a client sends can change rights: the handler only ever reads the policy.
+//!
+//! Executable skills are tools ([`tools`]), instruction skills are prompts (and their SKILL.md a
+//! resource), the MEMORY.md view is a resource, and `memory_search` / `memory_add` are tools
+//! when `--memory` allows them.
+
+pub mod http;
+mod tools;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Result;
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+
+use crate::agent::profile::AgentProfile;
+use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
+
+/// What the MCP client may do with long-term memory (`--memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemoryMode {
+    /// No memory tools, no MEMORY.md resource.
+    None,
+    /// `memory_search` and the MEMORY.md resource.
+    Read,
+    /// Also `memory_add`.
+    Write,
+}
+
+/// Which transport a request came over; recorded in the audit session name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Stdio,
+    Http,
+}
+
+impl Transport {
+    fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// How the server is set up (from the command line).
+pub struct ServerOptions {
+    /// The skillhost home (for reading instruction skills' SKILL.md).
+    pub home: PathBuf,
+    /// Only the skills this profile's allowlist names, and its memory namespace.
+    pub profile: Option<AgentProfile>,
+    pub memory: MemoryMode,
+    /// Most skill calls running at once; further calls wait up to `queue_wait`.
+    pub max_concurrent_calls: usize,
+    pub queue_wait: Duration,
+}
+
+impl ServerOptions {
+    pub fn new(home: PathBuf) -> ServerOptions {
+        ServerOptions {
+            home,
+            profile: None,
+            memory: MemoryMode::Read,
+            max_concurrent_calls: 32,
+            queue_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Freshness the lists advertise (2026-07-28 `ttlMs`): short, because skills and grants
+/// change while the server runs.
+const LIST_TTL_MS: u64 = 2_000;
+/// URI of the MEMORY.md view resource.
+pub const MEMORY_URI: &str = "skillhost://memory/MEMORY.md";
+
+/// State shared by every connection of one server process.
+pub struct McpServer {
+    lib: Arc<Library>,
+    options: ServerOptions,
+    calls: Semaphore,
+    connections: AtomicU64,
+}
+
+impl McpServer {
+    pub fn new(lib: Arc<Library>, options: ServerOptions) -> Arc<McpServer> {
+        let calls = Semaphore::new(options.max_concurrent_calls.max(1));
+        Arc::new(McpServer { lib, options, calls, connections: AtomicU64::new(0) })
+    }
+
+    /// A handler for one new connection over `transport`.
+    pub fn connection(self: &Arc<Self>, transport: Transport) -> SkillhostMcp {
+        let n = self.connections.fetch_add(1, Ordering::Relaxed);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        SkillhostMcp {
+            server: self.clone(),
+            transport,
+            nonce: format!("{nanos:x}-{:x}-{n}", std::process::id()),
+            session: Arc::new(OnceLock::new()),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.options.profile.as_ref().map_or(DEFAULT_NAMESPACE, |p| p.namespace.as_str())
+    }
+
+    fn allows(&self, skill: &str) -> bool {
+        self.options.profile.as_ref().is_none_or(|p| p.allows(skill))
+    }
+}
+
+/// The handler of one connection.
+#[derive(Clone)]
+pub struct SkillhostMcp {
+    server: Arc<McpServer>,
+    transport: Transport,
+    nonce: String,
+    /// The audit session of this connection, named once the client is known.
+    session: Arc<OnceLock<String>>,
+}
+
+/// The MCP client as it named itself (`initialize` or the request's `_meta`).
+#[derive(Debug, Clone)]
+struct Client {
+    name: String,
+    version: String,
+}
+
+fn client_of(context: &RequestContext<RoleServer>) -> Client {
+    let info = context.meta.client_info().or_else(|| context.peer.peer_info().map(|p| p.client_info.clone()));
+    match info {
+        Some(i) => Client { name: i.name, version: i.version },
+        None => Client { name: "unknown".into(), version: "unknown".into() },
+    }
+}
+
+/// Keep a client-chosen string fit for a session name: a few safe characters, bounded.
+fn sanitize(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .take(48)
+        .collect();
+    if cleaned.is_empty() { "unknown".into() } else { cleaned }
+}
+
+fn internal(e: anyhow::Error) -> McpError {
+    McpError::internal_error(format!("{e:#}"), None)
+}
+
+impl SkillhostMcp {
+    /// `mcp-<transport>-<client>@<version>-<nonce>`: the library's call lines carry only the
+    /// session, so the transport and client are named there.
+    fn session(&self, client: &Client) -> String {
+        self.session
+            .get_or_init(|| {
+                format!(
+                    "mcp-{}-{}@{}-{}",
+                    self.transport.as_str(),
+                    sanitize(&client.name),
+                    sanitize(&client.version),
+                    self.nonce
+                )
+            })
+            .clone()
+    }
+
+    /// Run blocking library work (directory scans, store access) off the async workers.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&McpServer) -> Result<T> + Send + 'static,
+    ) -> Result<T, McpError> {
+        let server = self.server.clone();
+        tokio::task::spawn_blocking(move || f(&server))
+            .await
+            .map_err(|e| McpError::internal_error(format!("worker failed: {e}"), None))?
+            .map_err(internal)
+    }
+
+    async fn call_skill(
+        &self,
+        name: &str,
+        arguments: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let client = client_of(context);
+        let opts =
+            RunOptions { session: self.session(&client), step: 0, namespace: self.server.namespace().to_string() };
+        let _permit = match tokio::time::timeout(self.server.options.queue_wait, self.server.calls.acquire()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                return Err(McpError::new(
+                    ErrorCode(-32000),
+                    format!(
+                        "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
+                        self.server.options.max_concurrent_calls,
+                        self.server.options.queue_wait.as_secs()
+                    ),
+                    None,
+                ));
+            }
+        };
+        // Dropping the run future (cancelled request) drops the guest's store, which stops it.
+        let run = self.server.lib.run(name, arguments, &opts);
+        tokio::select! {
+            report = run => match report {
+                Ok(report) => Ok(tools::call_result(&report)),
+                Err(e) => Ok(tools::error_result(&format!("{e:#}"))),
+            },
+            _ = context.ct.cancelled() => Err(McpError::new(ErrorCode(-32800), "request cancelled", None)),
+        }
+    }
+
+    fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
+        let log = self.server.lib.audit_log();
+        let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
+        entry.insert("step".into(), 0.into());
+        entry.insert("skill".into(), tool.into());
+        entry.insert("params".into(), params.clone());
+        entry.insert("status".into(), status.into());
+        entry.insert("transport".into(), self.transport.as_str().into());
+        entry.insert("client".into(), json!({ "name": client.name, "version": client.version }));
+        entry.extend(extra);
+        if let Err(e) = log.append(entry) {
+            eprintln!("warning: cannot write the audit log {}: {e:#}", log.path().display());
+        }
+    }
+
+    async fn call_memory(
+        &self,
+        tool: tools::MemoryTool,
+        arguments: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let client = client_of(context);
+        let session = self.session(&client);
+        let namespace = self.server.namespace().to_string();
+        let params = arguments.clone();
+        let request = match tools::MemoryRequest::parse(tool, arguments) {
+            Ok(r) => r,
+            Err(message) => {
+                self.audit_memory(tool.name(), &client, &params, "invalid-params", Map::new());
+                return Ok(tools::error_result(&message));
+            }
+        };
+        let provenance_client = format!("mcp:{}@{}", sanitize(&client.name), sanitize(&client.version));
+        let outcome = self
+            .blocking(move |server| {
+                let memory = server.lib.memory()?;
+                Ok(request.execute(&memory, &namespace, &session, &provenance_client))
+            })
+            .await?;
+        let (status, extra) = match &outcome {
+            Ok(v) => ("success", tools::memory_audit_fields(v)),
+            Err(_) => ("failed", Map::new()),
+        };
+        self.audit_memory(tool.name(), &client, &params, status, extra);
+        Ok(match outcome {
+            Ok(v) => tools::json_result(v),
+            Err(message) => tools::error_result(&message),
+        })
+    }
+}
+
+impl ServerHandler for SkillhostMcp {
+    fn get_info(&self) -> ServerConfig {
+        // Resources are always there: instruction skills' SKILL.md, and MEMORY.md unless --memory none.
+        let caps = ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().build();
+        ServerConfig::new(caps)
+            .with_server_info(Implementation::new("skillhost", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Tools are sandboxed skills: each runs in a WebAssembly sandbox with only the rights the user granted it. \
+                 Prompts are instruction skills (guidance to follow). The MEMORY.md resource and memory_search give \
+                 what was learned in earlier sessions.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let memory = self.server.options.memory;
+        let tools = self.blocking(move |server| tools::list(server, memory)).await?;
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        if let Some(tool) = tools::MemoryTool::from_name(&name) {
+            if !tool.offered(self.server.options.memory) {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "unknown tool `{name}`: this server was started with --memory {:?}",
+                        self.server.options.memory
+                    )
+                    .to_lowercase(),
+                    None,
+                ));
+            }
+            return self.call_memory(tool, arguments, &context).await.map(Into::into);
+        }
+        let check = name.clone();
+        let known = self
+            .blocking(move |server| {
+                Ok(server.allows(&check) && server.lib.names()?.iter().any(|n| *n == check) && {
+                    server.lib.info(&check).map(|i| !i.record.is_instruction()).unwrap_or(true)
+                })
+            })
+            .await?;
+        if !known {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
+                None,
+            ));
+        }
+        self.call_skill(&name, arguments, &context).await.map(Into::into)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let prompts = self
+            .blocking(|server| {
+                Ok(tools::instruction_skills(server)?
+                    .into_iter()
+                    .map(|i| Prompt::new(i.manifest.name.clone(), Some(tools::description(&i.manifest)), None))
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        Ok(ListPromptsResult::with_all_items(prompts).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let name = request.name.clone();
+        let found = self
+            .blocking(move |server| {
+                Ok(tools::instruction_skills(server)?.into_iter().find(|i| i.manifest.name == name))
+            })
+            .await?;
+        let Some(info) = found else {
+            return Err(McpError::invalid_params(
+                format!("unknown prompt `{}`: prompts/list names the instruction skills", request.name),
+                None,
+            ));
+        };
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, info.manifest.body.clone())])
+            .with_description(tools::description(&info.manifest))
+            .into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let with_memory = self.server.options.memory != MemoryMode::None;
+        let resources = self
+            .blocking(move |server| {
+                let mut out = Vec::new();
+                if with_memory {
+                    out.push(
+                        Resource::new(MEMORY_URI, "MEMORY.md")
+                            .with_description("What was learned in earlier sessions (the memory view given to agents)")
+                            .with_mime_type("text/markdown"),
+                    );
+                }
+                for info in tools::instruction_skills(server)? {
+                    out.push(
+                        Resource::new(format!("skill://{}/SKILL.md", info.manifest.name), info.manifest.name.clone())
+                            .with_description(tools::description(&info.manifest))
+                            .with_mime_type("text/markdown"),
+                    );
+                }
+                Ok(out)
+            })
+            .await?;
+        Ok(ListResourcesResult::with_all_items(resources)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let uri = request.uri.clone();
+        if uri == MEMORY_URI && self.server.options.memory != MemoryMode::None {
+            let client = client_of(&context);
+            let namespace = self.server.namespace().to_string();
+            let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
+            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), "success", Map::new());
+            return Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
+            ])
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private)
+            .into());
+        }
+        if let Some(name) = uri.strip_prefix("skill://").and_then(|r| r.strip_suffix("/SKILL.md")) {
+            let name = name.to_string();
+            let text = self
+                .blocking(move |server| {
+                    if !tools::instruction_skills(server)?.iter().any(|i| i.manifest.name == name) {
+                        return Ok(None);
+                    }
+                    let path = server.options.home.join("skills").join(&name).join("SKILL.md");
+                    Ok(Some(std::fs::read_to_string(path)?))
+                })
+                .await?;
+            if let Some(text) = text {
+                return Ok(ReadResourceResult::new(vec![
+                    ResourceContents::text(text, uri).with_mime_type("text/markdown"),
+                ])
+                .with_ttl_ms(LIST_TTL_MS)
+                .with_cache_scope(CacheScope::Private)
+                .into());
+            }
+        }
+        Err(McpError::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("no resource `{}`: resources/list names what this server has", request.uri),
+            None,
+        ))
+    }
+}
+
+/// Serve one client over stdin/stdout until it closes the stream.
+pub async fn serve_stdio(server: Arc<McpServer>) -> Result<()> {
+    use rmcp::ServiceExt as _;
+    let running = server
+        .connection(Transport::Stdio)
+        .serve(rmcp::transport::stdio_pipes())
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
+    running.waiting().await?;
+    Ok(())
+}

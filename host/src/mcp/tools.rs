@@ -1,0 +1,453 @@
+//! Skills as MCP tools: the tool list (schemas, annotations from the effective rights), the
+//! mapping of a run report to a tool result, and the two memory tools.
+//!
+//! Annotations are hints for the client's UI, derived from what the skill may actually do
+//! (declared AND granted), never from what it declares alone: a skill that declares network
+//! but was not granted it is not open-world.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde_json::{Map, Value, json};
+
+use super::{McpServer, MemoryMode};
+use crate::capabilities::{Access, CapabilitySet, MemoryAccess};
+use crate::library::{RunReport, SkillInfo};
+use crate::manifest::Manifest;
+use crate::memory::{Memory, MemoryKind, NewRecord, Provenance, SearchFilter};
+use crate::sandbox::{CallError, Status};
+
+/// Longest tool description sent: SKILL.md descriptions are capped by the linter, but a
+/// hostile one should not fill a client's context.
+const MAX_DESCRIPTION: usize = 2_000;
+/// Most memory search hits one call returns.
+const MAX_SEARCH_LIMIT: u64 = 50;
+
+/// Description + when to use, as the tool (or prompt) description.
+pub(super) fn description(m: &Manifest) -> String {
+    let mut d = m.description.trim().to_string();
+    if let Some(w) = m.when_to_use.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
+        d.push_str("\n\nWhen to use: ");
+        d.push_str(w);
+    }
+    if d.len() > MAX_DESCRIPTION {
+        let mut cut = MAX_DESCRIPTION;
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        d.truncate(cut);
+        d.push_str(" [...]");
+    }
+    d
+}
+
+/// Valid MCP tool name: 1-128 of `[A-Za-z0-9_.-]`.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Hints from the effective rights (see the module doc).
+pub fn annotations(effective: &CapabilitySet) -> ToolAnnotations {
+    let read_write_mount = effective.filesystem.iter().any(|m| m.access == Access::ReadWrite);
+    let network = !effective.network.is_empty();
+    // Session working memory is written too: a skill with it changes state across calls.
+    let writes_memory = effective.memory == MemoryAccess::Write || effective.session;
+    ToolAnnotations::new()
+        .read_only(!read_write_mount && !network && !writes_memory)
+        .destructive(read_write_mount)
+        .open_world(network)
+}
+
+/// The `outputSchema` of every skill tool: the skill's result after the host's caps.
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "output": { "type": "string", "description": "What the skill returned (capped by its output limit)" },
+            "status": {
+                "type": "string",
+                "enum": ["success", "failure", "require-more", "invalid-params", "failed", "cpu-limit",
+                         "memory-limit", "timeout", "panic", "trap", "setup"],
+                "description": "success, failure or require-more from the skill; otherwise why the call produced no result"
+            },
+            "error": { "type": "string", "description": "Why the call produced no result, and what to do" },
+            "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
+            "memories_stored": { "type": "array", "items": { "type": "integer" } },
+            "memories_dropped": { "type": "array", "items": { "type": "string" } },
+            "denials": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": { "capability": { "type": "string" }, "message": { "type": "string" } },
+                    "required": ["capability", "message"]
+                }
+            }
+        },
+        "required": ["output", "status", "metadata", "memories_stored", "memories_dropped", "denials"]
+    })
+}
+
+fn object(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(Map::new()),
+    }
+}
+
+/// Installed skills, each loaded on its own; broken ones are left out of the lists.
+fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
+    Ok(server
+        .lib
+        .scan()?
+        .into_iter()
+        .filter_map(|(name, info)| match info {
+            Ok(i) if server.allows(&name) => Some(i),
+            Ok(_) => None,
+            Err(e) => {
+                eprintln!("warning: skill `{name}` is not served: {e:#}");
+                None
+            }
+        })
+        .collect())
+}
+
+pub(super) fn instruction_skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
+    Ok(skills(server)?.into_iter().filter(|i| i.record.is_instruction()).collect())
+}
+
+/// Every tool, in a stable order: skills by name, then the memory tools.
+pub(super) fn list(server: &McpServer, memory: MemoryMode) -> anyhow::Result<Vec<Tool>> {
+    let policy = server.lib.policy_files().load()?;
+    let mut tools = Vec::new();
+    for info in skills(server)? {
+        if info.record.is_instruction() || !valid_tool_name(&info.manifest.name) {
+            continue;
+        }
+        let effective = info.manifest.capabilities.intersect(&policy.granted(&info.manifest.name));
+        let mut input = info.params_schema.clone();
+        if let Value::Object(m) = &mut input {
+            m.entry("type").or_insert_with(|| "object".into());
+        }
+        tools.push(
+            Tool::new(info.manifest.name.clone(), description(&info.manifest), object(input))
+                .with_raw_output_schema(object(output_schema()))
+                .with_annotations(annotations(&effective)),
+        );
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    for tool in MemoryTool::ALL {
+        if tool.offered(memory) {
+            tools.push(tool.definition());
+        }
+    }
+    Ok(tools)
+}
+
+fn status_name(report: &RunReport) -> String {
+    match &report.result {
+        Ok(out) => serde_json::to_value(out.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        Err(e) => serde_json::to_value(e)
+            .ok()
+            .and_then(|v| v.get("kind").and_then(Value::as_str).map(String::from))
+            .unwrap_or_default(),
+    }
+}
+
+/// What to tell a model when a call produced no result: the reason and the way forward.
+fn advice(e: &CallError) -> &'static str {
+    match e {
+        CallError::InvalidParams(_) => "Fix the arguments to match the tool's inputSchema and call again.",
+        CallError::Failed(_) => {
+            "The skill reported a failure; read its message, change the request or try another tool."
+        }
+        CallError::CpuLimit(_) | CallError::Timeout { .. } => {
+            "The call hit its time limit; ask for less work (narrower arguments) or do not retry it as is."
+        }
+        CallError::MemoryLimit(_) => "The call hit its memory limit; ask for less data at once.",
+        CallError::Panic(_) | CallError::Trap(_) => {
+            "The skill crashed; retrying the same arguments will crash again. Report it or try another tool."
+        }
+        CallError::Setup(_) => "The host could not start the skill; this is not caused by the arguments.",
+    }
+}
+
+/// A run report as a tool result: `structuredContent` and the same JSON as text; `isError`
+/// when the skill did not succeed.
+pub(super) fn call_result(report: &RunReport) -> CallToolResult {
+    let (output, metadata, error, ok) = match &report.result {
+        Ok(out) => {
+            let md: Map<String, Value> =
+                out.metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+            (out.output.clone(), md, None, out.status != Status::Failure)
+        }
+        Err(e) => (String::new(), Map::new(), Some(format!("{e}. {}", advice(e))), false),
+    };
+    let mut structured = json!({
+        "output": output,
+        "status": status_name(report),
+        "metadata": metadata,
+        "memories_stored": report.memories.stored,
+        "memories_dropped": report.memories.dropped,
+        "denials": report.denials,
+    });
+    if let Some(e) = &error {
+        structured["error"] = Value::String(e.clone());
+    }
+    let mut content = Vec::new();
+    if let Some(e) = &error {
+        content.push(ContentBlock::text(e.clone()));
+    }
+    content.push(ContentBlock::text(structured.to_string()));
+    let mut result = if ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
+    result.structured_content = Some(structured);
+    result
+}
+
+/// A failure before the skill ran (not installed any more, broken install): a tool error with
+/// the library's sentence.
+pub(super) fn error_result(message: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.to_string())])
+}
+
+pub(super) fn json_result(v: Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
+    r.structured_content = Some(v);
+    r
+}
+
+/// The memory tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MemoryTool {
+    Search,
+    Add,
+}
+
+impl MemoryTool {
+    const ALL: [MemoryTool; 2] = [MemoryTool::Search, MemoryTool::Add];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            MemoryTool::Search => "memory_search",
+            MemoryTool::Add => "memory_add",
+        }
+    }
+
+    pub(super) fn from_name(name: &str) -> Option<MemoryTool> {
+        MemoryTool::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    pub(super) fn offered(self, mode: MemoryMode) -> bool {
+        match self {
+            MemoryTool::Search => mode != MemoryMode::None,
+            MemoryTool::Add => mode == MemoryMode::Write,
+        }
+    }
+
+    fn definition(self) -> Tool {
+        let kinds: Vec<&str> = MemoryKind::ALL.iter().map(|k| k.as_str()).collect();
+        match self {
+            MemoryTool::Search => Tool::new(
+                self.name(),
+                "Search long-term memory (facts, preferences, pitfalls and results learned in earlier sessions), best match first.",
+                object(json!({
+                    "type": "object",
+                    "properties": {
+                        "query": { "type": "string", "minLength": 1, "description": "Words to look for" },
+                        "limit": { "type": "integer", "minimum": 1, "maximum": MAX_SEARCH_LIMIT, "default": 10 }
+                    },
+                    "required": ["query"],
+                    "additionalProperties": false
+                })),
+            )
+            .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).open_world(false)),
+            MemoryTool::Add => Tool::new(
+                self.name(),
+                "Store one fact in long-term memory for later sessions (merged with a near-duplicate if there is one). Use it for durable, reusable knowledge, not for scratch notes.",
+                object(json!({
+                    "type": "object",
+                    "properties": {
+                        "content": { "type": "string", "minLength": 1, "maxLength": 2000 },
+                        "kind": { "type": "string", "enum": kinds, "default": "fact" },
+                        "priority": { "type": "integer", "minimum": 0, "maximum": 5, "default": 3 },
+                        "tags": { "type": "array", "items": { "type": "string" }, "maxItems": 16 }
+                    },
+                    "required": ["content"],
+                    "additionalProperties": false
+                })),
+            )
+            .with_annotations(
+                ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false),
+            ),
+        }
+    }
+}
+
+/// A validated memory tool call.
+pub(super) enum MemoryRequest {
+    Search { query: String, limit: usize },
+    Add { content: String, kind: MemoryKind, priority: u8, tags: Vec<String> },
+}
+
+impl MemoryRequest {
+    pub(super) fn parse(tool: MemoryTool, args: Value) -> Result<MemoryRequest, String> {
+        let Value::Object(mut m) = args else { return Err("arguments must be a JSON object".into()) };
+        let allowed: &[&str] = match tool {
+            MemoryTool::Search => &["query", "limit"],
+            MemoryTool::Add => &["content", "kind", "priority", "tags"],
+        };
+        if let Some(k) = m.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(format!("unknown argument `{k}` for {}; allowed: {}", tool.name(), allowed.join(", ")));
+        }
+        match tool {
+            MemoryTool::Search => {
+                let query = match m.remove("query") {
+                    Some(Value::String(q)) if !q.trim().is_empty() => q,
+                    _ => return Err("`query` is required: a non-empty string of words to look for".into()),
+                };
+                let limit = match m.remove("limit") {
+                    None => 10,
+                    Some(Value::Number(n)) if n.as_u64().is_some_and(|l| (1..=MAX_SEARCH_LIMIT).contains(&l)) => {
+                        n.as_u64().unwrap_or(10) as usize
+                    }
+                    Some(v) => return Err(format!("`limit` must be an integer from 1 to {MAX_SEARCH_LIMIT}, got {v}")),
+                };
+                Ok(MemoryRequest::Search { query, limit })
+            }
+            MemoryTool::Add => {
+                let content = match m.remove("content") {
+                    Some(Value::String(c)) if !c.trim().is_empty() && c.len() <= 2000 => c,
+                    _ => return Err("`content` is required: the fact to remember, 1-2000 characters".into()),
+                };
+                let kind = match m.remove("kind") {
+                    None => MemoryKind::Fact,
+                    Some(Value::String(k)) => MemoryKind::parse(&k)?,
+                    Some(v) => return Err(format!("`kind` must be a string, got {v}")),
+                };
+                let priority = match m.remove("priority") {
+                    None => 3,
+                    Some(Value::Number(n)) if n.as_u64().is_some_and(|p| p <= 5) => n.as_u64().unwrap_or(3) as u8,
+                    Some(v) => return Err(format!("`priority` must be an integer from 0 to 5, got {v}")),
+                };
+                let tags = match m.remove("tags") {
+                    None => Vec::new(),
+                    Some(Value::Array(a)) if a.len() <= 16 && a.iter().all(Value::is_string) => {
+                        a.into_iter().filter_map(|t| t.as_str().map(String::from)).collect()
+                    }
+                    Some(v) => return Err(format!("`tags` must be a list of at most 16 strings, got {v}")),
+                };
+                Ok(MemoryRequest::Add { content, kind, priority, tags })
+            }
+        }
+    }
+
+    /// Run it against the store; `Err` is a sentence for the model.
+    pub(super) fn execute(
+        self,
+        memory: &Memory,
+        namespace: &str,
+        session: &str,
+        client: &str,
+    ) -> Result<Value, String> {
+        match self {
+            MemoryRequest::Search { query, limit } => {
+                let hits = memory
+                    .search(&query, &SearchFilter::namespace(namespace), limit)
+                    .map_err(|e| format!("memory search failed: {e:#}"))?;
+                let hits: Vec<Value> = hits
+                    .into_iter()
+                    .map(|h| {
+                        json!({
+                            "id": h.record.id,
+                            "kind": h.record.kind.as_str(),
+                            "content": h.record.content,
+                            "priority": h.record.priority,
+                            "tags": h.record.tags,
+                            "score": h.score,
+                        })
+                    })
+                    .collect();
+                Ok(json!({ "hits": hits }))
+            }
+            MemoryRequest::Add { content, kind, priority, tags } => {
+                let record = NewRecord {
+                    namespace: namespace.to_string(),
+                    kind,
+                    content,
+                    priority,
+                    tags,
+                    provenance: Provenance {
+                        skill: client.to_string(),
+                        skill_hash: String::new(),
+                        session: session.to_string(),
+                        step: 0,
+                    },
+                };
+                let id = memory.add(record).map_err(|e| format!("cannot store the memory: {e:#}"))?;
+                Ok(json!({ "id": id }))
+            }
+        }
+    }
+}
+
+/// Audit fields of a memory tool's answer (ids, not contents).
+pub(super) fn memory_audit_fields(v: &Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    if let Some(id) = v.get("id") {
+        m.insert("memories_stored".into(), json!([id]));
+    }
+    if let Some(hits) = v.get("hits").and_then(Value::as_array) {
+        let ids: Vec<Value> = hits.iter().filter_map(|h| h.get("id").cloned()).collect();
+        m.insert("memories_read".into(), Value::Array(ids));
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capabilities::{Mount, NetRule};
+
+    #[test]
+    fn annotations_follow_effective_rights() {
+        let none = annotations(&CapabilitySet::default());
+        assert_eq!(
+            (none.read_only_hint, none.destructive_hint, none.open_world_hint),
+            (Some(true), Some(false), Some(false))
+        );
+        let rw = CapabilitySet {
+            filesystem: vec![Mount { host: "/tmp".into(), guest: "/w".into(), access: Access::ReadWrite }],
+            ..Default::default()
+        };
+        let a = annotations(&rw);
+        assert_eq!((a.read_only_hint, a.destructive_hint, a.open_world_hint), (Some(false), Some(true), Some(false)));
+        let net = CapabilitySet { network: vec![NetRule::parse("https://example.com").unwrap()], ..Default::default() };
+        let a = annotations(&net);
+        assert_eq!((a.read_only_hint, a.destructive_hint, a.open_world_hint), (Some(false), Some(false), Some(true)));
+        let mem = CapabilitySet { memory: MemoryAccess::Write, ..Default::default() };
+        assert_eq!(annotations(&mem).read_only_hint, Some(false));
+        let read = CapabilitySet { memory: MemoryAccess::Read, ..Default::default() };
+        assert_eq!(annotations(&read).read_only_hint, Some(true));
+    }
+
+    #[test]
+    fn tool_names_checked() {
+        assert!(valid_tool_name("read-log-file"));
+        assert!(valid_tool_name("memory_search"));
+        assert!(!valid_tool_name(""));
+        assert!(!valid_tool_name("a b"));
+        assert!(!valid_tool_name(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn memory_arguments_checked() {
+        assert!(MemoryRequest::parse(MemoryTool::Search, json!({ "query": "" })).is_err());
+        assert!(MemoryRequest::parse(MemoryTool::Search, json!({ "query": "x", "grant": "all" })).is_err());
+        assert!(MemoryRequest::parse(MemoryTool::Search, json!({ "query": "x", "limit": 0 })).is_err());
+        assert!(MemoryRequest::parse(MemoryTool::Add, json!({ "content": "x", "priority": 9 })).is_err());
+        assert!(MemoryRequest::parse(MemoryTool::Add, json!({ "content": "x", "kind": "nope" })).is_err());
+        assert!(matches!(
+            MemoryRequest::parse(MemoryTool::Add, json!({ "content": "x", "kind": "pitfall", "tags": ["a"] })),
+            Ok(MemoryRequest::Add { kind: MemoryKind::Pitfall, priority: 3, .. })
+        ));
+    }
+}

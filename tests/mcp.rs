@@ -1,0 +1,342 @@
+//! `skillhost mcp` driven by our own minimal clients (JSON-RPC lines over stdio, raw HTTP):
+//! tools from the installed skills, results and errors, prompts and resources, audit lines,
+//! live changes, no grant path, the HTTP guards and parallel calls. The official clients
+//! are in tests/mcp_clients.rs.
+
+#[path = "mcp/client.rs"]
+mod client;
+mod common;
+
+use std::path::Path;
+
+use client::{HttpServer, StdioClient, cli, example_home, http, rpc};
+use serde_json::{Value, json};
+
+fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no tool {name}: {list}"))
+}
+
+fn text(result: &Value) -> String {
+    result["content"].as_array().unwrap().iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("\n")
+}
+
+fn audit_lines(home: &Path) -> Vec<Value> {
+    std::fs::read_to_string(home.join("audit/audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn stdio_serves_the_example_skills_as_tools() {
+    let home = example_home();
+    let mut c = StdioClient::start(home.path(), &["--memory", "write"]);
+    let list = c.result("tools/list", json!({}));
+    let names: Vec<&str> = list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    // Executable skills by name, then the memory tools; the instruction skill is a prompt.
+    assert_eq!(
+        names,
+        [
+            "generate-report",
+            "query-issue-kb",
+            "read-log-file",
+            "write-analysis-snapshot",
+            "memory_search",
+            "memory_add"
+        ]
+    );
+    assert_eq!(c.result("tools/list", json!({})), list, "the list is stable");
+    let read_log = tool(&list, "read-log-file");
+    assert!(read_log["description"].as_str().unwrap().contains("When to use: When you need to see"), "{read_log}");
+    assert_eq!(read_log["inputSchema"]["type"], "object");
+    assert_eq!(read_log["inputSchema"]["required"], json!(["path"]));
+    assert_eq!(read_log["inputSchema"]["properties"]["level"]["enum"], json!(["ERROR", "WARN", "INFO", "DEBUG"]));
+    assert_eq!(read_log["outputSchema"]["required"][0], "output");
+    // read-log-file writes memories: not read-only. query-issue-kb only reads a mount.
+    assert_eq!(read_log["annotations"]["readOnlyHint"], false);
+    assert_eq!(read_log["annotations"]["openWorldHint"], false);
+    assert_eq!(read_log["annotations"]["destructiveHint"], false);
+    assert_eq!(tool(&list, "query-issue-kb")["annotations"]["readOnlyHint"], true);
+
+    let r = c.call("read-log-file", json!({ "path": "/workspace/uart.log", "level": "ERROR", "max_lines": 5 }));
+    assert_eq!(r["isError"], false, "{r}");
+    let s = &r["structuredContent"];
+    assert_eq!(s["status"], "success");
+    assert!(s["output"].as_str().unwrap().contains("[ERROR]"), "{s}");
+    assert!(s["metadata"]["lines_scanned"].as_str().is_some(), "{s}");
+    assert_eq!(s["memories_stored"].as_array().unwrap().len(), 1, "{s}");
+    // The same JSON as text.
+    let as_text: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&as_text, s);
+
+    // Invalid parameters: a tool error naming what is wrong, not a protocol error.
+    let bad = c.call("read-log-file", json!({ "max_lines": "lots" }));
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert_eq!(bad["structuredContent"]["status"], "invalid-params");
+    assert!(text(&bad).contains("path") && text(&bad).contains("Fix the arguments"), "{bad}");
+    // Outside the mount: the skill fails, the model is told.
+    let escape = c.call("read-log-file", json!({ "path": "/etc/passwd" }));
+    assert_eq!(escape["isError"], true, "{escape}");
+
+    // Unknown tools and instruction skills are protocol errors (-32602).
+    for name in ["no-such-skill", "publish-npm-package", "../policy"] {
+        let e = c.request("tools/call", json!({ "name": name, "arguments": {} }));
+        assert_eq!(e["error"]["code"], -32602, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("unknown tool"), "{e}");
+    }
+
+    // Memory: add (provenance names the client), search finds it, MEMORY.md shows it.
+    let added =
+        c.call("memory_add", json!({ "content": "The UART baud rate must be 115200", "kind": "fact", "priority": 4 }));
+    assert_eq!(added["isError"], false, "{added}");
+    let id = added["structuredContent"]["id"].as_u64().unwrap();
+    let found = c.call("memory_search", json!({ "query": "uart baud" }));
+    assert!(found["structuredContent"]["hits"].as_array().unwrap().iter().any(|h| h["id"] == id), "{found}");
+    let bad_add = c.call("memory_add", json!({ "content": "x", "priority": 99 }));
+    assert_eq!(bad_add["isError"], true, "{bad_add}");
+    let resources = c.result("resources/list", json!({}));
+    let uris: Vec<&str> =
+        resources["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris, ["skillhost://memory/MEMORY.md", "skill://publish-npm-package/SKILL.md"]);
+    let md = c.result("resources/read", json!({ "uri": "skillhost://memory/MEMORY.md" }));
+    assert!(md["contents"][0]["text"].as_str().unwrap().contains("115200"), "{md}");
+    let skill_md = c.result("resources/read", json!({ "uri": "skill://publish-npm-package/SKILL.md" }));
+    assert!(skill_md["contents"][0]["text"].as_str().unwrap().starts_with("---\nname: publish-npm-package"));
+    let missing = c.request("resources/read", json!({ "uri": "skill://read-log-file/../../policy.toml" }));
+    assert!(missing.get("error").is_some(), "{missing}");
+
+    // Instruction skills are prompts.
+    let prompts = c.result("prompts/list", json!({}));
+    assert_eq!(prompts["prompts"].as_array().unwrap().len(), 1);
+    assert_eq!(prompts["prompts"][0]["name"], "publish-npm-package");
+    let p = c.result("prompts/get", json!({ "name": "publish-npm-package" }));
+    assert!(p["messages"][0]["content"]["text"].as_str().unwrap().contains("npm"), "{p}");
+    drop(c);
+
+    let memory = cli(home.path(), &["--json", "memory", "search", "baud"]);
+    assert!(memory.contains("mcp:test_client@9.9"), "provenance names the MCP client: {memory}");
+}
+
+#[test]
+fn every_call_is_an_audit_line_naming_transport_and_client() {
+    let home = example_home();
+    let before = audit_lines(home.path()).len();
+    let mut c = StdioClient::start(home.path(), &[]);
+    c.call("query-issue-kb", json!({ "query": "overrun" }));
+    c.call("read-log-file", json!({ "nope": 1 }));
+    c.call("memory_search", json!({ "query": "uart" }));
+    drop(c);
+    let lines = audit_lines(home.path());
+    let new = &lines[before..];
+    assert_eq!(new.len(), 3, "{new:?}");
+    for l in new {
+        assert_eq!(l["kind"], "call");
+        assert!(l["session"].as_str().unwrap().starts_with("mcp-stdio-test_client@9.9-"), "{l}");
+    }
+    assert_eq!(new[0]["skill"], "query-issue-kb");
+    assert_eq!(new[1]["status"], "invalid-params");
+    assert_eq!(new[2]["skill"], "memory_search");
+    assert_eq!(new[2]["transport"], "stdio");
+    assert_eq!(new[2]["client"], json!({ "name": "test client", "version": "9.9" }));
+    cli(home.path(), &["audit", "verify"]);
+}
+
+#[test]
+fn installs_removals_and_revocations_apply_while_the_server_runs() {
+    let env = common::Env::new();
+    let lib = env.library();
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    assert!(c.tool_names().is_empty());
+    // The probe reads a file of the workspace through a read mount.
+    std::fs::write(env.workspace.path().join("note.txt"), "hello").unwrap();
+    let extra = "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /w\n      access: read\n";
+    env.install_granted(&lib, "probe-reader", extra);
+    assert_eq!(c.tool_names(), ["probe-reader"]);
+    // The server's workspace is the example one; give the probe this test's workspace.
+    let policy = env.home.path().join("policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, format!("{text}\n[paths]\nWORKSPACE = \"{}\"\n", env.workspace.path().display())).unwrap();
+    let r = c.call("probe-reader", json!({ "mode": "read-file", "arg": "/w/note.txt" }));
+    let ok = r["structuredContent"]["output"] == "hello";
+    // `--workspace` (the example dir) wins over [paths]; either way the mount works or fails
+    // cleanly, and after the revocation it must fail.
+    assert!(ok || r["isError"] == true, "{r}");
+    let out = std::process::Command::new(client::bin())
+        .args(["--home", env.home.path().to_str().unwrap(), "policy", "revoke", "probe-reader", "all"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = c.call("probe-reader", json!({ "mode": "read-file", "arg": "/w/note.txt" }));
+    assert_eq!(after["isError"], true, "a revoked grant applies to the next call: {after}");
+    assert_ne!(after["structuredContent"]["output"], "hello");
+    lib.remove("probe-reader", true).unwrap();
+    assert!(c.tool_names().is_empty(), "a removed skill leaves the list");
+    let gone = c.request("tools/call", json!({ "name": "probe-reader", "arguments": { "mode": "noop" } }));
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
+}
+
+#[test]
+fn no_tool_or_argument_can_grant_or_read_rights() {
+    let env = common::Env::new();
+    let lib = env.library();
+    // Declares network and a read-write mount; granted nothing.
+    let extra = "capabilities:\n  network:\n    - http://127.0.0.1:9\n  filesystem:\n    - host: $WORKSPACE\n      guest: /w\n      access: read-write\n  memory: write\n  env: [HOME]\n";
+    env.install_ungranted(&lib, "probe-wants", extra);
+    env.install_granted(&lib, "probe-plain", "");
+    let policy = env.home.path().join("policy.toml");
+    let policy_before = std::fs::read(&policy).unwrap_or_default();
+    let info_before: Vec<_> = ["probe-wants", "probe-plain"].iter().map(|n| lib.info(n).unwrap().effective).collect();
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "write"]);
+    let list = c.result("tools/list", json!({}));
+    // Annotations come from the effective rights: nothing was granted, so read-only.
+    let wants = tool(&list, "probe-wants");
+    assert_eq!(wants["annotations"]["readOnlyHint"], true, "{wants}");
+    assert_eq!(wants["annotations"]["openWorldHint"], false);
+    assert_eq!(wants["annotations"]["destructiveHint"], false);
+    let hostile = [
+        json!({ "grant": "all", "policy": { "skills": { "probe-wants": { "network": ["http://127.0.0.1:9"] } } } }),
+        json!({ "mode": "write-file", "arg": "/w/owned.txt", "yes": true, "capabilities": { "filesystem": "rw" } }),
+        json!({ "mode": "read-file", "arg": policy.to_str().unwrap() }),
+        json!({ "mode": "env", "arg": "SKILLHOST_MCP_TOKEN" }),
+        json!({ "mode": "http-get", "arg": "http://127.0.0.1:9/" }),
+        json!({ "query": "policy.toml", "content": "grant probe-wants everything", "kind": "preference", "priority": 5 }),
+        json!({ "_meta": { "grant": "all" }, "path": "../../policy.toml" }),
+        json!("not an object"),
+    ];
+    for t in list["tools"].as_array().unwrap() {
+        let name = t["name"].as_str().unwrap();
+        for args in &hostile {
+            let r = c.request("tools/call", json!({ "name": name, "arguments": args }));
+            let rendered = r.to_string();
+            assert!(!rendered.contains("[skills"), "{name} leaked the policy: {rendered}");
+        }
+    }
+    for name in ["policy", "grant", "policy_grant", "skill_install", "secrets"] {
+        let r = c.request("tools/call", json!({ "name": name, "arguments": { "skill": "probe-wants" } }));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+    }
+    drop(c);
+    assert_eq!(std::fs::read(&policy).unwrap_or_default(), policy_before, "policy.toml unchanged");
+    let lib = env.library();
+    let info_after: Vec<_> = ["probe-wants", "probe-plain"].iter().map(|n| lib.info(n).unwrap().effective).collect();
+    assert_eq!(info_after, info_before, "effective rights unchanged");
+    assert!(!env.workspace.path().join("owned.txt").exists());
+}
+
+#[test]
+fn an_agent_profile_limits_the_tools() {
+    let home = example_home();
+    let profile_dir = common::repo().join("examples/log-analysis/agents/log-analyst");
+    cli(home.path(), &["agent", "add", profile_dir.to_str().unwrap()]);
+    let mut c = StdioClient::start(home.path(), &["--agent", "log-analyst", "--memory", "none"]);
+    assert_eq!(c.tool_names(), ["generate-report", "query-issue-kb", "read-log-file", "write-analysis-snapshot"]);
+    // The instruction skill is not in the profile's list: no prompt either.
+    let prompts = c.result("prompts/list", json!({}));
+    assert!(prompts["prompts"].as_array().unwrap().is_empty(), "{prompts}");
+    let unknown = std::process::Command::new(client::bin())
+        .args(["--home", home.path().to_str().unwrap(), "mcp", "--agent", "nobody"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no agent profile `nobody`"));
+}
+
+#[test]
+fn http_requires_the_token_and_checks_host_origin_and_size() {
+    let home = example_home();
+    let token = "0123456789abcdef0123456789abcdef";
+    let token_file = home.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let server = HttpServer::start(home.path(), &["--token-file", token_file.to_str().unwrap()], &[]);
+    let health = http(server.addr, "GET", "/healthz", &[], b"");
+    assert_eq!((health.status, health.body.as_str()), (200, r#"{"status":"ok"}"#));
+
+    let none = rpc(server.addr, "tools/list", json!({}), &[]);
+    assert_eq!(none.status, 401, "{}", none.body);
+    assert!(none.headers.iter().any(|(k, v)| k == "www-authenticate" && v.starts_with("Bearer")));
+    assert!(none.json()["error"]["message"].as_str().unwrap().contains("Authorization: Bearer"));
+    let wrong = rpc(server.addr, "tools/list", json!({}), &[("Authorization", "Bearer nope")]);
+    assert_eq!(wrong.status, 401);
+    let auth = format!("Bearer {token}");
+    let ok = rpc(server.addr, "tools/list", json!({}), &[("Authorization", &auth)]);
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(ok.json()["result"]["tools"].as_array().unwrap().len(), 5, "{}", ok.body);
+
+    // DNS rebinding: a foreign Host or a foreign browser Origin is refused.
+    let host = rpc(server.addr, "tools/list", json!({}), &[("Authorization", &auth), ("Host", "evil.example")]);
+    assert_eq!(host.status, 403, "{}", host.body);
+    let origin =
+        rpc(server.addr, "tools/list", json!({}), &[("Authorization", &auth), ("Origin", "https://evil.example")]);
+    assert_eq!(origin.status, 403, "{}", origin.body);
+
+    // Too large: a JSON-RPC error saying so.
+    let big = "x".repeat(2 << 20);
+    let huge = rpc(
+        server.addr,
+        "tools/call",
+        json!({ "name": "query-issue-kb", "arguments": { "query": big } }),
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(huge.status, 413);
+    assert!(huge.json()["error"]["message"].as_str().unwrap().contains("over the limit"), "{}", huge.body);
+    drop(server);
+
+    // A non-loopback bind without a token does not start.
+    let out = std::process::Command::new(client::bin())
+        .args(["--home", home.path().to_str().unwrap(), "mcp", "--http", "0.0.0.0:0"])
+        .env_remove("SKILLHOST_MCP_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("without a token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sixteen_parallel_http_calls_are_all_answered_correctly() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    env.install_granted(&lib, "probe-hostile", "limits:\n  cpu_time_ms: 2000\n  wall_time_ms: 4000\n  memory_mb: 16\n");
+    let server = HttpServer::start(env.home.path(), &[], &[]);
+    let addr = server.addr;
+    let calls: Vec<_> = (0..16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let (name, args) = match i {
+                    0 => ("probe-hostile", json!({ "mode": "loop" })),
+                    1 => ("probe-hostile", json!({ "mode": "membomb" })),
+                    _ => ("probe", json!({ "mode": "echo", "arg": format!("call-{i}") })),
+                };
+                let r = rpc(addr, "tools/call", json!({ "name": name, "arguments": args }), &[]);
+                assert_eq!(r.status, 200, "{}", r.body);
+                (i, r.json())
+            })
+        })
+        .collect();
+    for h in calls {
+        let (i, r) = h.join().unwrap();
+        let result = &r["result"];
+        match i {
+            0 | 1 => {
+                assert_eq!(result["isError"], true, "{r}");
+                let status = result["structuredContent"]["status"].as_str().unwrap();
+                assert!(["cpu-limit", "timeout", "memory-limit", "trap"].contains(&status), "{i}: {r}");
+            }
+            _ => {
+                assert_eq!(result["isError"], false, "{r}");
+                let out = result["structuredContent"]["output"].as_str().unwrap();
+                assert!(out.ends_with(&format!("|call-{i}")), "call {i} got another call's answer: {out}");
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Our own small MCP clients for the tests: JSON-RPC lines over a child's stdio, and raw
+//! HTTP/1.1 POSTs to `skillhost mcp --http` (stateless 2026-07-28 requests). The real clients
+//! (Python SDK, conformance suite) are driven by tests/mcp_clients.rs.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+pub const SKILLS: [&str; 5] =
+    ["read-log-file", "query-issue-kb", "write-analysis-snapshot", "generate-report", "publish-npm-package"];
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillhost")
+}
+
+pub fn workspace() -> std::path::PathBuf {
+    crate::common::repo().join("examples/log-analysis/workspace")
+}
+
+/// `skillhost --home HOME --workspace WS ARGS...`, checked.
+pub fn cli(home: &Path, args: &[&str]) -> String {
+    let out =
+        Command::new(bin()).arg("--home").arg(home).arg("--workspace").arg(workspace()).args(args).output().unwrap();
+    assert!(out.status.success(), "skillhost {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A home with the five example skills installed, each granted what it declares.
+pub fn example_home() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    for s in SKILLS {
+        cli(home.path(), &["skill", "install", crate::common::built(s).to_str().unwrap(), "--yes"]);
+    }
+    home
+}
+
+/// A `skillhost mcp` child spoken to over stdio with the 2025-11-25 handshake.
+pub struct StdioClient {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl StdioClient {
+    pub fn start(home: &Path, args: &[&str]) -> StdioClient {
+        let mut child = Command::new(bin())
+            .arg("--home")
+            .arg(home)
+            .arg("--workspace")
+            .arg(workspace())
+            .arg("mcp")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut c = StdioClient { child, stdin, stdout, next_id: 1 };
+        let init = c.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": { "name": "test client", "version": "9.9" }
+            }),
+        );
+        assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+        c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        c
+    }
+
+    pub fn send(&mut self, msg: &Value) {
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Send a request and return the whole response (`result` or `error`), skipping
+    /// notifications.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "the server closed stdout while we waited for response {id}");
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if v.get("id") == Some(&json!(id)) {
+                return v;
+            }
+        }
+    }
+
+    pub fn result(&mut self, method: &str, params: Value) -> Value {
+        let r = self.request(method, params);
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.result("tools/call", json!({ "name": tool, "arguments": arguments }))
+    }
+
+    pub fn tool_names(&mut self) -> Vec<String> {
+        let list = self.result("tools/list", json!({}));
+        list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    }
+}
+
+impl Drop for StdioClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `skillhost mcp --http 127.0.0.1:0 ARGS...`; the port is read from its stderr line.
+pub struct HttpServer {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl HttpServer {
+    pub fn start(home: &Path, args: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        let mut cmd = Command::new(bin());
+        cmd.arg("--home")
+            .arg(home)
+            .arg("--workspace")
+            .arg(workspace())
+            .args(["mcp", "--http", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("SKILLHOST_MCP_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let addr = loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "skillhost mcp --http exited before listening");
+            if let Some(rest) = line.trim().strip_prefix("skillhost mcp: listening on http://") {
+                break rest.trim_end_matches("/mcp").parse().unwrap();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = stderr.read_to_string(&mut sink);
+        });
+        HttpServer { child, addr }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The JSON-RPC message of the body: plain JSON, or the last `data:` event of an SSE stream.
+    pub fn json(&self) -> Value {
+        if let Ok(v) = serde_json::from_str::<Value>(&self.body) {
+            return v;
+        }
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .filter(|v| v.get("id").is_some())
+            .last()
+            .unwrap_or_else(|| panic!("no JSON-RPC message in the body (status {}): {}", self.status, self.body))
+    }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else { break };
+        let size_text = String::from_utf8_lossy(&raw[..eol]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        raw = &raw[eol + 2..];
+        if size == 0 || raw.len() < size {
+            out.extend_from_slice(&raw[..size.min(raw.len())]);
+            break;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[(size + 2).min(raw.len())..];
+    }
+    out
+}
+
+/// One HTTP/1.1 request with `Connection: close`; `headers` are added as given.
+pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // A server refusing an oversized body may answer and close before it is all sent.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("no HTTP header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    HttpResponse { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// A stateless 2026-07-28 JSON-RPC request to `/mcp`.
+pub fn rpc(addr: SocketAddr, method: &str, mut params: Value, extra_headers: &[(&str, &str)]) -> HttpResponse {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "rust-http-test", "version": "1.0" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let name = params.get("name").and_then(Value::as_str).map(String::from);
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(n) = &name {
+        headers.push(("Mcp-Name", n));
+    }
+    headers.extend_from_slice(extra_headers);
+    http(addr, "POST", "/mcp", &headers, body.as_bytes())
+}
