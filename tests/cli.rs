@@ -536,6 +536,8 @@ fn not_granted_rights_are_shown_as_information() {
     let run = json_of(&out.get_output().stdout);
     assert_eq!(run["not_granted"], serde_json::json!(["env PATH"]));
     assert_eq!(run["denials"], serde_json::json!([]));
+}
+
 /// A loopback server for `skill install URL`: `/a` redirects to `/b.skill` (the bundle),
 /// `/loop1` and `/loop2` redirect to each other, anything else is 404. One request per
 /// connection, at most `connections` of them.
