@@ -129,12 +129,17 @@ pub struct MemorySummary {
 }
 
 impl MemorySummary {
-    pub fn load(library: &Library, namespace: &str, goal: &str) -> Result<MemorySummary> {
+    /// `session` is the agent run: recalled records count one reference per record per run.
+    pub fn load(library: &Library, session: &str, namespace: &str, goal: &str) -> Result<MemorySummary> {
         let memory = library.memory()?;
         let view = memory.view(namespace)?;
         let shown: std::collections::HashSet<u64> = view.included().collect();
         let mut text = view.text.trim_end().to_string();
-        let recalled: Vec<_> = memory.recall(namespace, goal)?.into_iter().filter(|r| !shown.contains(&r.id)).collect();
+        let recalled: Vec<_> = memory
+            .recall_in_session(session, namespace, goal)?
+            .into_iter()
+            .filter(|r| !shown.contains(&r.id))
+            .collect();
         if !recalled.is_empty() {
             text.push_str("\n\nRecalled for this goal:\n");
             for r in recalled {

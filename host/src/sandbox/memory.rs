@@ -23,6 +23,8 @@ pub(crate) struct MemoryState {
     access: MemoryAccess,
     store: Option<Arc<dyn MemoryStore>>,
     namespace: String,
+    /// References a search hands out are counted once per record per session.
+    session_id: String,
     denials: Vec<Denial>,
 }
 
@@ -52,6 +54,7 @@ impl Enforce for Memory {
             access: *access,
             store: call.grant.store.clone(),
             namespace: call.grant.namespace.clone(),
+            session_id: call.invocation.session_id.clone(),
             denials: Vec::new(),
         })
     }
@@ -109,9 +112,11 @@ impl Host for MemoryState {
             return Ok(Err(HostError::Denied(message)));
         }
         let limit = limit.clamp(1, MAX_SEARCH_LIMIT) as usize;
-        let namespace = self.namespace.clone();
+        let (namespace, session) = (self.namespace.clone(), self.session_id.clone());
         Ok(off_executor(self.store.as_ref(), move |store| {
-            let hits = store.search(&namespace, &query, limit).map_err(|e| HostError::Unavailable(format!("{e:#}")))?;
+            let hits = store
+                .search_in_session(&session, &namespace, &query, limit)
+                .map_err(|e| HostError::Unavailable(format!("{e:#}")))?;
             Ok(hits
                 .into_iter()
                 .map(|(r, score)| MemoryHit {

@@ -49,7 +49,7 @@ impl<'a> Agent<'a> {
         state: AgentState,
     ) -> Result<Agent<'a>> {
         let catalog = Catalog::load(library, profile)?;
-        let memory = MemorySummary::load(library, &state.namespace, &state.goal)?;
+        let memory = MemorySummary::load(library, &state.session, &state.namespace, &state.goal)?;
         Ok(Agent { library, provider, profile, options, catalog, memory, state, steps: Vec::new() })
     }
 
@@ -360,7 +360,9 @@ impl<'a> Agent<'a> {
         }
         if !executed.memories_stored.is_empty() {
             // Refresh the memory part of the prompt only when something was written.
-            if let Ok(m) = MemorySummary::load(self.library, &self.state.namespace, &self.state.goal) {
+            if let Ok(m) =
+                MemorySummary::load(self.library, &self.state.session, &self.state.namespace, &self.state.goal)
+            {
                 self.memory = m;
             }
         }
