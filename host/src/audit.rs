@@ -506,10 +506,12 @@ impl AuditLog {
             &note_path,
             &serde_json::to_vec_pretty(&sealed).context("cannot serialize the seal note")?,
         )?;
-        // The damaged file moves aside under the lock; appenders waiting on it reopen the
-        // path and find the new segment.
-        std::fs::rename(&self.path, &sealed_path)
-            .with_context(|| format!("cannot move {} to {}", self.path.display(), sealed_path.display()))?;
+        // The damaged file is linked aside under the lock, then the new segment replaces the
+        // path in one rename, so the path always names a log: an appender never finds it
+        // missing (and creates a file the seal would replace, losing its line), and one
+        // waiting on the old file's lock sees another inode and reopens the new segment.
+        std::fs::hard_link(&self.path, &sealed_path)
+            .with_context(|| format!("cannot link {} to {}", self.path.display(), sealed_path.display()))?;
         crate::fsutil::write_atomic(&self.path, line.as_bytes())?;
         drop(file);
         Ok(sealed)

@@ -185,16 +185,14 @@ impl HttpResponse {
             .lines()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .filter(|v| v.get("id").is_some())
-            .last()
+            .rfind(|v| v.get("id").is_some())
             .unwrap_or_else(|| panic!("no JSON-RPC message in the body (status {}): {}", self.status, self.body))
     }
 }
 
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else { break };
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&raw[..eol]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
         raw = &raw[eol + 2..];

@@ -327,7 +327,7 @@ impl ServerHandler for SkillhostMcp {
         let check = name.clone();
         let known = self
             .blocking(move |server| {
-                Ok(server.allows(&check) && server.lib.names()?.iter().any(|n| *n == check) && {
+                Ok(server.allows(&check) && server.lib.names()?.contains(&check) && {
                     server.lib.info(&check).map(|i| !i.record.is_instruction()).unwrap_or(true)
                 })
             })

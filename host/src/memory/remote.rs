@@ -176,13 +176,16 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     (rc == 0).then_some(cred.uid)
 }
 
+/// The connections an owner is serving, with the thread serving each.
+type OpenConnections = Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>>;
+
 /// The owner's side: accepts connections until stopped.
 pub(super) struct Server {
     path: PathBuf,
     listener: UnixListener,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
-    connections: Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>>,
+    connections: OpenConnections,
 }
 
 /// Bind `path` (the lock holder calls this, so a socket file there is a dead owner's).
@@ -198,7 +201,7 @@ pub(super) fn bind(path: &Path) -> Result<UnixListener> {
 impl Server {
     pub fn start(listener: UnixListener, path: PathBuf, store: Arc<Store>) -> Result<Server> {
         let stop = Arc::new(AtomicBool::new(false));
-        let connections: Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>> = Arc::new(Mutex::new(Vec::new()));
+        let connections: OpenConnections = Arc::new(Mutex::new(Vec::new()));
         let accepting = listener.try_clone().context("cannot serve the memory store")?;
         let (stop2, conns2) = (stop.clone(), connections.clone());
         let accept = std::thread::Builder::new()
@@ -230,12 +233,7 @@ impl Server {
     }
 }
 
-fn accept_loop(
-    listener: UnixListener,
-    store: Arc<Store>,
-    stop: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>>,
-) {
+fn accept_loop(listener: UnixListener, store: Arc<Store>, stop: Arc<AtomicBool>, connections: OpenConnections) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     for stream in listener.incoming() {
