@@ -51,6 +51,8 @@ pub struct RunReport {
     pub stdout: String,
     pub stderr: String,
     pub elapsed_us: u64,
+    /// CPU time the guest used (summed over the polls of its call, on whichever threads).
+    pub cpu_time_us: u64,
     pub memory_peak_bytes: usize,
     pub compile: Option<CompileOutcome>,
     pub limits: Limits,
@@ -111,6 +113,7 @@ pub fn call_entry(report: &RunReport) -> Map<String, Value> {
         }
     }
     m.insert("elapsed_us".into(), report.elapsed_us.into());
+    m.insert("cpu_time_us".into(), report.cpu_time_us.into());
     m.insert("memory_peak_bytes".into(), report.memory_peak_bytes.into());
     m.insert("denials".into(), serde_json::to_value(&report.denials).unwrap_or_default());
     m.insert("not_granted".into(), serde_json::to_value(&report.not_granted).unwrap_or_default());
@@ -268,6 +271,21 @@ impl Library {
     /// cannot record the call; an error too when the call ran but its line could not be
     /// written.
     pub async fn run(&self, name: &str, params: Value, opts: &RunOptions) -> Result<RunReport> {
+        self.run_cancellable(name, params, opts, std::future::pending()).await
+    }
+
+    /// [`Library::run`] that stops when `cancelled` resolves first: the guest's future (and
+    /// with it its store) is dropped at the guest's next yield to the executor (an epoch
+    /// tick, or at once when it waits in a host call), and the call's audit line has status
+    /// `cancelled`. The report's result is then [`CallError::Cancelled`].
+    pub async fn run_cancellable(
+        &self,
+        name: &str,
+        params: Value,
+        opts: &RunOptions,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
+        let started = std::time::Instant::now();
         self.audit.check_appendable()?;
         let loaded = self.load(name)?;
         let Some(prepared) = &loaded.prepared else {
@@ -294,6 +312,7 @@ impl Library {
             stdout: String::new(),
             stderr: String::new(),
             elapsed_us: 0,
+            cpu_time_us: 0,
             memory_peak_bytes: 0,
             compile: loaded.compile,
             limits,
@@ -325,7 +344,19 @@ impl Library {
             namespace: opts.namespace.clone(),
         };
         let invocation = Invocation { session_id: opts.session.clone(), step: opts.step, params: params.to_string() };
-        let outcome = self.runtime()?.call(prepared, grant, invocation).await;
+        let call = self.runtime()?.call(prepared, grant, invocation);
+        // Biased: once cancelled, the guest is not resumed for another slice.
+        let outcome = tokio::select! {
+            biased;
+            () = cancelled => None,
+            outcome = call => Some(outcome),
+        };
+        let Some(outcome) = outcome else {
+            report.result = Err(CallError::Cancelled);
+            report.elapsed_us = started.elapsed().as_micros() as u64;
+            self.audit_call(&report).await?;
+            return Ok(report);
+        };
         if let Ok(out) = &outcome.result {
             let provenance = Provenance {
                 skill: name.to_string(),
@@ -351,6 +382,7 @@ impl Library {
         report.stdout = outcome.stdout;
         report.stderr = outcome.stderr;
         report.elapsed_us = outcome.elapsed_us;
+        report.cpu_time_us = outcome.cpu_time_us;
         report.memory_peak_bytes = outcome.memory_peak_bytes;
         self.audit_call(&report).await?;
         Ok(report)

@@ -25,15 +25,16 @@ use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+    ProgressNotificationParam, ProgressToken, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
 use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
+use crate::sandbox::CallError;
 
 /// What the MCP client may do with long-term memory (`--memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -205,28 +206,43 @@ impl SkillhostMcp {
         let client = client_of(context);
         let opts =
             RunOptions { session: self.session(&client), step: 0, namespace: self.server.namespace().to_string() };
-        let _permit = match tokio::time::timeout(self.server.options.queue_wait, self.server.calls.acquire()).await {
-            Ok(Ok(p)) => p,
-            _ => {
-                return Err(McpError::new(
-                    ErrorCode(-32000),
-                    format!(
-                        "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
-                        self.server.options.max_concurrent_calls,
-                        self.server.options.queue_wait.as_secs()
-                    ),
-                    None,
-                ));
-            }
-        };
-        // Dropping the run future (cancelled request) drops the guest's store, which stops it.
-        let run = self.server.lib.run(name, arguments, &opts);
-        tokio::select! {
-            report = run => match report {
-                Ok(report) => Ok(tools::call_result(&report)),
-                Err(e) => Ok(tools::error_result(&format!("{e:#}"))),
+        // rmcp cancels `ct` on the client's `notifications/cancelled` and when an HTTP
+        // client goes away before the answer; the handler task itself keeps running, so the
+        // call is raced against it here and in the library (which drops the guest).
+        let ct = &context.ct;
+        let queued = tokio::time::timeout(self.server.options.queue_wait, self.server.calls.acquire());
+        let permit = tokio::select! {
+            biased;
+            () = ct.cancelled() => None,
+            permit = queued => match permit {
+                Ok(Ok(p)) => Some(p),
+                _ => {
+                    return Err(McpError::new(
+                        ErrorCode(-32000),
+                        format!(
+                            "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
+                            self.server.options.max_concurrent_calls,
+                            self.server.options.queue_wait.as_secs()
+                        ),
+                        None,
+                    ));
+                }
             },
-            _ = context.ct.cancelled() => Err(McpError::new(ErrorCode(-32800), "request cancelled", None)),
+        };
+        // A call cancelled while it queued still goes through the library, which records
+        // it as cancelled without starting the guest.
+        let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
+        let report = match context.meta.get_progress_token() {
+            Some(token) => with_progress(run, &context.peer, token).await,
+            None => run.await,
+        };
+        drop(permit);
+        match report {
+            Ok(report) if matches!(report.result, Err(CallError::Cancelled)) => {
+                Err(McpError::new(ErrorCode(-32800), "request cancelled", None))
+            }
+            Ok(report) => Ok(tools::call_result(&report)),
+            Err(e) => Ok(tools::error_result(&format!("{e:#}"))),
         }
     }
 
@@ -453,6 +469,30 @@ impl ServerHandler for SkillhostMcp {
             format!("no resource `{}`: resources/list names what this server has", request.uri),
             None,
         ))
+    }
+}
+
+/// How often a long call tells a client that asked (`_meta.progressToken`) that it is still running.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Drive `run` to completion, sending `notifications/progress` every [`PROGRESS_EVERY`]:
+/// progress is the milliseconds the call has run (it always increases; the total is unknown,
+/// a skill says nothing about how far along it is).
+async fn with_progress<F: std::future::Future>(run: F, peer: &Peer<RoleServer>, token: ProgressToken) -> F::Output {
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    let mut run = std::pin::pin!(run);
+    loop {
+        tokio::select! {
+            out = &mut run => return out,
+            _ = ticks.tick() => {
+                let ms = started.elapsed().as_millis() as u64;
+                let update = ProgressNotificationParam::new(token.clone(), ms as f64)
+                    .with_message(format!("running for {ms} ms"));
+                // A client that cannot take the notification still gets its answer.
+                let _ = peer.notify_progress(update).await;
+            }
+        }
     }
 }
 

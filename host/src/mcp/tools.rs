@@ -67,11 +67,20 @@ pub fn output_schema() -> Value {
             "status": {
                 "type": "string",
                 "enum": ["success", "failure", "require-more", "invalid-params", "failed", "cpu-limit",
-                         "memory-limit", "timeout", "panic", "trap", "setup"],
+                         "memory-limit", "timeout", "panic", "trap", "setup", "cancelled"],
                 "description": "success, failure or require-more from the skill; otherwise why the call produced no result"
             },
             "error": { "type": "string", "description": "Why the call produced no result, and what to do" },
             "metadata": { "type": "object", "additionalProperties": { "type": "string" } },
+            "usage": {
+                "type": "object",
+                "description": "What the call used: wall time from admission to the end, the guest's CPU time, its peak linear memory",
+                "properties": {
+                    "elapsed_us": { "type": "integer" },
+                    "cpu_time_us": { "type": "integer" },
+                    "memory_peak_bytes": { "type": "integer" }
+                }
+            },
             "memories_stored": { "type": "array", "items": { "type": "integer" } },
             "memories_dropped": { "type": "array", "items": { "type": "string" } },
             "denials": {
@@ -168,6 +177,7 @@ fn advice(e: &CallError) -> &'static str {
             "The skill crashed; retrying the same arguments will crash again. Report it or try another tool."
         }
         CallError::Setup(_) => "The host could not start the skill; this is not caused by the arguments.",
+        CallError::Cancelled => "The call was cancelled before it finished; call it again if it is still needed.",
     }
 }
 
@@ -189,6 +199,11 @@ pub(super) fn call_result(report: &RunReport) -> CallToolResult {
         "memories_stored": report.memories.stored,
         "memories_dropped": report.memories.dropped,
         "denials": report.denials,
+        "usage": {
+            "elapsed_us": report.elapsed_us,
+            "cpu_time_us": report.cpu_time_us,
+            "memory_peak_bytes": report.memory_peak_bytes,
+        },
     });
     if let Some(e) = &error {
         structured["error"] = Value::String(e.clone());

@@ -529,6 +529,9 @@ pub enum CallError {
     Panic(String),
     Trap(String),
     Setup(String),
+    /// The caller gave up on the call (an MCP client's `notifications/cancelled`, a
+    /// dropped HTTP request); the guest was stopped at its next yield.
+    Cancelled,
 }
 
 impl std::fmt::Display for CallError {
@@ -542,6 +545,7 @@ impl std::fmt::Display for CallError {
             CallError::Panic(m) => write!(f, "skill panicked: {m}"),
             CallError::Trap(m) => write!(f, "skill trapped: {m}"),
             CallError::Setup(m) => write!(f, "cannot start the skill: {m}"),
+            CallError::Cancelled => write!(f, "cancelled by the caller before it finished"),
         }
     }
 }

@@ -110,6 +110,7 @@ pub enum StepStatus {
     Panic,
     Trap,
     Setup,
+    Cancelled,
     // The host did not run the call.
     /// Installed, but not in the profile's allowlist.
     NotAllowed,
@@ -140,6 +141,7 @@ impl StepStatus {
             StepStatus::Panic => "panic",
             StepStatus::Trap => "trap",
             StepStatus::Setup => "setup",
+            StepStatus::Cancelled => "cancelled",
             StepStatus::NotAllowed => "not-allowed",
             StepStatus::UnknownSkill => "unknown-skill",
             StepStatus::InstructionSkill => "instruction-skill",
@@ -175,6 +177,7 @@ impl From<&crate::sandbox::CallError> for StepStatus {
             CallError::Panic(_) => StepStatus::Panic,
             CallError::Trap(_) => StepStatus::Trap,
             CallError::Setup(_) => StepStatus::Setup,
+            CallError::Cancelled => StepStatus::Cancelled,
         }
     }
 }
