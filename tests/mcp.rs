@@ -9,7 +9,9 @@ mod common;
 
 use std::path::Path;
 
-use client::{HttpServer, StdioClient, cli, example_home, http, rpc};
+use std::time::{Duration, Instant};
+
+use client::{HttpServer, StdioClient, cli, example_home, http, process_cpu_ms, rpc, start_rpc};
 use serde_json::{Value, json};
 
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -339,4 +341,125 @@ fn sixteen_parallel_http_calls_are_all_answered_correctly() {
             }
         }
     }
+}
+
+/// A probe with room for a long spin: cancellation, not a limit, must be what stops it.
+const LONG_SPIN: &str = "limits:\n  cpu_time_ms: 20000\n  wall_time_ms: 30000\n";
+
+/// Wait (at most `within`) for an audit line of `skill` with `status`; the line and how long it took.
+fn wait_for_audit(home: &Path, skill: &str, status: &str, within: Duration) -> Option<(Value, Duration)> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if let Some(l) = audit_lines(home).into_iter().find(|l| l["skill"] == skill && l["status"] == status) {
+            return Some((l, started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// CPU the process uses over `window`, in ms: about 0 when no guest spins, about `window`
+/// when one does.
+fn cpu_over(pid: u32, window: Duration) -> u64 {
+    let before = process_cpu_ms(pid);
+    std::thread::sleep(window);
+    process_cpu_ms(pid) - before
+}
+
+#[test]
+fn a_cancelled_call_stops_its_guest_and_is_audited_as_cancelled() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    // Warm: the first call loads and prepares the component.
+    assert_eq!(c.call("probe", json!({ "mode": "noop" }))["isError"], false);
+    let spin = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 20000 } }));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(cpu_over(c.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
+    let cancelled_at = Instant::now();
+    c.send(&json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": { "requestId": spin, "reason": "the user pressed stop" }
+    }));
+    let (line, took) = wait_for_audit(env.home.path(), "probe", "cancelled", Duration::from_secs(5))
+        .expect("no audit line with status cancelled");
+    eprintln!("cancelled call audited {} ms after the notification", took.as_millis());
+    // The line is written once the guest is stopped; 50 ms is the target, the bound is
+    // loose for a loaded 2-core machine.
+    assert!(took < Duration::from_millis(300), "stopping took {took:?}");
+    assert_eq!(line["kind"], "call");
+    let elapsed_ms = line["elapsed_us"].as_u64().unwrap() / 1000;
+    assert!((400..3000).contains(&elapsed_ms), "{line}");
+    // The next request is answered at once, and the guest burns no more CPU.
+    let next = Instant::now();
+    let echo = c.call("probe", json!({ "mode": "echo", "arg": "after" }));
+    assert!(echo["structuredContent"]["output"].as_str().unwrap().ends_with("|after"), "{echo}");
+    assert!(next.elapsed() < Duration::from_secs(1), "the next call waited {:?}", next.elapsed());
+    let cpu = cpu_over(c.pid(), Duration::from_millis(400));
+    assert!(cpu < 60, "the server still burns CPU after the cancel: {cpu} ms in 400 ms");
+    // No answer comes for the cancelled request; the one after it is answered normally.
+    let (list, _) = {
+        let id = c.begin("tools/list", json!({}));
+        c.response(id)
+    };
+    assert!(list["result"]["tools"].is_array(), "{list}");
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5));
+    drop(c);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+#[test]
+fn a_dropped_http_request_stops_its_guest() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let warm = rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "noop" } }), &[]);
+    assert_eq!(warm.status, 200, "{}", warm.body);
+    let conn = start_rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 20000 } }));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(cpu_over(server.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
+    drop(conn);
+    let (line, took) = wait_for_audit(env.home.path(), "probe", "cancelled", Duration::from_secs(5))
+        .expect("no audit line with status cancelled after the client went away");
+    eprintln!("dropped request audited {} ms after the disconnect", took.as_millis());
+    assert!(took < Duration::from_millis(300), "stopping took {took:?}");
+    assert_eq!(line["transport"], Value::Null, "skill lines name the transport in the session: {line}");
+    assert!(line["session"].as_str().unwrap().starts_with("mcp-http-"), "{line}");
+    let cpu = cpu_over(server.pid(), Duration::from_millis(400));
+    assert!(cpu < 60, "the server still burns CPU after the disconnect: {cpu} ms in 400 ms");
+    let after = rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "x" } }), &[]);
+    assert_eq!(after.json()["result"]["isError"], false, "{}", after.body);
+    drop(server);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+#[test]
+fn a_long_call_sends_progress_when_asked() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    let id = c.begin(
+        "tools/call",
+        json!({ "name": "probe", "arguments": { "mode": "spin", "n": 1200 }, "_meta": { "progressToken": "spin-1" } }),
+    );
+    let (r, notes) = c.response(id);
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    let progress: Vec<f64> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| {
+            assert_eq!(n["params"]["progressToken"], "spin-1", "{n}");
+            n["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert!(progress.len() >= 2, "expected progress every 250 ms of a 1.2 s call: {notes:?}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "progress must increase: {progress:?}");
+    // Without a token, no progress.
+    let id = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 600 } }));
+    let (_, notes) = c.response(id);
+    assert!(notes.iter().all(|n| n["method"] != "notifications/progress"), "{notes:?}");
 }

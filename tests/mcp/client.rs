@@ -85,18 +85,39 @@ impl StdioClient {
     /// Send a request and return the whole response (`result` or `error`), skipping
     /// notifications.
     pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.begin(method, params);
+        self.response(id).0
+    }
+
+    /// Send a request without waiting for its answer; its id.
+    pub fn begin(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        id
+    }
+
+    /// Read until the response to `id`: it, and the notifications that came before it.
+    /// Responses to other ids are skipped.
+    pub fn response(&mut self, id: u64) -> (Value, Vec<Value>) {
+        let mut notifications = Vec::new();
         loop {
             let mut line = String::new();
             let n = self.stdout.read_line(&mut line).unwrap();
             assert!(n > 0, "the server closed stdout while we waited for response {id}");
             let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
             if v.get("id") == Some(&json!(id)) {
-                return v;
+                return (v, notifications);
+            }
+            if v.get("id").is_none() {
+                notifications.push(v);
             }
         }
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn result(&mut self, method: &str, params: Value) -> Value {
@@ -159,6 +180,18 @@ impl HttpServer {
             let _ = stderr.read_to_string(&mut sink);
         });
         HttpServer { child, addr }
+    }
+}
+
+impl HttpServer {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -236,6 +269,36 @@ pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]
         body = dechunk(&body);
     }
     HttpResponse { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// A stateless 2026-07-28 `/mcp` request sent on a fresh connection, left unread: the caller
+/// reads the answer or drops the connection.
+pub fn start_rpc(addr: SocketAddr, method: &str, mut params: Value) -> TcpStream {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "rust-http-test", "version": "1.0" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let name = params.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nMcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
+/// CPU time (user + system) process `pid` used so far, in milliseconds (Linux /proc).
+pub fn process_cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start after the last `)`.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1000 / hz
 }
 
 /// A stateless 2026-07-28 JSON-RPC request to `/mcp`.
