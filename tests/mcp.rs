@@ -11,7 +11,7 @@ use std::path::Path;
 
 use std::time::{Duration, Instant};
 
-use client::{HttpServer, StdioClient, cli, example_home, http, process_cpu_ms, rpc, start_rpc};
+use client::{HttpServer, StdioClient, cli, example_home, http, process_cpu_ms, rpc, start_rpc, try_rpc};
 use serde_json::{Value, json};
 
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -462,4 +462,55 @@ fn a_long_call_sends_progress_when_asked() {
     let id = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 600 } }));
     let (_, notes) = c.response(id);
     assert!(notes.iter().all(|n| n["method"] != "notifications/progress"), "{notes:?}");
+}
+
+#[test]
+fn kill_9_during_a_burst_loses_no_answered_call() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let mut server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let addr = server.addr;
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(Mutex::new(Vec::<String>::new()));
+    let clients: Vec<_> = (0..16)
+        .map(|t| {
+            let (stop, answered) = (stop.clone(), answered.clone());
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let arg = format!("t{t}-{i}");
+                    let args = json!({ "name": "probe", "arguments": { "mode": "echo", "arg": arg } });
+                    let Some(r) = try_rpc(addr, "tools/call", args) else { break };
+                    let out = r["result"]["structuredContent"]["output"].as_str().unwrap_or("").to_string();
+                    assert!(out.ends_with(&format!("|{arg}")), "{r}");
+                    answered.lock().unwrap().push(arg);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    while answered.lock().unwrap().len() < 300 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.kill();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert!(answered.len() >= 300, "only {} calls answered before the kill", answered.len());
+    let audited: std::collections::HashSet<String> = audit_lines(env.home.path())
+        .iter()
+        .filter(|l| l["skill"] == "probe")
+        .filter_map(|l| l["params"]["arg"].as_str().map(String::from))
+        .collect();
+    let missing: Vec<&String> = answered.iter().filter(|a| !audited.contains(*a)).collect();
+    assert!(missing.is_empty(), "answered calls without an audit line after kill -9: {missing:?}");
+    eprintln!("{} calls answered, {} audited, before kill -9", answered.len(), audited.len());
+    cli(env.home.path(), &["audit", "verify"]);
 }

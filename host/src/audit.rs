@@ -10,7 +10,11 @@
 //!
 //! Appends hold an exclusive lock on the file (flock, through `File::lock`), take the
 //! previous hash from the last line (read backwards from the end, so an append costs the
-//! same on a large log), and write the line with one `write_all` followed by `sync_data`.
+//! same on a large log), and write the line with one `write_all`, then release the lock and
+//! wait for a `sync_data` that covers the line: concurrent appenders of one process share
+//! one sync (group commit, see [`GroupCommit`]). An append returns only once its line is
+//! on disk, so a caller that answers after it never answers a call the log could lose, to a
+//! killed process (the line is in the kernel from the write on) or to a power loss.
 //! A crash mid-write leaves a torn last line without a newline: [`AuditLog::verify`] reports
 //! it as such, not as tampering, and the next append cuts it off (that entry was never
 //! complete, so nothing written whole is lost) and records how many bytes it discarded in
@@ -32,6 +36,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::os::unix::fs::{FileExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
@@ -309,15 +314,93 @@ impl AuditRead {
     }
 }
 
-/// The append-only, hash-chained log in one file.
+/// The append-only, hash-chained log in one file. Clones share one [`GroupCommit`]: the
+/// appends of one process (a server's concurrent calls) share their syncs.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     path: PathBuf,
+    commits: Arc<GroupCommit>,
+}
+
+/// Group commit: an append writes its line under the file lock, releases the lock, then
+/// waits until a `sync_data` issued after its write has finished. One appender at a time
+/// (the leader) syncs, for every line written so far; those that wrote meanwhile wait for
+/// it, then the next leader syncs what came since. Under load one sync covers many lines;
+/// a lone append costs one sync, as before.
+#[derive(Debug, Default)]
+struct GroupCommit {
+    state: Mutex<CommitState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct CommitState {
+    /// Lines this process wrote (each append's ticket is the count after its write).
+    written: u64,
+    /// Every line up to this ticket is on disk.
+    durable: u64,
+    syncing: bool,
+    /// Files written since the last sync, one handle per inode (a seal switches files).
+    pending: Vec<(u64, u64, File)>,
+    /// `sync_data` rounds run, for [`AuditLog::syncs`].
+    syncs: u64,
+}
+
+impl GroupCommit {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CommitState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record a written line (its file unlocked, still open); its ticket.
+    fn written(&self, file: File) -> u64 {
+        let id = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0));
+        let mut st = self.lock();
+        st.written += 1;
+        if !st.pending.iter().any(|(dev, ino, _)| (*dev, *ino) == id) {
+            st.pending.push((id.0, id.1, file));
+        }
+        st.written
+    }
+
+    /// Return once the line of `ticket` is on disk, syncing as the leader when no sync runs.
+    fn wait_durable(&self, ticket: u64) -> std::io::Result<()> {
+        let mut st = self.lock();
+        loop {
+            if st.durable >= ticket {
+                return Ok(());
+            }
+            if st.syncing {
+                st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            st.syncing = true;
+            st.syncs += 1;
+            let target = st.written;
+            let files = std::mem::take(&mut st.pending);
+            drop(st);
+            let synced = files.iter().try_for_each(|(_, _, f)| f.sync_data());
+            st = self.lock();
+            st.syncing = false;
+            match synced {
+                Ok(()) => st.durable = st.durable.max(target),
+                // Not durable: the files stay pending, so the next leader syncs them again.
+                Err(_) => st.pending.extend(files),
+            }
+            self.done.notify_all();
+            synced?;
+        }
+    }
 }
 
 impl AuditLog {
     pub fn new(path: impl Into<PathBuf>) -> AuditLog {
-        AuditLog { path: path.into() }
+        AuditLog { path: path.into(), commits: Arc::default() }
+    }
+
+    /// How many `sync_data` rounds this log (and its clones) ran: under concurrent appends,
+    /// fewer than the appends (group commit).
+    pub fn syncs(&self) -> u64 {
+        self.commits.lock().syncs
     }
 
     /// The log of a skillhost home: `<home>/audit/audit.jsonl`.
@@ -383,7 +466,11 @@ impl AuditLog {
         let seq = tail.seq + 1;
         let (line, hash) = chained_line(entry, seq, &tail.hash);
         (&file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;
-        file.sync_data().with_context(|| format!("cannot sync {}", self.path.display()))?;
+        // The line is in the kernel now: a killed process loses nothing from here. The
+        // next appender may chain to it while this one waits for the disk.
+        file.unlock().with_context(|| format!("cannot unlock {}", self.path.display()))?;
+        let ticket = self.commits.written(file);
+        self.commits.wait_durable(ticket).with_context(|| format!("cannot sync {}", self.path.display()))?;
         Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
     }
 
@@ -862,6 +949,39 @@ mod tests {
         assert_eq!(sessions[0].skills, vec!["read-log-file"]);
         assert_eq!(sessions[0].final_status, "success");
         assert!(log.show("nope").unwrap_err().to_string().contains("no audit entries for session `nope`"));
+    }
+
+    #[test]
+    fn concurrent_appends_share_syncs_and_keep_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::in_home(dir.path());
+        let (threads, each) = (8, 40);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let log = log.clone();
+                scope.spawn(move || {
+                    for i in 0..each {
+                        let mut e = new_entry(EntryKind::Call, &format!("s{t}"));
+                        e.insert("i".into(), i.into());
+                        log.append(e).unwrap();
+                    }
+                });
+            }
+        });
+        let total = (threads * each) as u64;
+        assert_eq!(log.verify().unwrap().entries, total);
+        let syncs = log.syncs();
+        assert!((1..total).contains(&syncs), "{syncs} syncs for {total} concurrent appends: none was shared");
+        // Every thread's lines are all there, in its own order.
+        for t in 0..threads {
+            let mine: Vec<u64> =
+                log.show(&format!("s{t}")).unwrap().iter().map(|e| e["i"].as_u64().unwrap()).collect();
+            assert_eq!(mine, (0..each as u64).collect::<Vec<_>>());
+        }
+        // A lone append still syncs before it returns.
+        let before = log.syncs();
+        log.append(new_entry(EntryKind::Call, "alone")).unwrap();
+        assert_eq!(log.syncs(), before + 1);
     }
 
     #[test]

@@ -290,6 +290,27 @@ pub fn start_rpc(addr: SocketAddr, method: &str, mut params: Value) -> TcpStream
     s
 }
 
+/// A `/mcp` request whose answer may never come (the server may be killed meanwhile): the
+/// JSON-RPC message of a complete 200 answer, or `None`.
+pub fn try_rpc(addr: SocketAddr, method: &str, params: Value) -> Option<Value> {
+    let mut s = std::panic::catch_unwind(|| start_rpc(addr, method, params)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let response = HttpResponse { status: 200, headers: Vec::new(), body };
+    std::panic::catch_unwind(|| response.json()).ok()
+}
+
 /// CPU time (user + system) process `pid` used so far, in milliseconds (Linux /proc).
 pub fn process_cpu_ms(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

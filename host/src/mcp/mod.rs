@@ -246,7 +246,9 @@ impl SkillhostMcp {
         }
     }
 
-    fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
+    /// The audit line of a memory tool call or MEMORY.md read, written (and synced, shared
+    /// with concurrent appends) off the async workers before the answer goes out.
+    async fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
         let log = self.server.lib.audit_log();
         let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
         entry.insert("step".into(), 0.into());
@@ -256,8 +258,12 @@ impl SkillhostMcp {
         entry.insert("transport".into(), self.transport.as_str().into());
         entry.insert("client".into(), json!({ "name": client.name, "version": client.version }));
         entry.extend(extra);
-        if let Err(e) = log.append(entry) {
-            eprintln!("warning: cannot write the audit log {}: {e:#}", log.path().display());
+        let path = log.path().to_path_buf();
+        let appended = tokio::task::spawn_blocking(move || log.append(entry)).await;
+        match appended {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("warning: cannot write the audit log {}: {e:#}", path.display()),
+            Err(e) => eprintln!("warning: the audit writer stopped: {e}"),
         }
     }
 
@@ -274,7 +280,7 @@ impl SkillhostMcp {
         let request = match tools::MemoryRequest::parse(tool, arguments) {
             Ok(r) => r,
             Err(message) => {
-                self.audit_memory(tool.name(), &client, &params, "invalid-params", Map::new());
+                self.audit_memory(tool.name(), &client, &params, "invalid-params", Map::new()).await;
                 return Ok(tools::error_result(&message));
             }
         };
@@ -289,7 +295,7 @@ impl SkillhostMcp {
             Ok(v) => ("success", tools::memory_audit_fields(v)),
             Err(_) => ("failed", Map::new()),
         };
-        self.audit_memory(tool.name(), &client, &params, status, extra);
+        self.audit_memory(tool.name(), &client, &params, status, extra).await;
         Ok(match outcome {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
@@ -436,7 +442,7 @@ impl ServerHandler for SkillhostMcp {
             let client = client_of(&context);
             let namespace = self.server.namespace().to_string();
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
-            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), "success", Map::new());
+            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), "success", Map::new()).await;
             return Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
             ])
