@@ -304,42 +304,102 @@ fn http_requires_the_token_and_checks_host_origin_and_size() {
 }
 
 #[test]
-fn sixteen_parallel_http_calls_are_all_answered_correctly() {
+fn sixteen_parallel_http_calls_with_two_hostile_ones() {
     let env = common::Env::new();
     let lib = env.library();
     env.install_granted(&lib, "probe", "");
-    env.install_granted(&lib, "probe-hostile", "limits:\n  cpu_time_ms: 2000\n  wall_time_ms: 4000\n  memory_mb: 16\n");
+    env.install_granted(&lib, "probe-hostile", "limits:\n  cpu_time_ms: 1500\n  wall_time_ms: 20000\n  memory_mb: 16\n");
     let server = HttpServer::start(env.home.path(), &[], &[]);
     let addr = server.addr;
+    // Warm both (first calls load and prepare the component).
+    for name in ["probe", "probe-hostile"] {
+        rpc(addr, "tools/call", json!({ "name": name, "arguments": { "mode": "noop" } }), &[]);
+    }
     let calls: Vec<_> = (0..16)
         .map(|i| {
             std::thread::spawn(move || {
                 let (name, args) = match i {
-                    0 => ("probe-hostile", json!({ "mode": "loop" })),
-                    1 => ("probe-hostile", json!({ "mode": "membomb" })),
+                    // An endless busy loop (a minute of spinning) and a memory bomb (64 MiB of 16).
+                    0 => ("probe-hostile", json!({ "mode": "spin", "n": 60000 })),
+                    1 => ("probe-hostile", json!({ "mode": "alloc", "n": 64 })),
                     _ => ("probe", json!({ "mode": "echo", "arg": format!("call-{i}") })),
                 };
+                // The hostile ones start first, so the others run while they do.
+                if i >= 2 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let started = Instant::now();
                 let r = rpc(addr, "tools/call", json!({ "name": name, "arguments": args }), &[]);
                 assert_eq!(r.status, 200, "{}", r.body);
-                (i, r.json())
+                (i, r.json(), started.elapsed())
             })
         })
         .collect();
     for h in calls {
-        let (i, r) = h.join().unwrap();
+        let (i, r, took) = h.join().unwrap();
         let result = &r["result"];
+        let s = &result["structuredContent"];
         match i {
-            0 | 1 => {
-                assert_eq!(result["isError"], true, "{r}");
-                let status = result["structuredContent"]["status"].as_str().unwrap();
-                assert!(["cpu-limit", "timeout", "memory-limit", "trap"].contains(&status), "{i}: {r}");
+            0 => {
+                assert_eq!(s["status"], "cpu-limit", "{r}");
+                let cpu_ms = s["usage"]["cpu_time_us"].as_u64().unwrap() / 1000;
+                assert!((1500..1800).contains(&cpu_ms), "stopped at {cpu_ms} ms of CPU, the limit is 1500: {r}");
+            }
+            1 => {
+                assert_eq!(s["status"], "memory-limit", "{r}");
+                assert!(s["usage"]["memory_peak_bytes"].as_u64().unwrap() <= 16 << 20, "{r}");
             }
             _ => {
                 assert_eq!(result["isError"], false, "{r}");
-                let out = result["structuredContent"]["output"].as_str().unwrap();
+                let out = s["output"].as_str().unwrap();
                 assert!(out.ends_with(&format!("|call-{i}")), "call {i} got another call's answer: {out}");
+                // The spinner holds one of the 2 cores for 1.5 s of CPU; an echo waits for it
+                // only if a hostile call can delay the others.
+                assert!(took < Duration::from_millis(1000), "call {i} took {took:?} next to the hostile calls");
             }
         }
+    }
+}
+
+#[test]
+fn eight_concurrent_busy_loops_each_stop_at_their_own_cpu_limit() {
+    let env = common::Env::new();
+    let lib = env.library();
+    let limits: Vec<u64> = (0..8).map(|k| 300 + 100 * k).collect();
+    for (k, ms) in limits.iter().enumerate() {
+        env.install_granted(&lib, &format!("busy-{k}"), &format!("limits:\n  cpu_time_ms: {ms}\n  wall_time_ms: 60000\n"));
+    }
+    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let addr = server.addr;
+    for k in 0..8 {
+        rpc(addr, "tools/call", json!({ "name": format!("busy-{k}"), "arguments": { "mode": "noop" } }), &[]);
+    }
+    let calls: Vec<_> = (0..8)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let args = json!({ "name": format!("busy-{k}"), "arguments": { "mode": "spin", "n": 600000 } });
+                (k, rpc(addr, "tools/call", args, &[]).json())
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for h in calls {
+        let (k, r) = h.join().unwrap();
+        let s = &r["result"]["structuredContent"];
+        assert_eq!(s["status"], "cpu-limit", "busy-{k}: {r}");
+        let cpu_ms = s["usage"]["cpu_time_us"].as_u64().unwrap() as f64 / 1000.0;
+        let limit = limits[k] as f64;
+        seen.push(format!("busy-{k}: {cpu_ms:.0}/{limit} ms"));
+        assert!(cpu_ms >= limit, "busy-{k} stopped early: {cpu_ms} ms of CPU, limit {limit}");
+        assert!(cpu_ms <= limit * 1.2, "busy-{k} ran {cpu_ms} ms of CPU, over 120% of its {limit} ms");
+    }
+    eprintln!("{}", seen.join(", "));
+    // The audit lines say the same.
+    let lines = audit_lines(env.home.path());
+    for k in 0..8 {
+        let line = lines.iter().rfind(|l| l["skill"] == format!("busy-{k}")).unwrap();
+        assert_eq!(line["status"], "cpu-limit", "{line}");
+        assert!(line["cpu_time_us"].as_u64().unwrap() >= limits[k] * 1000, "{line}");
     }
 }
 
