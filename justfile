@@ -35,11 +35,12 @@ demo: build-skills build
 test: build-skills
     cargo test --release
 
-# Benchmarks: warm/cold call, compile, against process-per-call baselines. Prints ratios.
+# Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines. Prints ratios.
 bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
     cargo bench -p skillhost --bench agent
+    cargo bench -p skillhost --bench mcp
 
 # Formatting and clippy, warnings as errors.
 lint:

@@ -10,11 +10,12 @@
 //!
 //! Appends hold an exclusive lock on the file (flock, through `File::lock`), take the
 //! previous hash from the last line (read backwards from the end, so an append costs the
-//! same on a large log), and write the line with one `write_all`, then release the lock and
-//! wait for a `sync_data` that covers the line: concurrent appenders of one process share
-//! one sync (group commit, see [`GroupCommit`]). An append returns only once its line is
-//! on disk, so a caller that answers after it never answers a call the log could lose, to a
-//! killed process (the line is in the kernel from the write on) or to a power loss.
+//! same on a large log), and write the line with one `write_all`, then release the lock;
+//! the line is synced by a `sync_data` that concurrent appenders of one process share
+//! (group commit, see [`GroupCommit`]). By default an append returns once its line is on
+//! disk; a server ([`AuditLog::sync_in_background`]) returns once it is written and syncs
+//! behind. Either way a caller that answers after the append never answers a call that a
+//! killed process could lose: the line is in the kernel from the write on.
 //! A crash mid-write leaves a torn last line without a newline: [`AuditLog::verify`] reports
 //! it as such, not as tampering, and the next append cuts it off (that entry was never
 //! complete, so nothing written whole is lost) and records how many bytes it discarded in
@@ -323,15 +324,32 @@ pub struct AuditLog {
 }
 
 /// Group commit: an append writes its line under the file lock, releases the lock, then
-/// waits until a `sync_data` issued after its write has finished. One appender at a time
-/// (the leader) syncs, for every line written so far; those that wrote meanwhile wait for
-/// it, then the next leader syncs what came since. Under load one sync covers many lines;
-/// a lone append costs one sync, as before.
+/// its line is synced together with the others written meanwhile: one `sync_data` covers
+/// every line written before it started.
+///
+/// Two ways to wait for it. By default an append returns once a sync that covers its line
+/// has finished: one appender at a time (the leader) syncs for all, the others wait for
+/// it, so under load one sync covers many lines and a lone append costs one sync, as
+/// before. With [`AuditLog::sync_in_background`] (the MCP server) an append returns as soon
+/// as its line is written, and a background thread syncs behind the appends, round after
+/// round; the appends of one round share its sync. A killed process loses nothing either
+/// way (a written line is in the kernel); a power loss can lose the lines written since the
+/// last finished round (rounds are [`SYNC_PAUSE`] apart plus the sync's own time), at most
+/// [`MAX_UNSYNCED_LINES`]: past that many, appends wait for the disk.
 #[derive(Debug, Default)]
 struct GroupCommit {
     state: Mutex<CommitState>,
+    /// A sync round finished.
     done: Condvar,
+    /// Lines are waiting for the background syncer.
+    work: Condvar,
 }
+
+/// Pause of the background syncer between two rounds.
+const SYNC_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Most lines written but not yet synced in background mode before appends wait.
+pub const MAX_UNSYNCED_LINES: u64 = 1024;
 
 #[derive(Debug, Default)]
 struct CommitState {
@@ -344,10 +362,16 @@ struct CommitState {
     pending: Vec<(u64, u64, File)>,
     /// `sync_data` rounds run, for [`AuditLog::syncs`].
     syncs: u64,
+    /// Appends do not wait for the disk; the background syncer runs.
+    background: bool,
+    /// The last sync failed: appends wait for a sync of their own until one succeeds.
+    failing: bool,
 }
 
+type Guard<'a> = std::sync::MutexGuard<'a, CommitState>;
+
 impl GroupCommit {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CommitState> {
+    fn lock(&self) -> Guard<'_> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -362,6 +386,40 @@ impl GroupCommit {
         st.written
     }
 
+    /// After a write: wait for the disk, or leave it to the background syncer.
+    fn after_write(&self, ticket: u64) -> std::io::Result<()> {
+        let st = self.lock();
+        if st.background && !st.failing && st.written - st.durable <= MAX_UNSYNCED_LINES {
+            self.work.notify_one();
+            return Ok(());
+        }
+        drop(st);
+        self.wait_durable(ticket)
+    }
+
+    /// One sync of everything written so far, as the leader (`st.syncing` must be false).
+    fn sync_round<'a>(&'a self, mut st: Guard<'a>) -> (Guard<'a>, std::io::Result<()>) {
+        st.syncing = true;
+        st.syncs += 1;
+        let target = st.written;
+        let files = std::mem::take(&mut st.pending);
+        drop(st);
+        let synced = files.iter().try_for_each(|(_, _, f)| f.sync_data());
+        let mut st = self.lock();
+        st.syncing = false;
+        st.failing = synced.is_err();
+        match synced {
+            Ok(()) => st.durable = st.durable.max(target),
+            // Not durable: the files stay pending, so the next round syncs them again.
+            Err(_) => st.pending.extend(files),
+        }
+        self.done.notify_all();
+        if !st.pending.is_empty() {
+            self.work.notify_one();
+        }
+        (st, synced)
+    }
+
     /// Return once the line of `ticket` is on disk, syncing as the leader when no sync runs.
     fn wait_durable(&self, ticket: u64) -> std::io::Result<()> {
         let mut st = self.lock();
@@ -373,21 +431,33 @@ impl GroupCommit {
                 st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            st.syncing = true;
-            st.syncs += 1;
-            let target = st.written;
-            let files = std::mem::take(&mut st.pending);
-            drop(st);
-            let synced = files.iter().try_for_each(|(_, _, f)| f.sync_data());
-            st = self.lock();
-            st.syncing = false;
-            match synced {
-                Ok(()) => st.durable = st.durable.max(target),
-                // Not durable: the files stay pending, so the next leader syncs them again.
-                Err(_) => st.pending.extend(files),
-            }
-            self.done.notify_all();
+            let (next, synced) = self.sync_round(st);
+            st = next;
             synced?;
+        }
+    }
+
+    /// The background syncer: sync whatever was written, round after round, until the log
+    /// (every clone) is dropped.
+    fn run_syncer(commits: std::sync::Weak<GroupCommit>) {
+        while let Some(gc) = commits.upgrade() {
+            let mut st = gc.lock();
+            if st.pending.is_empty() || st.syncing {
+                // Woken by a write; the timeout only notices that the log was dropped.
+                st = gc.work.wait_timeout(st, std::time::Duration::from_millis(200)).map_or_else(|p| p.into_inner().0, |r| r.0);
+            }
+            if !st.pending.is_empty() && !st.syncing {
+                let (st, synced) = gc.sync_round(st);
+                drop(st);
+                drop(gc);
+                if let Err(e) = synced {
+                    eprintln!("warning: cannot sync the audit log: {e}; appends wait for the disk until a sync succeeds");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                // Rounds back to back would keep the file's last page under writeback, and
+                // a write to a page under writeback waits for the disk: pace the rounds.
+                std::thread::sleep(SYNC_PAUSE);
+            }
         }
     }
 }
@@ -401,6 +471,31 @@ impl AuditLog {
     /// fewer than the appends (group commit).
     pub fn syncs(&self) -> u64 {
         self.commits.lock().syncs
+    }
+
+    /// From now on (for this log and its clones), an append returns as soon as its line is
+    /// written, and a background thread syncs behind the appends (see [`GroupCommit`]):
+    /// for a server, where a sync per answer would cost more than the call. A killed
+    /// process still loses no written line; a power loss can lose the last sync round's.
+    /// Call [`AuditLog::flush`] before a clean exit.
+    pub fn sync_in_background(&self) -> Result<()> {
+        let mut st = self.commits.lock();
+        if st.background {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(&self.commits);
+        std::thread::Builder::new()
+            .name("skillhost-audit-sync".into())
+            .spawn(move || GroupCommit::run_syncer(weak))
+            .context("cannot start the audit sync thread")?;
+        st.background = true;
+        Ok(())
+    }
+
+    /// Wait until every line this process wrote is on disk.
+    pub fn flush(&self) -> Result<()> {
+        let ticket = self.commits.lock().written;
+        self.commits.wait_durable(ticket).with_context(|| format!("cannot sync {}", self.path.display()))
     }
 
     /// The log of a skillhost home: `<home>/audit/audit.jsonl`.
@@ -470,7 +565,7 @@ impl AuditLog {
         // next appender may chain to it while this one waits for the disk.
         file.unlock().with_context(|| format!("cannot unlock {}", self.path.display()))?;
         let ticket = self.commits.written(file);
-        self.commits.wait_durable(ticket).with_context(|| format!("cannot sync {}", self.path.display()))?;
+        self.commits.after_write(ticket).with_context(|| format!("cannot sync {}", self.path.display()))?;
         Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
     }
 
@@ -982,6 +1077,25 @@ mod tests {
         let before = log.syncs();
         log.append(new_entry(EntryKind::Call, "alone")).unwrap();
         assert_eq!(log.syncs(), before + 1);
+    }
+
+    #[test]
+    fn background_syncs_follow_the_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = AuditLog::in_home(dir.path());
+        log.sync_in_background().unwrap();
+        log.sync_in_background().unwrap();
+        for i in 0..200 {
+            let mut e = new_entry(EntryKind::Call, "bg");
+            e.insert("i".into(), i.into());
+            log.append(e).unwrap();
+        }
+        // Every line is readable at once (written before the append returned).
+        assert_eq!(log.verify().unwrap().entries, 200);
+        log.flush().unwrap();
+        let st = log.commits.lock();
+        assert_eq!(st.durable, 200, "flush leaves nothing unsynced");
+        assert!(st.syncs >= 1, "the background syncer ran");
     }
 
     #[test]

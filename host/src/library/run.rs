@@ -267,6 +267,17 @@ impl Library {
         }))
     }
 
+    /// Is `name` an installed skill with a component to run? From the skill cache: one
+    /// `stat` once the installed version is loaded. A version that cannot be loaded
+    /// (damaged, tampered) counts as installed: running it says what is wrong.
+    pub fn is_executable(&self, name: &str) -> bool {
+        let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain || name.starts_with('.') || self.record_stamp(name).is_none() {
+            return false;
+        }
+        self.load(name).map(|l| l.prepared.is_some()).unwrap_or(true)
+    }
+
     /// Run an installed skill once. Refused (an error, nothing runs) when the audit log
     /// cannot record the call; an error too when the call ran but its line could not be
     /// written.

@@ -181,7 +181,7 @@ pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: Cance
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
     let local = listener.local_addr()?;
     eprintln!("skillhost mcp: listening on http://{local}/mcp");
-    let app = router(server, &options, shutdown.clone());
+    let app = router(server.clone(), &options, shutdown.clone());
     axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled_owned().await }).await?;
-    Ok(())
+    server.finish()
 }

@@ -103,6 +103,11 @@ pub struct McpServer {
 
 impl McpServer {
     pub fn new(lib: Arc<Library>, options: ServerOptions) -> Arc<McpServer> {
+        // A sync per answer would cost more than the call: lines are written before the
+        // answer, synced behind (see crate::audit); `finish` syncs the rest.
+        if let Err(e) = lib.audit_log().sync_in_background() {
+            eprintln!("warning: {e:#}; every audit line is synced before its answer instead");
+        }
         let calls = Semaphore::new(options.max_concurrent_calls.max(1));
         Arc::new(McpServer { lib, options, calls, connections: AtomicU64::new(0) })
     }
@@ -118,6 +123,11 @@ impl McpServer {
             nonce: format!("{nanos:x}-{:x}-{n}", std::process::id()),
             session: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Before a clean exit: every audit line written is synced.
+    pub fn finish(&self) -> Result<()> {
+        self.lib.audit_log().flush()
     }
 
     fn namespace(&self) -> &str {
@@ -346,14 +356,8 @@ impl ServerHandler for SkillhostMcp {
             }
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
         }
-        let check = name.clone();
-        let known = self
-            .blocking(move |server| {
-                Ok(server.allows(&check) && server.lib.names()?.contains(&check) && {
-                    server.lib.info(&check).map(|i| !i.record.is_instruction()).unwrap_or(true)
-                })
-            })
-            .await?;
+        // A stat once the skill is loaded (as Library::run does next), so no hop to the blocking pool.
+        let known = self.server.allows(&name) && self.server.lib.is_executable(&name);
         if !known {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
@@ -511,5 +515,5 @@ pub async fn serve_stdio(server: Arc<McpServer>) -> Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
     running.waiting().await?;
-    Ok(())
+    server.finish()
 }
