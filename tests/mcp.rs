@@ -308,7 +308,11 @@ fn sixteen_parallel_http_calls_with_two_hostile_ones() {
     let env = common::Env::new();
     let lib = env.library();
     env.install_granted(&lib, "probe", "");
-    env.install_granted(&lib, "probe-hostile", "limits:\n  cpu_time_ms: 1500\n  wall_time_ms: 20000\n  memory_mb: 16\n");
+    env.install_granted(
+        &lib,
+        "probe-hostile",
+        "limits:\n  cpu_time_ms: 1500\n  wall_time_ms: 20000\n  memory_mb: 16\n",
+    );
     let server = HttpServer::start(env.home.path(), &[], &[]);
     let addr = server.addr;
     // Warm both (first calls load and prepare the component).
@@ -367,7 +371,11 @@ fn eight_concurrent_busy_loops_each_stop_at_their_own_cpu_limit() {
     let lib = env.library();
     let limits: Vec<u64> = (0..8).map(|k| 300 + 100 * k).collect();
     for (k, ms) in limits.iter().enumerate() {
-        env.install_granted(&lib, &format!("busy-{k}"), &format!("limits:\n  cpu_time_ms: {ms}\n  wall_time_ms: 60000\n"));
+        env.install_granted(
+            &lib,
+            &format!("busy-{k}"),
+            &format!("limits:\n  cpu_time_ms: {ms}\n  wall_time_ms: 60000\n"),
+        );
     }
     let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
     let addr = server.addr;
@@ -478,7 +486,8 @@ fn a_dropped_http_request_stops_its_guest() {
     let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
     let warm = rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "noop" } }), &[]);
     assert_eq!(warm.status, 200, "{}", warm.body);
-    let conn = start_rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 20000 } }));
+    let conn =
+        start_rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 20000 } }));
     std::thread::sleep(Duration::from_millis(400));
     assert!(cpu_over(server.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
     drop(conn);
@@ -490,7 +499,8 @@ fn a_dropped_http_request_stops_its_guest() {
     assert!(line["session"].as_str().unwrap().starts_with("mcp-http-"), "{line}");
     let cpu = cpu_over(server.pid(), Duration::from_millis(400));
     assert!(cpu < 60, "the server still burns CPU after the disconnect: {cpu} ms in 400 ms");
-    let after = rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "x" } }), &[]);
+    let after =
+        rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "x" } }), &[]);
     assert_eq!(after.json()["result"]["isError"], false, "{}", after.body);
     drop(server);
     cli(env.home.path(), &["audit", "verify"]);
@@ -573,4 +583,39 @@ fn kill_9_during_a_burst_loses_no_answered_call() {
     assert!(missing.is_empty(), "answered calls without an audit line after kill -9: {missing:?}");
     eprintln!("{} calls answered, {} audited, before kill -9", answered.len(), audited.len());
     cli(env.home.path(), &["audit", "verify"]);
+}
+
+#[test]
+fn list_changes_are_announced_to_sessions() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe-a", "");
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    assert_eq!(c.tool_names(), ["probe-a"]);
+    let changed =
+        |notes: &[Value], what: &str| notes.iter().any(|n| n["method"] == format!("notifications/{what}/list_changed"));
+    // Nothing changes: nothing is announced.
+    std::thread::sleep(Duration::from_millis(1200));
+    let id = c.begin("tools/list", json!({}));
+    let (_, notes) = c.response(id);
+    assert!(!changed(&notes, "tools"), "{notes:?}");
+    // An install is announced (the watcher looks every 500 ms), then listed.
+    env.install_granted(&lib, "probe-b", "");
+    std::thread::sleep(Duration::from_millis(1200));
+    let id = c.begin("tools/list", json!({}));
+    let (list, notes) = c.response(id);
+    for what in ["tools", "prompts", "resources"] {
+        assert!(changed(&notes, what), "no {what} list_changed after an install: {notes:?}");
+    }
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["probe-a", "probe-b"]);
+    // A policy change is announced too.
+    let policy = env.home.path().join("policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap_or_default();
+    std::fs::write(&policy, format!("{text}\n[skills.probe-a]\n")).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let id = c.begin("tools/list", json!({}));
+    let (_, notes) = c.response(id);
+    assert!(changed(&notes, "tools"), "no list_changed after a policy change: {notes:?}");
 }

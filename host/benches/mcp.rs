@@ -88,7 +88,8 @@ fn stdio_round_trips(home: &Path, warmup: usize, n: usize) -> Vec<Duration> {
 
 /// Calls answered per second by `clients` concurrent keep-alive HTTP clients over `window`.
 fn http_throughput(home: &Path, clients: usize, window: Duration) -> f64 {
-    let mut child = serve(home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child =
+        serve(home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).stderr(Stdio::piped()).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let _server = Server(child);
     let addr = loop {

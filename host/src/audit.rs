@@ -444,14 +444,19 @@ impl GroupCommit {
             let mut st = gc.lock();
             if st.pending.is_empty() || st.syncing {
                 // Woken by a write; the timeout only notices that the log was dropped.
-                st = gc.work.wait_timeout(st, std::time::Duration::from_millis(200)).map_or_else(|p| p.into_inner().0, |r| r.0);
+                st = gc
+                    .work
+                    .wait_timeout(st, std::time::Duration::from_millis(200))
+                    .map_or_else(|p| p.into_inner().0, |r| r.0);
             }
             if !st.pending.is_empty() && !st.syncing {
                 let (st, synced) = gc.sync_round(st);
                 drop(st);
                 drop(gc);
                 if let Err(e) = synced {
-                    eprintln!("warning: cannot sync the audit log: {e}; appends wait for the disk until a sync succeeds");
+                    eprintln!(
+                        "warning: cannot sync the audit log: {e}; appends wait for the disk until a sync succeeds"
+                    );
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 // Rounds back to back would keep the file's last page under writeback, and
@@ -1069,8 +1074,7 @@ mod tests {
         assert!((1..total).contains(&syncs), "{syncs} syncs for {total} concurrent appends: none was shared");
         // Every thread's lines are all there, in its own order.
         for t in 0..threads {
-            let mine: Vec<u64> =
-                log.show(&format!("s{t}")).unwrap().iter().map(|e| e["i"].as_u64().unwrap()).collect();
+            let mine: Vec<u64> = log.show(&format!("s{t}")).unwrap().iter().map(|e| e["i"].as_u64().unwrap()).collect();
             assert_eq!(mine, (0..each as u64).collect::<Vec<_>>());
         }
         // A lone append still syncs before it returns.

@@ -73,6 +73,7 @@ impl StdioClient {
             }),
         );
         assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+        assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true, "{init}");
         c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
         c
     }

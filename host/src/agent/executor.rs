@@ -135,7 +135,9 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
                 }
                 CallError::Failed(_) => "Read the reason; change the request or try another skill.",
                 CallError::Setup(_) => "The skill cannot start here; use another skill or tell the user.",
-                CallError::Cancelled => "The call was cancelled before it finished; call it again if it is still needed.",
+                CallError::Cancelled => {
+                    "The call was cancelled before it finished; call it again if it is still needed."
+                }
             };
             out.result = format!("{error}. {advice}");
             out.summary = one_line(&error.to_string(), 120);

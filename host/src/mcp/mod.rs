@@ -24,10 +24,13 @@ use anyhow::Result;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ProgressNotificationParam, ProgressToken, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+    SubscriptionFilter,
 };
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{
+    NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
+};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
@@ -93,13 +96,53 @@ const LIST_TTL_MS: u64 = 2_000;
 /// URI of the MEMORY.md view resource.
 pub const MEMORY_URI: &str = "skillhost://memory/MEMORY.md";
 
+/// How often the server looks for installed, removed or re-granted skills to tell listening
+/// clients about (a `stat` per skill and policy file).
+const LIST_WATCH_EVERY: Duration = Duration::from_millis(500);
+
 /// State shared by every connection of one server process.
 pub struct McpServer {
     lib: Arc<Library>,
     options: ServerOptions,
     calls: Semaphore,
     connections: AtomicU64,
+    /// Clients to tell when the lists change; the watcher starts with the first.
+    listeners: std::sync::Mutex<Vec<Listener>>,
+    watching: std::sync::Once,
 }
+
+/// A client that hears when the tool, prompt and resource lists change.
+enum Listener {
+    /// A 2025-11-25 session (stdio, or an HTTP session): notifications on its stream.
+    Session(Peer<RoleServer>),
+    /// A 2026-07-28 `subscriptions/listen` request.
+    Subscription(SubscriptionSink),
+}
+
+impl Listener {
+    /// Send the three list-changed notifications; false once the client is gone.
+    async fn lists_changed(&self) -> bool {
+        match self {
+            Listener::Session(peer) => {
+                peer.notify_tool_list_changed().await.is_ok()
+                    && peer.notify_prompt_list_changed().await.is_ok()
+                    && peer.notify_resource_list_changed().await.is_ok()
+            }
+            Listener::Subscription(sink) => {
+                // A category the client did not ask for is refused by the sink: not an end.
+                let alive = |r: Result<(), SubscriptionSendError>| {
+                    !matches!(r, Err(SubscriptionSendError::SubscriptionClosed | SubscriptionSendError::Service(_)))
+                };
+                alive(sink.notify_tool_list_changed().await)
+                    && alive(sink.notify_prompt_list_changed().await)
+                    && alive(sink.notify_resource_list_changed().await)
+            }
+        }
+    }
+}
+
+/// What the lists depend on: each installed skill's install.json and the policy files.
+type ListsStamp = Vec<(String, Option<crate::fsutil::FileStamp>)>;
 
 impl McpServer {
     pub fn new(lib: Arc<Library>, options: ServerOptions) -> Arc<McpServer> {
@@ -109,7 +152,35 @@ impl McpServer {
             eprintln!("warning: {e:#}; every audit line is synced before its answer instead");
         }
         let calls = Semaphore::new(options.max_concurrent_calls.max(1));
-        Arc::new(McpServer { lib, options, calls, connections: AtomicU64::new(0) })
+        Arc::new(McpServer {
+            lib,
+            options,
+            calls,
+            connections: AtomicU64::new(0),
+            listeners: std::sync::Mutex::new(Vec::new()),
+            watching: std::sync::Once::new(),
+        })
+    }
+
+    /// Tell `listener` when the lists change (starts the watcher on first use; needs a runtime).
+    fn listen(self: &Arc<Self>, listener: Listener) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).push(listener);
+        self.watching.call_once(|| {
+            tokio::spawn(watch_lists(Arc::downgrade(self)));
+        });
+    }
+
+    fn lists_stamp(&self) -> Result<ListsStamp> {
+        let mut stamp = Vec::new();
+        for name in self.lib.names()? {
+            let file = self.options.home.join("skills").join(&name).join("install.json");
+            stamp.push((name, crate::fsutil::FileStamp::of(&file)?));
+        }
+        let policy = self.lib.policy_files();
+        for file in std::iter::once(&policy.user).chain(policy.project.as_ref()) {
+            stamp.push((file.display().to_string(), crate::fsutil::FileStamp::of(file)?));
+        }
+        Ok(stamp)
     }
 
     /// A handler for one new connection over `transport`.
@@ -316,7 +387,15 @@ impl SkillhostMcp {
 impl ServerHandler for SkillhostMcp {
     fn get_info(&self) -> ServerConfig {
         // Resources are always there: instruction skills' SKILL.md, and MEMORY.md unless --memory none.
-        let caps = ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().build();
+        // listChanged: sent to 2025-11-25 sessions and 2026-07-28 `subscriptions/listen`.
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .build();
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("skillhost", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -324,6 +403,23 @@ impl ServerHandler for SkillhostMcp {
                  Prompts are instruction skills (guidance to follow). The MEMORY.md resource and memory_search give \
                  what was learned in earlier sessions.",
             )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.server.listen(Listener::Session(context.peer));
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        // List changes only; there are no per-resource updates to subscribe to.
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = None;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.server.listen(Listener::Subscription(context.sink().clone()));
+        context.cancelled().await;
+        Ok(())
     }
 
     async fn list_tools(
@@ -479,6 +575,34 @@ impl ServerHandler for SkillhostMcp {
             format!("no resource `{}`: resources/list names what this server has", request.uri),
             None,
         ))
+    }
+}
+
+/// Every [`LIST_WATCH_EVERY`], while clients listen: when a skill was installed, upgraded or
+/// removed, or a policy file changed, send them list-changed notifications (they list again;
+/// the lists are read fresh). Ends when the server is dropped.
+async fn watch_lists(server: std::sync::Weak<McpServer>) {
+    let mut last: Option<ListsStamp> = None;
+    let mut ticks = tokio::time::interval(LIST_WATCH_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(server) = server.upgrade() else { return };
+        let reader = server.clone();
+        let Ok(Ok(now)) = tokio::task::spawn_blocking(move || reader.lists_stamp()).await else { continue };
+        let changed = last.as_ref().is_some_and(|l| *l != now);
+        last = Some(now);
+        if !changed {
+            continue;
+        }
+        let current = std::mem::take(&mut *server.listeners.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut alive = Vec::with_capacity(current.len());
+        for listener in current {
+            if listener.lists_changed().await {
+                alive.push(listener);
+            }
+        }
+        server.listeners.lock().unwrap_or_else(|p| p.into_inner()).extend(alive);
     }
 }
 

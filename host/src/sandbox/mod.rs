@@ -525,7 +525,9 @@ pub enum CallError {
     Failed(String),
     CpuLimit(String),
     MemoryLimit(String),
-    Timeout { limit_ms: u64 },
+    Timeout {
+        limit_ms: u64,
+    },
     Panic(String),
     Trap(String),
     Setup(String),
