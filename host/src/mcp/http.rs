@@ -152,6 +152,9 @@ pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: Cancellat
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_max_request_body_bytes(options.max_body_bytes)
+        // A plain JSON answer for a request that sends nothing before its response (most
+        // calls); rmcp switches to an SSE stream when progress or other messages come first.
+        .with_json_response(true)
         .with_cancellation_token(shutdown);
     let factory = {
         let server = server.clone();
