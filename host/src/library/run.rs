@@ -269,7 +269,7 @@ impl Library {
     /// written.
     pub async fn run(&self, name: &str, params: Value, opts: &RunOptions) -> Result<RunReport> {
         self.audit.check_appendable()?;
-        let loaded = self.load(name)?;
+        let loaded = off_the_executor(|| self.load(name))?;
         let Some(prepared) = &loaded.prepared else {
             bail!(
                 "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
@@ -446,4 +446,14 @@ pub fn params_from_pairs(manifest: &Manifest, pairs: &[String]) -> Result<Value>
         obj.insert(k.to_string(), value);
     }
     Ok(Value::Object(obj))
+}
+
+/// Run blocking work (a first load reads, hashes and deserializes a component: milliseconds)
+/// without stalling the other tasks of a multi-threaded runtime's worker. A current-thread
+/// runtime has no other worker to hand its tasks to, so there the work simply runs.
+fn off_the_executor<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }

@@ -75,7 +75,7 @@ const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
 /// Bytes of each pooled memory/table slot kept resident between calls.
-const KEEP_RESIDENT_BYTES: usize = 64 << 10;
+const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// How a [`Runtime`] is sized.
 #[derive(Debug, Clone, Copy)]
@@ -136,6 +136,7 @@ impl Runtime {
         // then reuses warm pages instead of faulting them in again on every call.
         pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES);
         pool.table_keep_resident(KEEP_RESIDENT_BYTES);
+        pool.pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(anyhow::Error::from).context("cannot create the wasmtime engine")?;
 
@@ -202,11 +203,7 @@ impl Runtime {
         }
         match tokio::time::timeout(wait, self.admission.acquire()).await {
             Ok(Ok(permit)) => Ok(permit),
-            _ => Err(CallError::Setup(format!(
-                "host busy: {} calls running; retry later (no slot was free within {} ms)",
-                self.max_calls,
-                wait.as_millis()
-            ))),
+            _ => Err(CallError::Busy { running: self.max_calls, waited_ms: wait.as_millis() as u64 }),
         }
     }
 
@@ -525,7 +522,15 @@ pub enum CallError {
     Failed(String),
     CpuLimit(String),
     MemoryLimit(String),
-    Timeout { limit_ms: u64 },
+    Timeout {
+        limit_ms: u64,
+    },
+    /// No call slot was free within the call's wall limit: the host, not the skill, was
+    /// the problem, and the same call may succeed when retried.
+    Busy {
+        running: u32,
+        waited_ms: u64,
+    },
     Panic(String),
     Trap(String),
     Setup(String),
@@ -539,6 +544,9 @@ impl std::fmt::Display for CallError {
             CallError::CpuLimit(m) => write!(f, "stopped by the CPU limit: {m}"),
             CallError::MemoryLimit(m) => write!(f, "stopped by the memory limit: {m}"),
             CallError::Timeout { limit_ms } => write!(f, "stopped by the wall-time limit of {limit_ms} ms"),
+            CallError::Busy { running, waited_ms } => {
+                write!(f, "host busy: {running} calls running; retry later (no slot was free within {waited_ms} ms)")
+            }
             CallError::Panic(m) => write!(f, "skill panicked: {m}"),
             CallError::Trap(m) => write!(f, "skill trapped: {m}"),
             CallError::Setup(m) => write!(f, "cannot start the skill: {m}"),
