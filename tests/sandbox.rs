@@ -314,6 +314,17 @@ fn memory_search_counts_a_reference_once_per_record_per_session() {
     assert_eq!(references(), before + 2, "another session counts again");
 }
 
+fn a_trap_carries_the_tail_of_the_guests_stderr() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let r = run(&lib, "p", json!({"mode": "abort", "arg": "the interpreter lost its frame"}));
+    let Err(CallError::Trap(m)) = &r.result else { panic!("{:?}", r.result) };
+    assert!(m.contains("the guest's stderr ended with:\nprobe: fatal error: the interpreter lost its frame"), "{m}");
+    let next = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&next), "ok");
+}
+
 fn outbound_http_follows_the_allowlist() {
     let server = TestServer::start();
     let env = Env::new();
@@ -539,6 +550,7 @@ on_both_runtimes!(
     declared_but_not_granted_is_denied,
     memories_are_stored_with_provenance_within_limits,
     memory_search_counts_a_reference_once_per_record_per_session,
+    a_trap_carries_the_tail_of_the_guests_stderr,
     outbound_http_follows_the_allowlist,
     corrupted_cache_entry_is_detected_and_recompiled,
     tampered_installed_component_is_refused,
