@@ -22,17 +22,42 @@ use crate::sandbox::{CallError, Status};
 pub enum GuestLang {
     Rust,
     Python,
+    #[value(alias = "javascript")]
+    Js,
 }
 
 /// componentize-py, the version the Python SDK is tested with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// componentize-js and the preview2 shim it needs but does not declare, as tested.
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0 @bytecodealliance/preview2-shim@0.25.0";
+/// The JavaScript SDK's file next to app.js (written by `skill build`).
+const JS_SDK_FILE: &str = "skillhost.js";
 
 /// Create `parent/name/` with a working skill in `lang` (`sdk`: the Rust SDK's path).
 pub fn new_skill(parent: &Path, name: &str, lang: GuestLang, sdk: &Path) -> Result<PathBuf> {
     match lang {
         GuestLang::Rust => new_rust_skill(parent, name, sdk),
         GuestLang::Python => new_python_skill(parent, name),
+        GuestLang::Js => new_js_skill(parent, name),
     }
+}
+
+/// Create `parent/name/` with a working JavaScript skill (app.js on the JS SDK).
+pub fn new_js_skill(parent: &Path, name: &str) -> Result<PathBuf> {
+    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        bail!("{} already exists; choose another name or remove it", dir.display());
+    }
+    let files: [(&str, String); 5] = [
+        ("app.js", include_str!("scaffold/app.js.in").to_string()),
+        (JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string()),
+        ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
+        ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
+        (".gitignore", format!("{JS_SDK_FILE}\nskill.wasm\n")),
+    ];
+    write_files(&dir, &files)?;
+    Ok(dir)
 }
 
 /// Create `parent/name/` with a working Python skill (app.py on the Python SDK).
@@ -97,9 +122,11 @@ pub fn build(dir: &Path) -> Result<PathBuf> {
         build_rust(dir)
     } else if dir.join("app.py").is_file() {
         build_python(dir)
+    } else if dir.join("app.js").is_file() {
+        build_js(dir)
     } else {
         bail!(
-            "{} has neither Cargo.toml (a Rust skill) nor app.py (a Python skill); create one with `skillhost skill new NAME --lang rust|python`",
+            "{} has no Cargo.toml (a Rust skill), app.py (Python) or app.js (JavaScript); create one with `skillhost skill new NAME --lang rust|python|js`",
             dir.display()
         )
     }
@@ -138,6 +165,34 @@ fn build_python(dir: &Path) -> Result<PathBuf> {
         Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
         Ok(s) if !s.success() => {
             bail!("componentize-py failed (see above); the skill is built from {}/app.py", dir.display())
+        }
+        Ok(_) => Ok(out),
+    }
+}
+
+/// `componentize-js` app.js in `dir` (which imports the SDK from ./skillhost.js, refreshed
+/// here so that it matches this host) against the embedded WIT.
+fn build_js(dir: &Path) -> Result<PathBuf> {
+    let tools = dir.join(BUILD_DIR);
+    write_files(&tools, &[("wit/skill.wit", include_str!("../../wit/skill.wit").to_string())])?;
+    write_files(dir, &[(JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string())])?;
+    let program = std::env::var_os("SKILLHOST_COMPONENTIZE_JS").unwrap_or_else(|| "componentize-js".into());
+    let out = dir.join("skill.wasm");
+    let status = Command::new(&program)
+        .arg(dir.join("app.js"))
+        .arg("--wit")
+        .arg(tools.join("wit"))
+        .args(["--world-name", "skill", "--out"])
+        .arg(&out)
+        .status();
+    match status {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "componentize-js is not installed (looked for `{}`): install it with `npm install -g {COMPONENTIZE_JS}`, or set SKILLHOST_COMPONENTIZE_JS to its path",
+            program.to_string_lossy()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
+        Ok(s) if !s.success() => {
+            bail!("componentize-js failed (see above); the skill is built from {}/app.js", dir.display())
         }
         Ok(_) => Ok(out),
     }

@@ -117,7 +117,8 @@ enum SkillCmd {
     /// Scaffold a new skill that builds and passes its own cases as generated.
     New {
         name: String,
-        /// Guest language: rust (cargo, wasm32-wasip2) or python (componentize-py).
+        /// Guest language: rust (cargo, wasm32-wasip2), python (componentize-py) or js
+        /// (componentize-js).
         #[arg(long, value_enum, default_value = "rust")]
         lang: crate::authoring::GuestLang,
         /// Parent directory (default: the current one).
@@ -128,7 +129,8 @@ enum SkillCmd {
         sdk: Option<PathBuf>,
     },
     /// Build the skill in DIR to DIR/skill.wasm: a Rust crate with cargo (wasm32-wasip2,
-    /// release), a Python skill (app.py) with componentize-py.
+    /// release), a Python skill (app.py) with componentize-py, a JavaScript skill (app.js)
+    /// with componentize-js.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,

@@ -1,5 +1,7 @@
 """skillhost's Python SDK test skill: one mode per SDK feature."""
 
+import json
+
 from skillhost_sdk import Context, InvalidParams, Result, world
 
 
@@ -22,7 +24,7 @@ def execute(ctx: Context, params: dict) -> Result:
     if mode == "session":
         before = ctx.session_get("py")
         ctx.session_set("py", arg)
-        return Result.success(f"before={before} after={ctx.session_get('py')} keys={ctx.session_keys()}")
+        return Result.success(json.dumps({"before": before, "after": ctx.session_get("py"), "keys": ctx.session_keys()}))
     raise InvalidParams(f"mode: unknown mode {mode!r}")
 
 
