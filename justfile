@@ -41,6 +41,8 @@ bench: build-skills
     cargo bench -p skillhost --bench memory
     cargo bench -p skillhost --bench agent
     cargo bench -p skillhost --bench mcp
+    bash .ci/guest-toolchains
+    cargo bench -p skillhost --bench guests
 
 # Formatting and clippy, warnings as errors.
 lint:

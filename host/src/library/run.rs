@@ -272,10 +272,14 @@ impl Library {
     /// (damaged, tampered) counts as installed: running it says what is wrong.
     pub fn is_executable(&self, name: &str) -> bool {
         let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !plain || name.starts_with('.') || self.record_stamp(name).is_none() {
+        if !plain || name.starts_with('.') {
             return false;
         }
-        self.load(name).map(|l| l.prepared.is_some()).unwrap_or(true)
+        let Some(stamp) = self.record_stamp(name) else { return false };
+        if let Some(l) = self.skills.cached(name, &stamp) {
+            return l.prepared.is_some();
+        }
+        off_the_executor(|| self.load(name)).map(|l| l.prepared.is_some()).unwrap_or(true)
     }
 
     /// Run an installed skill once. Refused (an error, nothing runs) when the audit log
@@ -298,7 +302,7 @@ impl Library {
     ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let loaded = self.load(name)?;
+        let loaded = off_the_executor(|| self.load(name))?;
         let Some(prepared) = &loaded.prepared else {
             bail!(
                 "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
@@ -489,4 +493,14 @@ pub fn params_from_pairs(manifest: &Manifest, pairs: &[String]) -> Result<Value>
         obj.insert(k.to_string(), value);
     }
     Ok(Value::Object(obj))
+}
+
+/// Run blocking work (a first load reads, hashes and deserializes a component: milliseconds)
+/// without stalling the other tasks of a multi-threaded runtime's worker. A current-thread
+/// runtime has no other worker to hand its tasks to, so there the work simply runs.
+fn off_the_executor<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }

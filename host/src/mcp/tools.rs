@@ -67,7 +67,7 @@ pub fn output_schema() -> Value {
             "status": {
                 "type": "string",
                 "enum": ["success", "failure", "require-more", "invalid-params", "failed", "cpu-limit",
-                         "memory-limit", "timeout", "panic", "trap", "setup", "cancelled"],
+                         "memory-limit", "timeout", "panic", "trap", "setup", "cancelled", "busy"],
                 "description": "success, failure or require-more from the skill; otherwise why the call produced no result"
             },
             "error": { "type": "string", "description": "Why the call produced no result, and what to do" },
@@ -178,6 +178,7 @@ fn advice(e: &CallError) -> &'static str {
         }
         CallError::Setup(_) => "The host could not start the skill; this is not caused by the arguments.",
         CallError::Cancelled => "The call was cancelled before it finished; call it again if it is still needed.",
+        CallError::Busy { .. } => "The host is busy with other calls; retry the same call shortly.",
     }
 }
 

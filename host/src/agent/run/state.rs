@@ -111,6 +111,8 @@ pub enum StepStatus {
     Trap,
     Setup,
     Cancelled,
+    /// No call slot was free in time (the host was busy).
+    Busy,
     // The host did not run the call.
     /// Installed, but not in the profile's allowlist.
     NotAllowed,
@@ -142,6 +144,7 @@ impl StepStatus {
             StepStatus::Trap => "trap",
             StepStatus::Setup => "setup",
             StepStatus::Cancelled => "cancelled",
+            StepStatus::Busy => "busy",
             StepStatus::NotAllowed => "not-allowed",
             StepStatus::UnknownSkill => "unknown-skill",
             StepStatus::InstructionSkill => "instruction-skill",
@@ -178,6 +181,7 @@ impl From<&crate::sandbox::CallError> for StepStatus {
             CallError::Trap(_) => StepStatus::Trap,
             CallError::Setup(_) => StepStatus::Setup,
             CallError::Cancelled => StepStatus::Cancelled,
+            CallError::Busy { .. } => StepStatus::Busy,
         }
     }
 }
