@@ -74,6 +74,8 @@ const MIN_SLICE: Duration = Duration::from_millis(EPOCH_TICK_MS / 2);
 const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
+/// Metadata pairs kept per call (empty pairs cost host memory and report size too).
+pub const MAX_METADATA_ENTRIES: usize = 256;
 /// Bytes of each pooled memory/table slot kept resident between calls.
 const KEEP_RESIDENT_BYTES: usize = 64 << 10;
 
@@ -99,6 +101,8 @@ pub struct Runtime {
     ticker: Arc<AtomicBool>,
     admission: Semaphore,
     max_calls: u32,
+    /// Host paths no mount may expose (see `filesystem`).
+    protected: Vec<PathBuf>,
 }
 
 impl Drop for Runtime {
@@ -157,7 +161,22 @@ impl Runtime {
             }
         })?;
         let cache = cache::CompileCache::new(cache_dir, &engine);
-        Ok(Runtime { engine, linker, cache, ticker, admission: Semaphore::new(calls as usize), max_calls: calls })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            ticker,
+            admission: Semaphore::new(calls as usize),
+            max_calls: calls,
+            protected: Vec::new(),
+        })
+    }
+
+    /// Refuse every call whose mounts contain or lie inside one of `paths` (canonicalized
+    /// here; the skillhost home and the project policy file).
+    pub fn protecting(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Runtime {
+        self.protected = paths.into_iter().map(|p| std::fs::canonicalize(&p).unwrap_or(p)).collect();
+        self
     }
 
     pub fn engine(&self) -> &Engine {
@@ -225,10 +244,11 @@ impl Runtime {
         let mut denials = Vec::new();
         let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
         let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
-        let state = match CallState::new(&grant, &invocation, stdout.clone(), stderr.clone(), &mut denials) {
-            Ok(s) => s,
-            Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
-        };
+        let state =
+            match CallState::new(&grant, &invocation, &self.protected, stdout.clone(), stderr.clone(), &mut denials) {
+                Ok(s) => s,
+                Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
+            };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let meter = Arc::new(cpu::CpuMeter::default());
@@ -363,6 +383,7 @@ impl CallState {
     fn new(
         grant: &CallGrant,
         invocation: &Invocation,
+        protected: &[PathBuf],
         stdout: MemoryOutputPipe,
         stderr: MemoryOutputPipe,
         denials: &mut Vec<Denial>,
@@ -376,7 +397,7 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let setup = capability::CallSetup { grant, invocation };
+        let setup = capability::CallSetup { grant, invocation, protected };
         let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),
@@ -491,7 +512,7 @@ impl SkillOutput {
         let total = r.metadata.len();
         for (k, v) in r.metadata {
             used = used.saturating_add(k.len() + v.len());
-            if used > cap {
+            if used > cap || metadata.len() >= MAX_METADATA_ENTRIES {
                 break;
             }
             metadata.push((k, v));
@@ -499,7 +520,11 @@ impl SkillOutput {
         if metadata.len() < total {
             metadata.push((
                 "skillhost.metadata_truncated".into(),
-                format!("{} entries dropped over the limit of {} KiB", total - metadata.len(), limits.output_kb),
+                format!(
+                    "{} entries dropped over the limit of {} KiB or {MAX_METADATA_ENTRIES} entries",
+                    total - metadata.len(),
+                    limits.output_kb
+                ),
             ));
         }
         SkillOutput {

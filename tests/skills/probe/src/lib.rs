@@ -71,6 +71,14 @@ impl Skill for Probe {
                 }
                 Ok(r)
             }
+            "meta-many" => {
+                // `n` empty metadata pairs: nothing for a byte cap to count.
+                let mut r = SkillResult::success("metadata");
+                for _ in 0..p.n {
+                    r = r.meta("", "");
+                }
+                Ok(r)
+            }
             "stdout-flood" => {
                 for _ in 0..p.n {
                     println!("{}", "y".repeat(1023));
@@ -119,6 +127,12 @@ impl Skill for Probe {
                     r = r.remember(NewMemory::fact(format!("{} #{i}", p.arg)).priority(3).tag("probe"));
                 }
                 Ok(r)
+            }
+            "remember-priority" => {
+                // One memory with `arg` as content at priority `n` (clamped to 0-5 by the SDK type).
+                let priority = p.n.min(255) as u8;
+                Ok(SkillResult::success("proposed")
+                    .remember(NewMemory::new(skillhost_sdk::MemoryKind::Preference, p.arg.clone()).priority(priority)))
             }
             "log" => {
                 for i in 0..p.n {
