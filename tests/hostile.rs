@@ -375,6 +375,37 @@ fn calls_refused_before_running_leave_an_audit_line() {
     assert_eq!(lib.audit_log().verify().unwrap().entries, 2);
 }
 
+#[test]
+fn socket_refusals_are_denials_in_the_audit_log() {
+    let env = Env::new();
+    // A loopback canary that must receive nothing.
+    let canary = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    canary.set_nonblocking(true).unwrap();
+    let port = canary.local_addr().unwrap().port();
+    let lib = env.library();
+    // Even with a network grant for that very address: raw sockets are not HTTP.
+    env.install_granted(&lib, "raw", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{port}\n"));
+    let opts = RunOptions { session: "s-sockets".into(), ..Default::default() };
+    let tcp = common::run_with(&lib, "raw", json!({"mode": "tcp-connect", "arg": format!("127.0.0.1:{port}")}), &opts);
+    assert!(tcp.result.is_err(), "{:?}", tcp.result);
+    assert!(
+        tcp.denials.iter().any(|d| d.capability == "sockets" && d.message.contains("tcp-create-socket")),
+        "{:?}",
+        tcp.denials
+    );
+    let dns = common::run_with(&lib, "raw", json!({"mode": "dns-lookup", "arg": "localhost"}), &opts);
+    assert!(dns.result.is_err(), "{:?}", dns.result);
+    assert!(dns.denials.iter().any(|d| d.message.contains("ip-name-lookup")), "{:?}", dns.denials);
+    assert!(canary.accept().is_err(), "the canary listener was reached");
+    let lines = audit_lines(env.home.path());
+    let socket_denials = lines
+        .iter()
+        .filter(|l| l["session"] == "s-sockets")
+        .filter(|l| l["denials"].as_array().is_some_and(|d| d.iter().any(|d| d["capability"] == "sockets")))
+        .count();
+    assert_eq!(socket_denials, 2, "{lines:?}");
+}
+
 // ---- 5. Output hygiene -----------------------------------------------------------------
 
 #[test]
@@ -485,4 +516,29 @@ fn metadata_is_capped_by_entry_count_as_well_as_bytes() {
     let (k, v) = out.metadata.last().unwrap();
     assert_eq!(k, "skillhost.metadata_truncated");
     assert!(v.contains("entries dropped"), "{v}");
+}
+
+/// Peak resident memory of this process so far, in KiB (Linux).
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn header_maps_a_guest_hoards_are_bounded_in_host_memory() {
+    let env = Env::new();
+    let lib = env.library();
+    // No capability at all: wasi:http types are ambient.
+    env.install_granted(&lib, "hoarder", "");
+    let before = peak_rss_kib();
+    // Unbounded, 50k maps of 12 KiB would hold over 600 MiB of host memory.
+    let r = run(&lib, "hoarder", json!({"mode": "fields-hoard", "n": 50_000}));
+    let grown_mib = peak_rss_kib().saturating_sub(before) / 1024;
+    let Err(CallError::Trap(m)) = &r.result else { panic!("the hoard must be stopped: {:?}", r.result) };
+    assert!(m.contains("resource table"), "{m}");
+    assert!(grown_mib < 256, "host peak RSS grew by {grown_mib} MiB");
+    // A hoard within the cap runs, and the host keeps serving.
+    assert_eq!(output(&run(&lib, "hoarder", json!({"mode": "fields-hoard", "n": 500}))), "holding 500 header maps");
+    assert_eq!(output(&run(&lib, "hoarder", json!({"mode": "noop"}))), "ok");
 }

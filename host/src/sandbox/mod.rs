@@ -27,6 +27,7 @@ mod log;
 mod memory;
 mod network;
 mod session;
+mod sockets;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -74,6 +75,9 @@ const MIN_SLICE: Duration = Duration::from_millis(EPOCH_TICK_MS / 2);
 const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
+/// Resource handles (streams, files, header maps, requests...) one call may hold at once:
+/// they live in host memory, outside the guest's linear-memory limit.
+pub const MAX_HANDLES_PER_CALL: usize = 1024;
 /// Metadata pairs kept per call (empty pairs cost host memory and report size too).
 pub const MAX_METADATA_ENTRIES: usize = 256;
 /// Bytes of each pooled memory/table slot kept resident between calls.
@@ -401,13 +405,19 @@ impl CallState {
         let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),
-            table: ResourceTable::new(),
+            table: bounded_table(),
             caps,
             limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, total: 0, peak: 0, hit: false },
             logs: log::LogBuffer::default(),
             stopped: None,
         })
     }
+}
+
+fn bounded_table() -> ResourceTable {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_HANDLES_PER_CALL);
+    table
 }
 
 impl WasiView for CallState {

@@ -79,6 +79,20 @@ impl Skill for Probe {
                 }
                 Ok(r)
             }
+            "fields-hoard" => {
+                // Hold `n` wasi:http header maps of 12 KiB each (host memory, no capability needed).
+                use wasip2::http::types::Fields;
+                let value = vec![b'h'; 12 * 1024];
+                let mut held = Vec::new();
+                for i in 0..p.n {
+                    let f = Fields::new();
+                    if let Err(e) = f.append("x-pad", &value) {
+                        return Err(SkillError::failed(format!("header {i} refused: {e:?}")));
+                    }
+                    held.push(f);
+                }
+                Ok(SkillResult::success(format!("holding {} header maps", held.len())))
+            }
             "stdout-flood" => {
                 for _ in 0..p.n {
                     println!("{}", "y".repeat(1023));
