@@ -75,14 +75,16 @@ fn view(s: &mut CallState) -> AuditedSockets<'_> {
 /// Re-link the socket entry points over wasmtime-wasi's (which must be linked already).
 pub(super) fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
     linker.allow_shadowing(true);
-    let linked = (|| -> Result<()> {
-        tcp_create_socket::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
-        udp_create_socket::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
-        ip_name_lookup::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
-        Ok(())
-    })();
+    let linked = relink(linker);
     linker.allow_shadowing(false);
     linked
+}
+
+fn relink(linker: &mut Linker<CallState>) -> Result<()> {
+    tcp_create_socket::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
+    udp_create_socket::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
+    ip_name_lookup::add_to_linker::<CallState, AuditedSocketsView>(linker, view)?;
+    Ok(())
 }
 
 // The interfaces above use `wasi:sockets/network`'s types: their traits require its host
