@@ -40,6 +40,8 @@ bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
     cargo bench -p skillhost --bench agent
+    bash .ci/guest-toolchains
+    cargo bench -p skillhost --bench guests
 
 # Formatting and clippy, warnings as errors.
 lint:

@@ -564,3 +564,34 @@ async fn guardrail_marks_an_uncited_conclusion() {
     let last = steps.iter().rfind(|e| e["kind"] == "step").unwrap();
     assert_eq!(last["evidence"]["unsupported"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_damaged_audit_log_stops_the_run_which_resumes_after_the_seal() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let log = lib.audit_log();
+    std::fs::create_dir_all(log.path().parent().unwrap()).unwrap();
+    let mut damaged = std::fs::read(log.path()).unwrap_or_default();
+    damaged.extend_from_slice(b"not a chain line\n");
+    std::fs::write(log.path(), &damaged).unwrap();
+
+    let provider = Recording::scripted(json!({"decide": [call("probe", json!({"mode": "noop"})), reply("done")]}));
+    let err = agent::run(&lib, &provider, &builtin_general(), "check the probe", &options(None))
+        .await
+        .expect_err("a run must not go on unaudited");
+    let message = format!("{err:#}");
+    assert!(message.contains("audit line cannot be written") && message.contains("skillhost audit seal"), "{message}");
+    assert_eq!(std::fs::read(log.path()).unwrap(), damaged, "nothing was appended to the damaged log");
+    assert_eq!(provider.requests().len(), 1, "the run stopped at its first step");
+    let session =
+        message.split("--resume ").nth(1).and_then(|s| s.split('`').next()).expect("the error names the session");
+
+    log.seal().unwrap();
+    let state = agent::load_session(&lib, session).expect("the stopped step was saved");
+    let second = Recording::scripted(json!({"decide": [reply("done")]}));
+    let done = agent::resume(&lib, &second, &builtin_general(), state, None, &options(None)).await.unwrap();
+    assert_eq!(done.status, OutcomeStatus::Answered);
+    log.verify().expect("the new segment verifies");
+    let lines = std::fs::read_to_string(log.path()).unwrap();
+    assert!(lines.contains(session), "the resumed run is audited: {lines}");
+}

@@ -174,8 +174,8 @@ fn a_call_that_finds_no_slot_in_time_fails_host_busy() {
         let (out, _) =
             spawn(&rig, grant(limits(1_000, 300)), invocation("x", json!({"mode": "noop"})), t0).await.unwrap();
         let waited = asked.elapsed();
-        let Err(CallError::Setup(m)) = &out.result else { panic!("{:?}", out.result) };
-        assert!(m.contains("host busy: 2 calls running; retry later"), "{m}");
+        let Err(error @ CallError::Busy { running: 2, .. }) = &out.result else { panic!("{:?}", out.result) };
+        assert!(error.to_string().contains("host busy: 2 calls running; retry later"), "{error}");
         assert!(waited >= Duration::from_millis(290) && waited < Duration::from_millis(1_500), "waited {waited:?}");
         for call in long {
             assert_eq!(call.await.unwrap().0.result.unwrap().output, "slept");

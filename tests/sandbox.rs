@@ -296,6 +296,35 @@ fn memories_are_stored_with_provenance_within_limits() {
     assert_eq!(output(&r), "");
 }
 
+fn memory_search_counts_a_reference_once_per_record_per_session() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "capabilities:\n  memory: write\n");
+    let in_session = |session: &str| RunOptions { session: session.into(), step: 1, namespace: "ops".into() };
+    run_with(&lib, "p", json!({"mode": "remember", "arg": "uart overrun", "n": 1}), &in_session("writer"));
+    let references = || lib.store().unwrap().list("ops").unwrap()[0].references;
+    let before = references();
+    // A skill searching in a loop cannot inflate a record's importance: one count per session.
+    for _ in 0..3 {
+        let r = run_with(&lib, "p", json!({"mode": "memory-search", "arg": "overrun"}), &in_session("session-a"));
+        assert!(output(&r).contains("uart overrun"), "{}", output(&r));
+    }
+    assert_eq!(references(), before + 1, "three searches in one session count once");
+    run_with(&lib, "p", json!({"mode": "memory-search", "arg": "overrun"}), &in_session("session-b"));
+    assert_eq!(references(), before + 2, "another session counts again");
+}
+
+fn a_trap_carries_the_tail_of_the_guests_stderr() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "p", "");
+    let r = run(&lib, "p", json!({"mode": "abort", "arg": "the interpreter lost its frame"}));
+    let Err(CallError::Trap(m)) = &r.result else { panic!("{:?}", r.result) };
+    assert!(m.contains("the guest's stderr ended with:\nprobe: fatal error: the interpreter lost its frame"), "{m}");
+    let next = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&next), "ok");
+}
+
 fn outbound_http_follows_the_allowlist() {
     let server = TestServer::start();
     let env = Env::new();
@@ -520,6 +549,8 @@ on_both_runtimes!(
     environment_is_only_what_is_declared_and_granted,
     declared_but_not_granted_is_denied,
     memories_are_stored_with_provenance_within_limits,
+    memory_search_counts_a_reference_once_per_record_per_session,
+    a_trap_carries_the_tail_of_the_guests_stderr,
     outbound_http_follows_the_allowlist,
     corrupted_cache_entry_is_detected_and_recompiled,
     tampered_installed_component_is_refused,

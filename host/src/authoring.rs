@@ -1,6 +1,10 @@
-//! Authoring: `skill new` scaffolds a Rust skill that builds and passes its own cases as
-//! generated, `skill build` compiles a skill crate to `skill.wasm`, `skill test` runs an
-//! installed skill against parameter cases and reports a table.
+//! Authoring: `skill new` scaffolds a skill (Rust or Python) that builds and passes its own
+//! cases as generated, `skill build` drives the language's toolchain to `skill.wasm`,
+//! `skill test` runs an installed skill against parameter cases and reports a table.
+//!
+//! The Python SDK and the WIT contract are compiled into this binary and written next to
+//! the skill at build time, so a Python skill builds wherever skillhost is installed,
+//! without this source tree.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +16,77 @@ use serde_json::Value;
 use crate::library::{Library, RunOptions};
 use crate::manifest::validate_name;
 use crate::sandbox::{CallError, Status};
+
+/// A language `skill new` scaffolds and `skill build` builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GuestLang {
+    Rust,
+    Python,
+    #[value(alias = "javascript")]
+    Js,
+}
+
+/// componentize-py, the version the Python SDK is tested with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// componentize-js and the preview2 shim it needs but does not declare, as tested.
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0 @bytecodealliance/preview2-shim@0.25.0";
+/// The JavaScript SDK's file next to app.js (written by `skill build`).
+const JS_SDK_FILE: &str = "skillhost.js";
+
+/// Create `parent/name/` with a working skill in `lang` (`sdk`: the Rust SDK's path).
+pub fn new_skill(parent: &Path, name: &str, lang: GuestLang, sdk: &Path) -> Result<PathBuf> {
+    match lang {
+        GuestLang::Rust => new_rust_skill(parent, name, sdk),
+        GuestLang::Python => new_python_skill(parent, name),
+        GuestLang::Js => new_js_skill(parent, name),
+    }
+}
+
+/// Create `parent/name/` with a working JavaScript skill (app.js on the JS SDK).
+pub fn new_js_skill(parent: &Path, name: &str) -> Result<PathBuf> {
+    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        bail!("{} already exists; choose another name or remove it", dir.display());
+    }
+    let files: [(&str, String); 5] = [
+        ("app.js", include_str!("scaffold/app.js.in").to_string()),
+        (JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string()),
+        ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
+        ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
+        (".gitignore", format!("{JS_SDK_FILE}\nskill.wasm\n")),
+    ];
+    write_files(&dir, &files)?;
+    Ok(dir)
+}
+
+/// Create `parent/name/` with a working Python skill (app.py on the Python SDK).
+pub fn new_python_skill(parent: &Path, name: &str) -> Result<PathBuf> {
+    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        bail!("{} already exists; choose another name or remove it", dir.display());
+    }
+    let files: [(&str, String); 4] = [
+        ("app.py", include_str!("scaffold/app.py.in").to_string()),
+        ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
+        ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
+        (".gitignore", format!("{BUILD_DIR}/\nskill.wasm\n__pycache__/\n")),
+    ];
+    write_files(&dir, &files)?;
+    Ok(dir)
+}
+
+fn write_files(dir: &Path, files: &[(&str, String)]) -> Result<()> {
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
 
 /// Where the SDK lives: next to the skillhost sources this binary was built from.
 pub fn default_sdk_path() -> PathBuf {
@@ -36,22 +111,98 @@ pub fn new_rust_skill(parent: &Path, name: &str, sdk: &Path) -> Result<PathBuf> 
         ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
         (".gitignore", "target/\nskill.wasm\n".to_string()),
     ];
-    for (rel, text) in files {
-        let path = dir.join(rel);
-        if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p)?;
-        }
-        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    write_files(&dir, &files)?;
     Ok(dir)
+}
+
+/// Build the skill in `dir` to `dir/skill.wasm`: a Rust crate (Cargo.toml) with cargo, a
+/// Python skill (app.py) with componentize-py.
+pub fn build(dir: &Path) -> Result<PathBuf> {
+    if dir.join("Cargo.toml").is_file() {
+        build_rust(dir)
+    } else if dir.join("app.py").is_file() {
+        build_python(dir)
+    } else if dir.join("app.js").is_file() {
+        build_js(dir)
+    } else {
+        bail!(
+            "{} has no Cargo.toml (a Rust skill), app.py (Python) or app.js (JavaScript); create one with `skillhost skill new NAME --lang rust|python|js`",
+            dir.display()
+        )
+    }
+}
+
+/// Build files written next to a skill (the WIT contract, the Python SDK); gitignored.
+const BUILD_DIR: &str = ".skillhost-build";
+
+/// `componentize-py` the app module in `dir` against the embedded WIT and Python SDK.
+fn build_python(dir: &Path) -> Result<PathBuf> {
+    let tools = dir.join(BUILD_DIR);
+    write_files(
+        &tools,
+        &[
+            ("wit/skill.wit", include_str!("../../wit/skill.wit").to_string()),
+            ("sdk/skillhost_sdk.py", include_str!("../../sdk/python/skillhost_sdk.py").to_string()),
+        ],
+    )?;
+    let program = std::env::var_os("SKILLHOST_COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into());
+    let out = dir.join("skill.wasm");
+    let status = Command::new(&program)
+        .arg("-d")
+        .arg(tools.join("wit"))
+        .args(["-w", "skill", "componentize", "app", "-p"])
+        .arg(dir)
+        .arg("-p")
+        .arg(tools.join("sdk"))
+        .arg("-o")
+        .arg(&out)
+        .status();
+    match status {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "componentize-py is not installed (looked for `{}`): install it with `pip install {COMPONENTIZE_PY}`, or set SKILLHOST_COMPONENTIZE_PY to its path",
+            program.to_string_lossy()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
+        Ok(s) if !s.success() => {
+            bail!("componentize-py failed (see above); the skill is built from {}/app.py", dir.display())
+        }
+        Ok(_) => Ok(out),
+    }
+}
+
+/// `componentize-js` app.js in `dir` (which imports the SDK from ./skillhost.js, refreshed
+/// here so that it matches this host) against the embedded WIT.
+fn build_js(dir: &Path) -> Result<PathBuf> {
+    let tools = dir.join(BUILD_DIR);
+    write_files(&tools, &[("wit/skill.wit", include_str!("../../wit/skill.wit").to_string())])?;
+    write_files(dir, &[(JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string())])?;
+    let program = std::env::var_os("SKILLHOST_COMPONENTIZE_JS").unwrap_or_else(|| "componentize-js".into());
+    let out = dir.join("skill.wasm");
+    let status = Command::new(&program)
+        .arg(dir.join("app.js"))
+        .arg("--wit")
+        .arg(tools.join("wit"))
+        .args(["--world-name", "skill", "--out"])
+        .arg(&out)
+        .status();
+    match status {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "componentize-js is not installed (looked for `{}`): install it with `npm install -g {COMPONENTIZE_JS}`, or set SKILLHOST_COMPONENTIZE_JS to its path",
+            program.to_string_lossy()
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
+        Ok(s) if !s.success() => {
+            bail!("componentize-js failed (see above); the skill is built from {}/app.js", dir.display())
+        }
+        Ok(_) => Ok(out),
+    }
 }
 
 /// `cargo build` the skill crate in `dir` for wasm32-wasip2 and copy the component to
 /// `dir/skill.wasm`.
-pub fn build(dir: &Path) -> Result<PathBuf> {
+fn build_rust(dir: &Path) -> Result<PathBuf> {
     let manifest = dir.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest)
-        .with_context(|| format!("{} not found: `skill build` builds a Rust skill crate", manifest.display()))?;
+    let text = std::fs::read_to_string(&manifest).with_context(|| format!("cannot read {}", manifest.display()))?;
     let crate_name = text
         .lines()
         .find_map(|l| {

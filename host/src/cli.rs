@@ -117,17 +117,20 @@ enum SkillCmd {
     /// Scaffold a new skill that builds and passes its own cases as generated.
     New {
         name: String,
-        /// Guest language (only rust for now).
-        #[arg(long, default_value = "rust")]
-        lang: String,
+        /// Guest language: rust (cargo, wasm32-wasip2), python (componentize-py) or js
+        /// (componentize-js).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::authoring::GuestLang,
         /// Parent directory (default: the current one).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// Path to skillhost's sdk/rust (default: next to the sources this binary was built from).
+        /// Rust only: path to skillhost's sdk/rust (default: next to the sources this binary was built from).
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
-    /// Build a Rust skill crate to DIR/skill.wasm (cargo, wasm32-wasip2, release).
+    /// Build the skill in DIR to DIR/skill.wasm: a Rust crate with cargo (wasm32-wasip2,
+    /// release), a Python skill (app.py) with componentize-py, a JavaScript skill (app.js)
+    /// with componentize-js.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,

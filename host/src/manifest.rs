@@ -530,6 +530,22 @@ mod tests {
     }
 
     #[test]
+    fn alias_bombs_are_refused_with_a_message() {
+        // Nine levels of nine aliases expand to 9^9 nodes: the parser's repetition limit
+        // must stop it, with an error that names the file.
+        let mut yaml =
+            String::from("---\nname: ok\ndescription: d\nmetadata:\n  a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+            yaml.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+        }
+        yaml.push_str("---\n");
+        let e = parse(&yaml).unwrap_err();
+        assert!(e.message.contains("repetition limit"), "{e}");
+        assert!(e.to_string().starts_with("x/SKILL.md"), "{e}");
+    }
+
+    #[test]
     fn agent_skills_fields_are_accepted() {
         let m = parse("---\nname: pdf\ndescription: Work with PDFs.\nlicense: MIT\nallowed-tools: Bash\nmetadata:\n  author: x\n---\nbody").unwrap();
         assert_eq!(m.license.as_deref(), Some("MIT"));

@@ -135,6 +135,7 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
                 }
                 CallError::Failed(_) => "Read the reason; change the request or try another skill.",
                 CallError::Setup(_) => "The skill cannot start here; use another skill or tell the user.",
+                CallError::Busy { .. } => "The host is busy with other calls; the same call may work a little later.",
             };
             out.result = format!("{error}. {advice}");
             out.summary = one_line(&error.to_string(), 120);

@@ -101,11 +101,19 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 for u in &report.undeclared_imports {
                     by_cap.entry(&u.capability).or_default().push(&u.import);
                 }
+                let runtime = report.toolchain.filter(|t| t.has_runtime());
                 for (cap, imports) in by_cap {
-                    println!(
-                        "  ! imports beyond the declaration: `{cap}` ({}); calls through them are denied",
-                        imports.join(", ")
-                    );
+                    match runtime {
+                        Some(t) => println!(
+                            "  imported by the {} runtime, not declared, so denied: `{cap}` ({})",
+                            t.name(),
+                            imports.join(", ")
+                        ),
+                        None => println!(
+                            "  ! imports beyond the declaration: `{cap}` ({}); calls through them are denied",
+                            imports.join(", ")
+                        ),
+                    }
                 }
                 if let Some(r) = &report.replaces {
                     println!("  {r}; the old version is kept in `skillhost skill history {}`", report.name);
@@ -266,13 +274,11 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
         }
         SkillCmd::New { name, lang, dir, sdk } => {
-            if lang != "rust" {
-                anyhow::bail!("`--lang {lang}` is not supported yet; only rust");
-            }
             let parent = dir.unwrap_or_else(|| PathBuf::from("."));
-            let created = crate::authoring::new_rust_skill(
+            let created = crate::authoring::new_skill(
                 &parent,
                 &name,
+                lang,
                 &sdk.unwrap_or_else(crate::authoring::default_sdk_path),
             )?;
             if json {

@@ -46,6 +46,10 @@ pub struct InstallReport {
     pub declared: Vec<String>,
     pub imports: Vec<String>,
     pub undeclared_imports: Vec<UndeclaredImport>,
+    /// The toolchain the component says built it. A language runtime (Python, JS, Go)
+    /// imports interfaces for itself: the report says so instead of warning (calls through
+    /// them are denied all the same).
+    pub toolchain: Option<sandbox::Toolchain>,
     pub granted: Vec<String>,
     pub not_granted: Vec<String>,
     /// Limits the skill asks for above the defaults (granted only with consent).
@@ -265,6 +269,7 @@ impl Library {
             declared: manifest.capabilities.describe(),
             imports,
             undeclared_imports,
+            toolchain: wasm.as_deref().and_then(sandbox::detect_toolchain),
             granted: effective.describe(),
             not_granted: manifest.capabilities.beyond(&effective),
             limits_requested: manifest.limits.beyond_default(),

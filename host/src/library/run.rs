@@ -269,7 +269,7 @@ impl Library {
     /// written.
     pub async fn run(&self, name: &str, params: Value, opts: &RunOptions) -> Result<RunReport> {
         self.audit.check_appendable()?;
-        let loaded = match self.load(name) {
+        let loaded = match off_the_executor(|| self.load(name)) {
             Ok(l) => l,
             Err(e) => return Err(self.audit_refused(name, &params, opts, e).await),
         };
@@ -487,4 +487,14 @@ pub fn params_from_pairs(manifest: &Manifest, pairs: &[String]) -> Result<Value>
         obj.insert(k.to_string(), value);
     }
     Ok(Value::Object(obj))
+}
+
+/// Run blocking work (a first load reads, hashes and deserializes a component: milliseconds)
+/// without stalling the other tasks of a multi-threaded runtime's worker. A current-thread
+/// runtime has no other worker to hand its tasks to, so there the work simply runs.
+fn off_the_executor<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }

@@ -67,7 +67,7 @@ pub fn output_schema() -> Value {
             "status": {
                 "type": "string",
                 "enum": ["success", "failure", "require-more", "invalid-params", "failed", "cpu-limit",
-                         "memory-limit", "timeout", "panic", "trap", "setup"],
+                         "memory-limit", "timeout", "panic", "trap", "setup", "busy"],
                 "description": "success, failure or require-more from the skill; otherwise why the call produced no result"
             },
             "error": { "type": "string", "description": "Why the call produced no result, and what to do" },
@@ -168,6 +168,7 @@ fn advice(e: &CallError) -> &'static str {
             "The skill crashed; retrying the same arguments will crash again. Report it or try another tool."
         }
         CallError::Setup(_) => "The host could not start the skill; this is not caused by the arguments.",
+        CallError::Busy { .. } => "The host is busy with other calls; retry the same call shortly.",
     }
 }
 

@@ -28,6 +28,7 @@ mod memory;
 mod network;
 mod session;
 mod sockets;
+mod toolchain;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -50,6 +51,7 @@ pub use cache::CompileOutcome;
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
+pub use toolchain::{Toolchain, detect as detect_toolchain};
 
 use crate::capabilities::{CapabilitySet, Limits};
 use crate::memory::MemoryStore;
@@ -80,8 +82,12 @@ const STDIO_CAPACITY: usize = 64 * 1024;
 pub const MAX_HANDLES_PER_CALL: usize = 1024;
 /// Metadata pairs kept per call (empty pairs cost host memory and report size too).
 pub const MAX_METADATA_ENTRIES: usize = 256;
-/// Bytes of each pooled memory/table slot kept resident between calls.
-const KEEP_RESIDENT_BYTES: usize = 64 << 10;
+/// Bytes of each pooled memory/table slot reset with memset (kept resident) between calls,
+/// when the kernel can say which pages a call dirtied (`PAGEMAP_SCAN`, Linux 6.7): only
+/// those are reset, so a small skill's next call takes no page faults. Without it the
+/// first bytes of a slot are reset blindly, and more than a little costs more than it saves.
+const KEEP_RESIDENT_SCANNED: usize = 1 << 20;
+const KEEP_RESIDENT_BLIND: usize = 64 << 10;
 
 /// How a [`Runtime`] is sized.
 #[derive(Debug, Clone, Copy)]
@@ -142,8 +148,10 @@ impl Runtime {
         pool.max_memory_size((Limits::CEILING.memory_mb as usize) << 20);
         // Reset the first pages of a slot with memset instead of madvise: a small skill
         // then reuses warm pages instead of faulting them in again on every call.
-        pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES);
-        pool.table_keep_resident(KEEP_RESIDENT_BYTES);
+        let keep_resident = if kernel_has_pagemap_scan() { KEEP_RESIDENT_SCANNED } else { KEEP_RESIDENT_BLIND };
+        pool.linear_memory_keep_resident(keep_resident);
+        pool.table_keep_resident(keep_resident);
+        pool.pagemap_scan(wasmtime::Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(anyhow::Error::from).context("cannot create the wasmtime engine")?;
 
@@ -225,11 +233,7 @@ impl Runtime {
         }
         match tokio::time::timeout(wait, self.admission.acquire()).await {
             Ok(Ok(permit)) => Ok(permit),
-            _ => Err(CallError::Setup(format!(
-                "host busy: {} calls running; retry later (no slot was free within {} ms)",
-                self.max_calls,
-                wait.as_millis()
-            ))),
+            _ => Err(CallError::Busy { running: self.max_calls, waited_ms: wait.as_millis() as u64 }),
         }
     }
 
@@ -560,7 +564,15 @@ pub enum CallError {
     Failed(String),
     CpuLimit(String),
     MemoryLimit(String),
-    Timeout { limit_ms: u64 },
+    Timeout {
+        limit_ms: u64,
+    },
+    /// No call slot was free within the call's wall limit: the host, not the skill, was
+    /// the problem, and the same call may succeed when retried.
+    Busy {
+        running: u32,
+        waited_ms: u64,
+    },
     Panic(String),
     Trap(String),
     Setup(String),
@@ -574,6 +586,9 @@ impl std::fmt::Display for CallError {
             CallError::CpuLimit(m) => write!(f, "stopped by the CPU limit: {m}"),
             CallError::MemoryLimit(m) => write!(f, "stopped by the memory limit: {m}"),
             CallError::Timeout { limit_ms } => write!(f, "stopped by the wall-time limit of {limit_ms} ms"),
+            CallError::Busy { running, waited_ms } => {
+                write!(f, "host busy: {running} calls running; retry later (no slot was free within {waited_ms} ms)")
+            }
             CallError::Panic(m) => write!(f, "skill panicked: {m}"),
             CallError::Trap(m) => write!(f, "skill trapped: {m}"),
             CallError::Setup(m) => write!(f, "cannot start the skill: {m}"),
@@ -607,7 +622,33 @@ fn classify_trap(e: wasmtime::Error, state: &mut CallState, limits: &Limits, std
     if msg.len() > 2000 {
         msg.truncate(msg.floor_char_boundary(2000));
     }
+    // A runtime's own report of what went wrong (an uncaught exception, an abort message)
+    // is on stderr; the trap alone says only "unreachable".
+    if let Some(tail) = stderr_tail(&stderr) {
+        msg.push_str("\nthe guest's stderr ended with:\n");
+        msg.push_str(&tail);
+    }
     CallError::Trap(msg)
+}
+
+/// Bytes of the guest's stderr quoted in a trap message, at most.
+const STDERR_TAIL_BYTES: usize = 1024;
+
+/// The last lines of `stderr` (at most [`STDERR_TAIL_BYTES`], whole lines where possible).
+fn stderr_tail(stderr: &str) -> Option<String> {
+    let trimmed = stderr.trim_end();
+    if trimmed.is_empty() {
+        return None;
+    }
+    let mut start = trimmed.len().saturating_sub(STDERR_TAIL_BYTES);
+    start = trimmed.ceil_char_boundary(start);
+    if start > 0
+        && let Some(nl) = trimmed[start..].find('\n')
+        && start + nl + 1 < trimmed.len()
+    {
+        start += nl + 1;
+    }
+    Some(trimmed[start..].to_string())
 }
 
 /// Everything about one call, for the CLI, the agent loop and the audit log.
@@ -639,6 +680,17 @@ impl CallOutcome {
     }
 }
 
+/// Linux 6.7 or later (wasmtime's `Enabled::Auto` uses `PAGEMAP_SCAN` there).
+fn kernel_has_pagemap_scan() -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit()).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
+}
+
 /// `\0asm` + a layer byte tells a core module (layer 0) from a component (layer 1).
 fn check_is_component(wasm: &[u8]) -> Result<()> {
     if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
@@ -657,4 +709,21 @@ pub fn component_imports(engine: &Engine, component: &Component) -> Vec<String> 
     let mut names: Vec<String> = component.component_type().imports(engine).map(|(n, _)| n.to_string()).collect();
     names.sort();
     names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stderr_tail;
+
+    #[test]
+    fn the_stderr_tail_is_capped_to_whole_last_lines() {
+        assert_eq!(stderr_tail("  \n"), None);
+        assert_eq!(
+            stderr_tail("Traceback:\n  line 3\nKeyError: 'x'\n").as_deref(),
+            Some("Traceback:\n  line 3\nKeyError: 'x'")
+        );
+        let long: String = (0..500).map(|i| format!("line {i} é\n")).collect();
+        let tail = stderr_tail(&long).unwrap();
+        assert!(tail.len() <= 1024 && tail.starts_with("line ") && tail.ends_with("line 499 é"), "{tail}");
+    }
 }

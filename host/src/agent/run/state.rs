@@ -110,6 +110,8 @@ pub enum StepStatus {
     Panic,
     Trap,
     Setup,
+    /// No call slot was free in time (the host was busy).
+    Busy,
     // The host did not run the call.
     /// Installed, but not in the profile's allowlist.
     NotAllowed,
@@ -140,6 +142,7 @@ impl StepStatus {
             StepStatus::Panic => "panic",
             StepStatus::Trap => "trap",
             StepStatus::Setup => "setup",
+            StepStatus::Busy => "busy",
             StepStatus::NotAllowed => "not-allowed",
             StepStatus::UnknownSkill => "unknown-skill",
             StepStatus::InstructionSkill => "instruction-skill",
@@ -175,6 +178,7 @@ impl From<&crate::sandbox::CallError> for StepStatus {
             CallError::Panic(_) => StepStatus::Panic,
             CallError::Trap(_) => StepStatus::Trap,
             CallError::Setup(_) => StepStatus::Setup,
+            CallError::Busy { .. } => StepStatus::Busy,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow};
 use serde_json::Value;
 
 use super::super::context::{self, Catalog, MemorySummary, StepInputs, one_line};
@@ -206,8 +206,10 @@ impl<'a> Agent<'a> {
             if entry.elapsed_us == 0 {
                 entry.elapsed_us = report.elapsed_us;
             }
-            self.audit(entry, evidence.as_ref());
+            // Saved first, so a refused audit line loses no step: the run resumes after the fix.
+            let audited = self.audit(entry, evidence.as_ref());
             self.save()?;
+            audited?;
             if let Some(progress) = &self.options.progress {
                 progress(&report);
             }
@@ -395,7 +397,9 @@ impl<'a> Agent<'a> {
         });
     }
 
-    pub(super) fn audit(&self, entry: StepEntry, evidence: Option<&EvidenceReport>) {
+    /// Append the step's audit line. A run does not go on unaudited: the error says how to
+    /// repair the log and resume (the step is saved by then).
+    pub(super) fn audit(&self, entry: StepEntry, evidence: Option<&EvidenceReport>) -> Result<()> {
         let mut line = entry.into_entry();
         // Which model decided (a scripted replay says so), so the record cannot be mistaken.
         line.insert("provider".into(), Value::String(self.provider.name()));
@@ -403,9 +407,16 @@ impl<'a> Agent<'a> {
             line.insert("evidence".into(), serde_json::to_value(report).unwrap_or(Value::Null));
         }
         let log = self.library.audit_log();
-        if let Err(e) = log.append(line) {
-            eprintln!("warning: cannot write the audit log {}: {e:#}", log.path().display());
-        }
+        log.append(line).map(drop).with_context(|| {
+            format!(
+                "the agent run stopped after step {}: its audit line cannot be written to {}. The session is saved; \
+                 run `skillhost audit verify` (and `skillhost audit seal` if it reports damage), then resume with \
+                 `skillhost run --resume {}`",
+                self.state.step,
+                log.path().display(),
+                self.state.session
+            )
+        })
     }
 
     pub(super) fn outcome(

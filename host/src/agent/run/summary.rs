@@ -59,8 +59,9 @@ impl Agent<'_> {
             elapsed_us: started.elapsed().as_micros() as u64,
             ..Default::default()
         };
-        self.audit(entry, evidence.as_ref());
+        let audited = self.audit(entry, evidence.as_ref());
         self.save()?;
+        audited?;
         Ok(self.outcome(OutcomeStatus::StepLimit, Some(summary), None, evidence))
     }
 

@@ -100,6 +100,11 @@ impl Skill for Probe {
                 Ok(SkillResult::success("printed"))
             }
             "panic" => panic!("probe panicked on purpose: {}", p.arg),
+            // A runtime that reports on stderr, then traps (as CPython and JS engines do).
+            "abort" => {
+                eprintln!("probe: fatal error: {}", p.arg);
+                std::process::abort()
+            }
             "fail" => Err(SkillError::failed(format!("probe failed on purpose: {}", p.arg))),
             "sleep" => {
                 std::thread::sleep(std::time::Duration::from_millis(p.n));

@@ -1,0 +1,183 @@
+//! `just bench`: skills in other guest languages against the Rust probe, measured in the
+//! same run. Per language: component size, compile at install, load from the compile cache
+//! (a fresh engine, as a new process does), warm call p50 in a long-lived process, and the
+//! whole `skillhost skill run` process; ratios are to the Rust probe's figures.
+//!
+//! Python and JavaScript skills (the scaffolds) are built with componentize-py and
+//! componentize-js from `.ci/guest-toolchains` (or `SKILLHOST_COMPONENTIZE_PY` /
+//! `SKILLHOST_COMPONENTIZE_JS`); without a toolchain its row says so and is skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use skillhost::capabilities::{CapabilitySet, Limits};
+use skillhost::sandbox::{CallGrant, Invocation, PreparedSkill, Runtime};
+
+struct Figures {
+    size_kib: usize,
+    compile: Duration,
+    cache_load: Duration,
+    warm_p50: Duration,
+    process_p50: Duration,
+}
+
+fn p50(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn hex_sha(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Measure the component in `dir` (SKILL.md + skill.wasm) called with `params`.
+fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
+    let wasm = std::fs::read(dir.join("skill.wasm")).unwrap();
+    let sha = hex_sha(&wasm);
+    let cache = tmp.join(format!("cache-{name}"));
+    let runtime = Runtime::new(cache.clone()).unwrap();
+    let started = Instant::now();
+    runtime.compile(&wasm, &|_| {}).unwrap();
+    let compile = started.elapsed();
+    drop(runtime);
+
+    let cache_load = p50((0..5)
+        .map(|_| {
+            let runtime = Runtime::new(cache.clone()).unwrap();
+            let started = Instant::now();
+            runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+            started.elapsed()
+        })
+        .collect());
+
+    let runtime = Runtime::new(cache).unwrap();
+    let (prepared, _) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let call = |prepared: &PreparedSkill| {
+        let grant = CallGrant {
+            skill: name.into(),
+            skill_hash: sha.clone(),
+            capabilities: CapabilitySet::default(),
+            limits: Limits::DEFAULT,
+            paths: Default::default(),
+            store: None,
+            namespace: "bench".into(),
+        };
+        let inv = Invocation { session_id: "bench".into(), step: 1, params: params.into() };
+        let out = rt.block_on(runtime.call(prepared, grant, inv));
+        assert!(out.result.is_ok(), "{name}: {:?}", out.result);
+    };
+    for _ in 0..20 {
+        call(&prepared);
+    }
+    // `SKILLHOST_BENCH_PROFILE=warm`: only warm calls of the last language, for `perf record`.
+    if std::env::var("SKILLHOST_BENCH_PROFILE").as_deref() == Ok("warm") && name != "probe" {
+        for _ in 0..2000 {
+            call(&prepared);
+        }
+        std::process::exit(0);
+    }
+    let warm_p50 = p50((0..300)
+        .map(|_| {
+            let started = Instant::now();
+            call(&prepared);
+            started.elapsed()
+        })
+        .collect());
+
+    // The whole CLI process: a home with the skill installed, then `skill run` per call.
+    let home = tmp.join(format!("home-{name}"));
+    let skillhost = env!("CARGO_BIN_EXE_skillhost");
+    let installed = Command::new(skillhost)
+        .env("SKILLHOST_HOME", &home)
+        .args(["skill", "install"])
+        .arg(dir)
+        .arg("--yes")
+        .output()
+        .unwrap();
+    assert!(installed.status.success(), "{}", String::from_utf8_lossy(&installed.stderr));
+    let process_p50 = p50((0..15)
+        .map(|_| {
+            let started = Instant::now();
+            let out = Command::new(skillhost)
+                .env("SKILLHOST_HOME", &home)
+                .args(["skill", "run", name, "--params", params])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            started.elapsed()
+        })
+        .collect());
+    Figures { size_kib: wasm.len() / 1024, compile, cache_load, warm_p50, process_p50 }
+}
+
+fn componentize_py(repo: &Path) -> Option<PathBuf> {
+    let tool = std::env::var_os("SKILLHOST_COMPONENTIZE_PY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target/guest-toolchains/python/bin/componentize-py"));
+    tool.exists().then_some(tool)
+}
+
+fn main() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let tmp = tempfile::tempdir().unwrap();
+    let probe = repo.join("target/skills/probe");
+    assert!(probe.join("skill.wasm").is_file(), "run `just build-skills` first");
+    let rust = measure(&probe, "probe", r#"{"mode":"noop"}"#, tmp.path());
+
+    let mut rows = vec![("Rust (probe)", rust)];
+    match componentize_py(&repo) {
+        Some(tool) => {
+            // SAFETY: set before any thread of this benchmark reads the environment.
+            unsafe { std::env::set_var("SKILLHOST_COMPONENTIZE_PY", &tool) };
+            let dir = skillhost::authoring::new_python_skill(tmp.path(), "py-hello").unwrap();
+            skillhost::authoring::build(&dir).unwrap();
+            rows.push(("Python (scaffold)", measure(&dir, "py-hello", r#"{"name":"Ada"}"#, tmp.path())));
+        }
+        None => println!("Python: skipped (componentize-py not installed; run .ci/guest-toolchains)"),
+    }
+    let componentize_js = std::env::var_os("SKILLHOST_COMPONENTIZE_JS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join("target/guest-toolchains/js/node_modules/.bin/componentize-js"));
+    if componentize_js.exists() {
+        // SAFETY: as above, no other thread reads the environment yet.
+        unsafe { std::env::set_var("SKILLHOST_COMPONENTIZE_JS", &componentize_js) };
+        let dir = skillhost::authoring::new_js_skill(tmp.path(), "js-hello").unwrap();
+        skillhost::authoring::build(&dir).unwrap();
+        rows.push(("JavaScript (scaffold)", measure(&dir, "js-hello", r#"{"name":"Ada"}"#, tmp.path())));
+    } else {
+        println!("JavaScript: skipped (componentize-js not installed; run .ci/guest-toolchains)");
+    }
+
+    let base = &rows[0].1;
+    println!("skillhost guest-language benchmark (ratios to the Rust probe in the same run)");
+    println!(
+        "  {:<18} {:>9} {:>12} {:>12} {:>18} {:>20}",
+        "language", "size KiB", "compile ms", "cache ms", "warm p50 us", "skill run p50 ms"
+    );
+    for (name, f) in &rows {
+        println!(
+            "  {:<18} {:>9} {:>12.1} {:>12.1} {:>9.1} ({:>5.1}x) {:>11.1} ({:>5.1}x)",
+            name,
+            f.size_kib,
+            ms(f.compile),
+            ms(f.cache_load),
+            f.warm_p50.as_secs_f64() * 1e6,
+            f.warm_p50.as_secs_f64() / base.warm_p50.as_secs_f64(),
+            ms(f.process_p50),
+            f.process_p50.as_secs_f64() / base.process_p50.as_secs_f64(),
+        );
+    }
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    println!("targets:");
+    for (name, f) in rows.iter().skip(1) {
+        println!("  {name} warm call p50 <= 1 ms: {}", verdict(f.warm_p50 <= Duration::from_millis(1)));
+        println!("  {name} whole `skill run` <= 80 ms: {}", verdict(f.process_p50 <= Duration::from_millis(80)));
+    }
+}
