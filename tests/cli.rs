@@ -326,7 +326,8 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
     let out = skillhost(&env).args(["--json", "policy", "show", "asker"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["skills"]["asker"]["env"], serde_json::json!(["PATH"]));
 
-    // v2 adds session: only that is asked, and declining keeps env granted and session off.
+    // v2 adds session: the user first confirms that the new content keeps env PATH (issue
+    // 11), then only session is asked, and declining keeps env granted and session off.
     std::fs::write(
         v1.join("SKILL.md"),
         std::fs::read_to_string(v1.join("SKILL.md"))
@@ -334,7 +335,8 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
             .replace("  env: [PATH]\n", "  env: [PATH]\n  session: true\n"),
     )
     .unwrap();
-    let screen = on_tty(&env, &format!("skill install {}", v1.display()), "n\n");
+    let screen = on_tty(&env, &format!("skill install {}", v1.display()), "y\nn\n");
+    assert!(screen.contains("(grants kept: env PATH)") && screen.contains("Replace it"), "{screen}");
     assert!(screen.contains("newly asks for:") && screen.contains("- session"), "{screen}");
     let prompt = &screen[screen.find("newly asks for:").unwrap()..screen.find("Grant these?").unwrap()];
     assert!(!prompt.contains("env PATH"), "already granted rights are not asked again: {prompt}");
@@ -342,6 +344,9 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
     let granted = json_of(&out.get_output().stdout)["skills"]["asker"].clone();
     assert_eq!(granted["env"], serde_json::json!(["PATH"]));
     assert!(granted.get("session").is_none(), "{granted}");
+    let out = skillhost(&env).args(["--json", "skill", "info", "asker"]).assert().success();
+    let declared = json_of(&out.get_output().stdout)["declared"].clone();
+    assert!(declared.to_string().contains("session"), "the confirmed version is installed: {declared}");
 }
 
 #[test]

@@ -37,6 +37,33 @@ pub struct Policy {
     /// Limit caps per skill (override `limits`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub skill_limits: BTreeMap<String, LimitsRequest>,
+    /// What skills may do to long-term memory (`[memory]`; absent in older files).
+    #[serde(default, skip_serializing_if = "MemoryPolicy::is_default")]
+    pub memory: MemoryPolicy,
+}
+
+/// `[memory]` of a policy: rules for the memories skills propose.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryPolicy {
+    /// Highest priority a skill-proposed memory is stored at (default 3); priority 5 is
+    /// the user's, so a skill cannot crowd the user's own memories out of MEMORY.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_skill_priority: Option<u8>,
+}
+
+impl MemoryPolicy {
+    /// Skills' proposed memories are capped at this priority unless the policy says otherwise.
+    pub const DEFAULT_MAX_SKILL_PRIORITY: u8 = 3;
+
+    fn is_default(&self) -> bool {
+        *self == MemoryPolicy::default()
+    }
+
+    /// The cap in force.
+    pub fn max_skill_priority(&self) -> u8 {
+        self.max_skill_priority.unwrap_or(Self::DEFAULT_MAX_SKILL_PRIORITY).min(5)
+    }
 }
 
 impl Policy {
@@ -53,6 +80,9 @@ impl Policy {
                 path.display()
             )
         })?;
+        if let Some(p) = policy.memory.max_skill_priority.filter(|p| *p > 5) {
+            bail!("policy {}: [memory] max_skill_priority = {p} is out of range; use 0 to 5", path.display());
+        }
         for (name, caps) in &policy.skills {
             caps.validate().map_err(|(f, m)| anyhow!("policy {}: [skills.{name}] {f}: {m}", path.display()))?;
         }
@@ -89,6 +119,10 @@ impl Policy {
             if let Some(p) = project.skills.get(name) {
                 *caps = caps.intersect(p);
             }
+        }
+        // A project may lower the skills' memory priority cap, never raise it.
+        if let Some(p) = project.memory.max_skill_priority {
+            self.memory.max_skill_priority = Some(p.min(self.memory.max_skill_priority()));
         }
         let user_global = self.limits;
         self.limits = user_global.lowered_by(&project.limits);
@@ -333,6 +367,20 @@ mod tests {
         assert!(merged.paths.is_empty(), "the project cannot repoint paths");
         assert_eq!(merged.limit_caps("s").memory_mb, Some(crate::capabilities::Limits::DEFAULT.memory_mb));
         assert_eq!(merged.limit_caps("s").wall_time_ms, Some(100));
+    }
+
+    #[test]
+    fn the_skill_memory_priority_cap_defaults_to_3_and_only_narrows() {
+        let old: Policy = toml::from_str("[skills.s]\nsession = true\n").unwrap();
+        assert_eq!(old.memory.max_skill_priority(), 3, "files without [memory] keep loading");
+        assert!(!toml::to_string(&old).unwrap().contains("[memory]"), "nothing written for the default");
+        let user: Policy = toml::from_str("[memory]\nmax_skill_priority = 4\n").unwrap();
+        assert_eq!(user.memory.max_skill_priority(), 4);
+        let project: Policy = toml::from_str("[memory]\nmax_skill_priority = 5\n").unwrap();
+        assert_eq!(user.clone().narrowed_by(project).memory.max_skill_priority(), 4, "a project cannot raise it");
+        let project: Policy = toml::from_str("[memory]\nmax_skill_priority = 1\n").unwrap();
+        assert_eq!(user.narrowed_by(project).memory.max_skill_priority(), 1);
+        assert!(toml::from_str::<Policy>("[memory]\nbogus = 1\n").is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
 use super::{Capability, CapabilityKind};
@@ -65,6 +65,9 @@ impl Capability for Filesystem {
                     "filesystem.host".into(),
                     format!("`{}` must be absolute or start with a template such as $WORKSPACE", m.host),
                 ));
+            }
+            if let Err(e) = split_template(&m.host) {
+                return Err(("filesystem.host".into(), format!("{e:#}")));
             }
             if m.host.split('/').any(|c| c == "..") {
                 return Err(("filesystem.host".into(), format!("`{}` must not contain `..`", m.host)));
@@ -143,23 +146,97 @@ impl Capability for Filesystem {
     }
 }
 
-/// Expand a mount's host template (`$WORKSPACE/logs`) into a host path.
-pub fn expand_path(template: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf> {
+/// A mount's host path split into its template variable (if any) and the rest:
+/// `$WORKSPACE/logs` and `${WORKSPACE}/logs` are `(Some("WORKSPACE"), "/logs")`; an
+/// absolute path is `(None, path)`. What follows a variable must be empty or start with
+/// `/`: `$WORKSPACE-evil/x` or `${WORKSPACE}../x` would name a sibling of the variable's
+/// directory, outside the root its mounts are checked against.
+pub fn split_template(template: &str) -> Result<(Option<&str>, &str)> {
     let Some(rest) = template.strip_prefix('$') else {
-        return Ok(PathBuf::from(template));
+        return Ok((None, template));
     };
     let (name, tail) = if let Some(braced) = rest.strip_prefix('{') {
         braced.split_once('}').ok_or_else(|| anyhow!("`{template}`: unclosed `${{`"))?
     } else {
-        match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        }
+        let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+        (&rest[..end], &rest[end..])
     };
-    let base = vars.get(name).ok_or_else(|| {
-        anyhow!("path variable ${name} is not defined: set it under [paths] in the policy, or pass --workspace for $WORKSPACE")
-    })?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        bail!("`{template}`: `${name}` is not a path variable name (letters, digits and `_`, like $WORKSPACE)");
+    }
+    if !(tail.is_empty() || tail.starts_with('/')) {
+        bail!(
+            "`{template}`: what follows ${name} must be empty or start with `/` (got `{tail}`); a mount may only name ${name} or a path inside it, like ${name}/logs"
+        );
+    }
+    Ok((Some(name), tail))
+}
+
+/// Expand a mount's host template (`$WORKSPACE/logs`) into a host path.
+pub fn expand_path(template: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf> {
+    let (Some(name), tail) = split_template(template)? else {
+        return Ok(PathBuf::from(template));
+    };
+    let base = variable(name, vars)?;
     Ok(PathBuf::from(format!("{base}{tail}")))
+}
+
+fn variable<'a>(name: &str, vars: &'a BTreeMap<String, String>) -> Result<&'a String> {
+    vars.get(name).ok_or_else(|| {
+        anyhow!("path variable ${name} is not defined: set it under [paths] in the policy, or pass --workspace for $WORKSPACE")
+    })
+}
+
+/// The directory a mount's host path must stay inside: the expanded variable of a template
+/// (`$WORKSPACE` for `$WORKSPACE/logs`), `None` for an absolute path.
+pub fn template_root(template: &str, vars: &BTreeMap<String, String>) -> Result<Option<PathBuf>> {
+    match split_template(template)? {
+        (Some(name), _) => Ok(Some(PathBuf::from(variable(name, vars)?))),
+        (None, _) => Ok(None),
+    }
+}
+
+/// Expand a mount's template and resolve symlinks. For `$VAR/sub` the canonical result
+/// must stay inside the canonical `$VAR` (compared component by component, so a sibling
+/// such as `/w-evil` is not inside `/w`): another skill with write access to `$VAR` could
+/// otherwise plant `sub -> /etc` and redirect this mount.
+pub fn resolve_mount_host(template: &str, vars: &BTreeMap<String, String>) -> Result<PathBuf> {
+    let full = expand_path(template, vars)?;
+    let resolved =
+        std::fs::canonicalize(&full).with_context(|| format!("{} does not exist or cannot be read", full.display()))?;
+    if let Some(root) = template_root(template, vars)? {
+        let root = std::fs::canonicalize(&root).with_context(|| format!("{} does not exist", root.display()))?;
+        if !resolved.starts_with(&root) {
+            bail!(
+                "{} resolves to {}, outside {} (a symlink?); refusing to mount it",
+                full.display(),
+                resolved.display(),
+                root.display()
+            );
+        }
+    }
+    Ok(resolved)
+}
+
+/// Is this a read-write mount outside the workspace (`/etc`, `$HOME`, `/`)? Such a grant
+/// lets the skill change files the user did not hand to a project; installs and grants
+/// warn about it.
+pub fn writes_outside_workspace(m: &Mount) -> bool {
+    m.access == Access::ReadWrite && !matches!(split_template(&m.host), Ok((Some("WORKSPACE"), _)))
+}
+
+/// One warning line per read-write mount outside the workspace among `mounts`.
+pub fn broad_write_warnings(mounts: &[Mount]) -> Vec<String> {
+    mounts
+        .iter()
+        .filter(|m| writes_outside_workspace(m))
+        .map(|m| {
+            format!(
+                "read-write mount of {} outside the workspace: the skill can change or delete any file there (revoke with `policy revoke NAME filesystem={}:read-write`)",
+                m.host, m.guest
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -172,5 +249,13 @@ mod tests {
         assert_eq!(expand_path("$WORKSPACE/logs", &vars).unwrap(), PathBuf::from("/w/logs"));
         assert_eq!(expand_path("${WORKSPACE}/x", &vars).unwrap(), PathBuf::from("/w/x"));
         assert!(expand_path("$HOME/.ssh", &vars).unwrap_err().to_string().contains("$HOME is not defined"));
+        // Whatever follows the variable must stay under it.
+        for sibling in ["$WORKSPACE-evil/x", "${WORKSPACE}-evil", "${WORKSPACE}../x", "$WORKSPACE..", "$WORKSPACE.x"] {
+            let e = expand_path(sibling, &vars).unwrap_err().to_string();
+            assert!(e.contains("must be empty or start with `/`"), "{sibling}: {e}");
+        }
+        assert!(expand_path("${}/x", &vars).is_err());
+        assert_eq!(template_root("${WORKSPACE}/a", &vars).unwrap(), Some(PathBuf::from("/w")));
+        assert_eq!(template_root("/etc", &vars).unwrap(), None);
     }
 }

@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Subcommand;
 use serde_json::json;
 
+use super::output::clean_line;
 use super::print_json;
 use crate::library::{DEFAULT_NAMESPACE, Library};
 use crate::memory::{MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, SearchOrder};
@@ -123,8 +124,8 @@ fn print_records(title: &str, hits: &[(MemoryRecord, Option<f32>)]) {
         let score = score.map(|s| format!(" score {s:.2}")).unwrap_or_default();
         let by: Vec<&str> = r.skills().collect();
         let state = if r.deprecated.is_some() { " DEPRECATED" } else { "" };
-        println!("  #{} [{} p{}{score}{state}] {}", r.id, r.kind.as_str(), r.priority, r.content);
-        println!("      by {} (session {})", by.join(", "), r.session);
+        println!("  #{} [{} p{}{score}{state}] {}", r.id, r.kind.as_str(), r.priority, clean_line(&r.content));
+        println!("      by {} (session {})", clean_line(&by.join(", ")), clean_line(&r.session));
     }
 }
 
@@ -173,7 +174,7 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                     print_json(&hits)?;
                 } else {
                     for h in &hits {
-                        println!("  {}:{} (score {:.2}) {}", h.date, h.line, h.score, h.text);
+                        println!("  {}:{} (score {:.2}) {}", h.date, h.line, h.score, clean_line(&h.text));
                     }
                 }
                 return Ok(ExitCode::SUCCESS);
@@ -212,7 +213,7 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 println!("no notes on {date}");
             } else {
                 for e in &entries {
-                    println!("{}:{}  {}", e.date, e.line, e.text);
+                    println!("{}:{}  {}", e.date, e.line, clean_line(&e.text));
                 }
             }
         }
@@ -342,7 +343,7 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
             } else {
                 for e in &entries {
                     let into = e.merged_into.map(|m| format!(" into #{m}")).unwrap_or_default();
-                    println!("  {} {}{into}: #{} {}", e.id, e.reason, e.record.id, e.record.content);
+                    println!("  {} {}{into}: #{} {}", e.id, e.reason, e.record.id, clean_line(&e.record.content));
                 }
                 println!("{} archive entries", entries.len());
             }

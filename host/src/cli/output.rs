@@ -1,10 +1,73 @@
 //! Human output shared by the command handlers: one-line excerpts, labelled lists, a skill
 //! call's report.
+//!
+//! Text a skill controls (its output, metadata, logs, memories, SKILL.md fields) reaches a
+//! terminal only through [`clean`] or [`clean_line`]: control characters (ANSI escapes,
+//! carriage returns, backspaces, C1 controls) and bidi overrides are shown as `\u{..}`
+//! escapes, so a skill cannot clear the screen, rewrite a line or hide text; and an output
+//! that contains a line shaped like the host's own report lines (`status: ...`, `--`,
+//! `denied ...`) is printed behind a `| ` gutter, so it cannot forge them. `--json` output
+//! is not touched: serde_json escapes control characters itself.
+
+use std::borrow::Cow;
 
 use crate::library::RunReport;
 
+/// Characters that act on a terminal or reorder text instead of showing.
+fn is_active(c: char, keep_newlines: bool) -> bool {
+    match c {
+        '\t' => false,
+        '\n' => !keep_newlines,
+        c if c.is_control() => true,
+        '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        _ => false,
+    }
+}
+
+fn neutralise(text: &str, keep_newlines: bool) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_active(c, keep_newlines)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_active(c, keep_newlines) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Skill-controlled text for a terminal, newlines kept.
+pub(crate) fn clean(text: &str) -> Cow<'_, str> {
+    neutralise(text, true)
+}
+
+/// Skill-controlled text for one line of a terminal: newlines are escaped too.
+pub(crate) fn clean_line(text: &str) -> Cow<'_, str> {
+    neutralise(text, false)
+}
+
+/// Starts of the lines `print_run` writes itself.
+const REPORT_LINES: &[&str] = &["--", "status:", "error:", "denied", "memory stored:", "not granted", "[", "("];
+
+/// A skill's output for the terminal: cleaned, and behind a gutter if one of its lines
+/// could pass for a line of the host's report.
+pub(crate) fn skill_text(output: &str) -> String {
+    let text = clean(output);
+    let forged = text.lines().any(|l| {
+        let l = l.trim_start().to_ascii_lowercase();
+        REPORT_LINES.iter().any(|p| l.starts_with(p))
+    });
+    if !forged {
+        return text.into_owned();
+    }
+    text.lines().map(|l| format!("| {l}")).collect::<Vec<_>>().join("\n")
+}
+
 pub(super) fn one_line(text: &str, max_chars: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = clean_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max_chars {
         return flat;
     }
@@ -18,7 +81,7 @@ pub(super) fn print_list(label: &str, items: &[String]) {
     } else {
         println!("  {label}:");
         for i in items {
-            println!("    - {i}");
+            println!("    - {}", clean_line(i));
         }
     }
 }
@@ -26,26 +89,43 @@ pub(super) fn print_list(label: &str, items: &[String]) {
 pub(super) fn print_run(r: &RunReport) {
     match &r.result {
         Ok(o) => {
-            println!("{}", o.output);
+            println!("{}", skill_text(&o.output));
             println!("--");
             println!("status: {:?}", o.status);
             for (k, v) in &o.metadata {
-                println!("  {k}: {v}");
+                println!("  {}: {}", clean_line(k), clean_line(v));
             }
         }
-        Err(e) => println!("error: {e}"),
+        Err(e) => println!("error: {}", clean_line(&e.to_string())),
     }
     for m in &r.memories.stored {
         println!("memory stored: #{m}");
     }
     for d in &r.denials {
-        println!("denied ({}): {}", d.capability, d.message);
+        println!("denied ({}): {}", d.capability, clean_line(&d.message));
     }
     if !r.not_granted.is_empty() {
-        println!("not granted (the call ran without it): {}", r.not_granted.join("; "));
+        println!("not granted (the call ran without it): {}", clean_line(&r.not_granted.join("; ")));
     }
     for l in &r.logs {
-        eprintln!("[{}] {}", l.level, l.message);
+        eprintln!("[{}] {}", l.level, clean_line(&l.message));
     }
     eprintln!("({} us, peak memory {} KiB, session {})", r.elapsed_us, r.memory_peak_bytes / 1024, r.session);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_controls_are_shown_not_obeyed() {
+        assert_eq!(clean("plain\ttext\nline two"), "plain\ttext\nline two");
+        assert_eq!(clean("\u{1b}[2J\u{1b}[Hhi"), "\\u{1b}[2J\\u{1b}[Hhi");
+        assert_eq!(clean("ok\rstatus"), "ok\\u{d}status");
+        assert_eq!(clean_line("a\nb"), "a\\u{a}b");
+        assert_eq!(clean("\u{9b}31m \u{202e}txt"), "\\u{9b}31m \\u{202e}txt");
+        assert_eq!(skill_text("all fine"), "all fine");
+        assert_eq!(skill_text("done\n--\nstatus: Success"), "| done\n| --\n| status: Success");
+        assert_eq!(one_line("a\u{1b}]0;title\u{7}b", 80), "a\\u{1b}]0;title\\u{7}b");
+    }
 }

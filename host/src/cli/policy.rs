@@ -63,6 +63,9 @@ fn change_grants(
     }
     let (p, ()) = Policy::update(&lib.policy_files().user, |p| specs.iter().try_for_each(|spec| change(p, spec)))?;
     let caps = p.granted(name);
+    for w in crate::capabilities::filesystem::broad_write_warnings(&caps.filesystem) {
+        eprintln!("! WARNING: {name}: {}", w.replace("NAME", name));
+    }
     if json {
         print_json(&caps)?;
     } else {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
+use super::output::{clean, clean_line};
 use super::print_json;
 use crate::agent::profile::load_profiles;
 use crate::agent::provider::scripted::ScriptedProvider;
@@ -53,7 +54,7 @@ pub(super) fn run(lib: &Library, home: &Path, args: RunArgs, json: bool) -> Resu
     let options = AgentOptions {
         max_steps: args.max_steps,
         tools: args.tools,
-        progress: Some(Box::new(|step: &StepReport| eprintln!("{}", progress_line(step)))),
+        progress: Some(Box::new(|step: &StepReport| eprintln!("{}", clean_line(&progress_line(step))))),
     };
     let profiles = load_profiles(home)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -123,15 +124,15 @@ pub fn progress_line(step: &StepReport) -> String {
 fn print_outcome(outcome: &Outcome) {
     match outcome.status {
         OutcomeStatus::Answered => {
-            println!("{}", outcome.answer.as_deref().unwrap_or("").trim_end());
+            println!("{}", clean(outcome.answer.as_deref().unwrap_or("").trim_end()));
         }
         OutcomeStatus::Paused => {
-            println!("{}", outcome.question.as_deref().unwrap_or("").trim_end());
+            println!("{}", clean(outcome.question.as_deref().unwrap_or("").trim_end()));
             eprintln!("paused: answer with  skillhost run --resume {} \"ANSWER\"", outcome.session);
         }
         OutcomeStatus::StepLimit => {
             eprintln!("stopped by the step limit after {} steps; summary:", outcome.total_steps);
-            println!("{}", outcome.answer.as_deref().unwrap_or("").trim_end());
+            println!("{}", clean(outcome.answer.as_deref().unwrap_or("").trim_end()));
         }
     }
     if let Some(e) = &outcome.evidence {

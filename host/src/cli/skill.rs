@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::{Value, json};
 
-use super::output::{one_line, print_list, print_run};
+use super::output::{clean, clean_line, one_line, print_list, print_run};
 use super::{SkillCmd, ask, print_json};
-use crate::library::{Library, RunOptions, params_from_pairs};
+use crate::library::{InstallOptions, Library, Replacement, RunOptions, params_from_pairs};
 use crate::policy::{Grant, Policy, parse_grant};
 use crate::sandbox::Status;
 
@@ -50,16 +50,36 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 }
                 Ok(None)
             };
+            // New content under an installed name would inherit its grants: confirm first.
+            let tty = std::io::stdin().is_terminal() && !json;
+            let confirm = |r: &Replacement| -> Result<bool> {
+                if yes {
+                    return Ok(true);
+                }
+                if tty {
+                    eprintln!("{} is installed with different content: this install {r}.", r.name);
+                    return Ok(ask("Replace it, keeping these grants for the new content?"));
+                }
+                anyhow::bail!(
+                    "`{0}` is already installed with different content and holds grants; this install {r}. Pass --yes to replace it and keep the grants for the new content, or `skillhost skill remove {0}` first to install it without them. Nothing was installed.",
+                    r.name
+                )
+            };
             let source = dir.to_string_lossy().into_owned();
             let report = if source.starts_with("http://") || source.starts_with("https://") {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 let bytes = rt.block_on(crate::bundle::download(&source))?;
-                lib.install_bundle(&bytes, &decide)?
+                let opts = InstallOptions { confirm_replace: &confirm, source: Some(source.clone()) };
+                lib.install_bundle_with(&bytes, &decide, &opts)?
             } else if dir.is_file() {
                 let bytes = std::fs::read(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
-                lib.install_bundle(&bytes, &decide).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
+                let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+                let opts = InstallOptions { confirm_replace: &confirm, source: Some(path.display().to_string()) };
+                lib.install_bundle_with(&bytes, &decide, &opts).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
             } else {
-                lib.install(&dir, &decide)?
+                let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+                let opts = InstallOptions { confirm_replace: &confirm, source: Some(path.display().to_string()) };
+                lib.install_with(&dir, &decide, &opts)?
             };
             if json {
                 print_json(&report)?;
@@ -95,8 +115,11 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                         ),
                     }
                 }
-                if let Some(prev) = &report.replaced {
-                    println!("  replaced {} (kept in `skillhost skill history {}`)", &prev[..12], report.name);
+                if let Some(r) = &report.replaces {
+                    println!("  {r}; the old version is kept in `skillhost skill history {}`", report.name);
+                }
+                for w in &report.warnings {
+                    println!("  ! WARNING: {}", w.replace("NAME", &report.name));
                 }
                 if !report.new_rights.is_empty() {
                     println!(
@@ -191,9 +214,9 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             } else {
                 let m = &info.manifest;
                 println!("{} {}", m.name, info.record.version.as_deref().unwrap_or(""));
-                println!("  {}", m.description);
+                println!("  {}", clean_line(&m.description));
                 if let Some(w) = &m.when_to_use {
-                    println!("  when to use: {w}");
+                    println!("  when to use: {}", clean_line(w));
                 }
                 println!("  content hash: {}", info.record.content_hash);
                 for p in &m.parameters {
@@ -202,7 +225,11 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                         p.name,
                         p.kind,
                         if p.required { ", required" } else { "" },
-                        if p.description.is_empty() { String::new() } else { format!(": {}", p.description) }
+                        if p.description.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", clean_line(&p.description))
+                        }
                     );
                 }
                 print_list("declares", &info.declared);
@@ -213,7 +240,7 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                     print_list("component imports", &info.record.imports);
                 }
                 if info.record.is_instruction() && !m.body.is_empty() {
-                    println!("\n{}", m.body);
+                    println!("\n{}", clean(&m.body));
                 }
             }
             Ok(ExitCode::SUCCESS)

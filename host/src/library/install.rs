@@ -62,6 +62,47 @@ pub struct InstallReport {
     /// Rights this version declares beyond the version it replaced; not granted unless the
     /// user consents (existing grants never widen by themselves).
     pub new_rights: Vec<String>,
+    /// The installed version this install replaced with different content, and the grants
+    /// the new content kept ("replaces X (grants kept: ...)").
+    pub replaces: Option<Replacement>,
+    /// Where this version came from (recorded in install.json).
+    pub source: Option<String>,
+    /// Grants that deserve a second look (read-write mounts outside the workspace).
+    pub warnings: Vec<String>,
+}
+
+/// An installed version with different content that an install is about to replace.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replacement {
+    pub name: String,
+    pub version: Option<String>,
+    pub content_hash: String,
+    /// Where the replaced version came from, when its install.json says.
+    pub source: Option<String>,
+    /// What the user policy grants the name: the new content keeps it.
+    pub grants_kept: Vec<String>,
+}
+
+impl std::fmt::Display for Replacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "replaces {} {}", self.name, self.version.as_deref().unwrap_or("-"))?;
+        write!(f, " ({}", super::short_hash(&self.content_hash))?;
+        if let Some(s) = &self.source {
+            write!(f, ", from {s}")?;
+        }
+        let kept = if self.grants_kept.is_empty() { "none".to_string() } else { self.grants_kept.join("; ") };
+        write!(f, ") (grants kept: {kept})")
+    }
+}
+
+/// How an install treats the version already installed under the same name, and where the
+/// new one comes from.
+pub struct InstallOptions<'a> {
+    /// Asked before new content replaces an installed version that holds grants (the new
+    /// code would inherit them); `Ok(false)` cancels the install and nothing changes.
+    pub confirm_replace: &'a dyn Fn(&Replacement) -> Result<bool>,
+    /// Recorded in install.json as where the skill came from.
+    pub source: Option<String>,
 }
 
 /// The outcome of importing one skill directory.
@@ -84,9 +125,32 @@ impl Library {
 
     /// Install the skill in `src` (a directory with SKILL.md and, for executable skills,
     /// skill.wasm), adding `grants` to the user policy.
+    /// Replacing a granted version is accepted without asking (the report says so); see
+    /// [`Library::install_with`] to confirm first.
     pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>) -> Result<InstallReport> {
+        let source = std::fs::canonicalize(src).unwrap_or_else(|_| src.to_path_buf());
+        let opts = InstallOptions { confirm_replace: &|_| Ok(true), source: Some(source.display().to_string()) };
+        self.install_with(src, grants, &opts)
+    }
+
+    /// [`Library::install`], asking `opts.confirm_replace` before new content inherits the
+    /// grants of an installed version, and recording `opts.source`.
+    pub fn install_with(
+        &self,
+        src: &Path,
+        grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
+        opts: &InstallOptions<'_>,
+    ) -> Result<InstallReport> {
         self.policy_before_change("installed")?;
         let manifest = Manifest::load_dir(src).map_err(|e| anyhow!("{e}"))?;
+        if crate::memory::is_reserved_source(&manifest.name) {
+            bail!(
+                "{}: a skill may not be named `{}`: that name marks memories written by the user or the host ({}); rename the skill",
+                src.join("SKILL.md").display(),
+                manifest.name,
+                crate::memory::RESERVED_SOURCES.join(", ")
+            );
+        }
         let manifest_bytes = std::fs::read(src.join("SKILL.md"))?;
         let wasm_path = src.join("skill.wasm");
         let wasm = match std::fs::read(&wasm_path) {
@@ -136,7 +200,26 @@ impl Library {
             installed_ms: now_ms(),
             imports: imports.clone(),
             undeclared_imports: undeclared_imports.clone(),
+            source: opts.source.clone(),
         };
+
+        // New content under an installed name inherits that name's grants: the user
+        // confirms before anything changes.
+        let replaces = match self.read_record(&manifest.name) {
+            Ok(old) if old.content_hash != record.content_hash => Some(Replacement {
+                name: manifest.name.clone(),
+                version: old.version.clone(),
+                content_hash: old.content_hash.clone(),
+                source: old.source.clone(),
+                grants_kept: self.user_grants(&manifest.name),
+            }),
+            _ => None,
+        };
+        if let Some(r) = replaces.as_ref().filter(|r| !r.grants_kept.is_empty())
+            && !(opts.confirm_replace)(r)?
+        {
+            bail!("not installed: `{}` stays as it was ({r})", manifest.name);
+        }
 
         // Decide grants before touching the installed copy, so a refused grant installs nothing.
         let granted_now = grants(&manifest)?.map(|g| Grant {
@@ -194,6 +277,9 @@ impl Library {
             compile,
             replaced,
             new_rights,
+            replaces,
+            source: record.source.clone(),
+            warnings: crate::capabilities::filesystem::broad_write_warnings(&effective.filesystem),
         })
     }
 
@@ -223,13 +309,23 @@ impl Library {
         bytes: &[u8],
         grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
     ) -> Result<InstallReport> {
+        self.install_bundle_with(bytes, grants, &InstallOptions { confirm_replace: &|_| Ok(true), source: None })
+    }
+
+    /// [`Library::install_bundle`] with [`InstallOptions`] (the source is the bundle's path or URL).
+    pub fn install_bundle_with(
+        &self,
+        bytes: &[u8],
+        grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
+        opts: &InstallOptions<'_>,
+    ) -> Result<InstallReport> {
         self.policy_before_change("installed")?;
         let tmp = tempfile::Builder::new()
             .prefix(".bundle-")
             .tempdir_in(&self.root)
             .with_context(|| format!("cannot create a temporary directory in {}", self.root.display()))?;
         let dir = crate::bundle::unpack(bytes, tmp.path())?;
-        self.install(&dir, grants)
+        self.install_with(&dir, grants, opts)
     }
 
     /// Import every skill directory under `dir` (for example a `.claude/skills` tree):
@@ -266,7 +362,16 @@ impl Library {
             let (installed, error) = if blocked {
                 (None, None)
             } else {
-                match self.install(&d, &|_| Ok(None)) {
+                // An import grants nothing, and never hands an installed name's grants to
+                // new content: that takes `skill install` and the user's confirmation.
+                let refuse = |r: &Replacement| -> Result<bool> {
+                    bail!(
+                        "{r}: importing does not replace a skill that holds grants; install it with `skillhost skill install {}` to confirm",
+                        d.display()
+                    )
+                };
+                let source = Some(d.display().to_string());
+                match self.install_with(&d, &|_| Ok(None), &InstallOptions { confirm_replace: &refuse, source }) {
                     Ok(r) => (Some(r), None),
                     Err(e) => (None, Some(format!("{e:#}"))),
                 }

@@ -54,7 +54,7 @@ mod run;
 
 pub use catalog::SkillInfo;
 pub use history::HistoryEntry;
-pub use install::{ImportResult, InstallReport, SkillKind};
+pub use install::{ImportResult, InstallOptions, InstallReport, Replacement, SkillKind};
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
 pub use run::{RunOptions, RunReport, call_entry, new_session_id, params_from_pairs};
 
@@ -193,7 +193,8 @@ impl Library {
     pub fn runtime(&self) -> Result<&Runtime> {
         init_once(&self.runtime, &self.runtime_init, || {
             self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);
-            Runtime::new(self.root.join("cache"))
+            let protected = std::iter::once(self.root.clone()).chain(self.policy.project.clone());
+            Ok(Runtime::new(self.root.join("cache"))?.protecting(protected))
         })
     }
 

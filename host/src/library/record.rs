@@ -31,6 +31,10 @@ pub struct InstallRecord {
     pub imports: Vec<String>,
     /// Imports that need a capability the manifest does not declare.
     pub undeclared_imports: Vec<UndeclaredImport>,
+    /// Where this version was installed from (a directory, a bundle file or a URL); absent
+    /// in records written before it was recorded, and for installs that did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +145,9 @@ mod tests {
     #[test]
     fn records_with_short_hashes_or_escaping_paths_are_refused() {
         let good = "a".repeat(64);
-        assert!(serde_json::from_str::<InstallRecord>(&record_json(&good, "SKILL.md")).is_ok());
+        // Records written before `source` existed still load.
+        let old = serde_json::from_str::<InstallRecord>(&record_json(&good, "SKILL.md")).unwrap();
+        assert_eq!(old.source, None);
         let e = serde_json::from_str::<InstallRecord>(&record_json("abc", "SKILL.md")).unwrap_err().to_string();
         assert!(e.contains("`abc` is not a sha256"), "{e}");
         let e = serde_json::from_str::<InstallRecord>(&record_json(&good, "../../etc/passwd")).unwrap_err().to_string();

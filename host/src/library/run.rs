@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -302,11 +302,15 @@ impl Library {
     ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let loaded = off_the_executor(|| self.load(name))?;
+        let loaded = match off_the_executor(|| self.load(name)) {
+            Ok(l) => l,
+            Err(e) => return Err(self.audit_refused(name, &params, opts, e).await),
+        };
         let Some(prepared) = &loaded.prepared else {
-            bail!(
+            let e = anyhow!(
                 "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
             );
+            return Err(self.audit_refused(name, &params, opts, e).await);
         };
         let manifest = &loaded.manifest;
         let policy = self.policy()?;
@@ -379,14 +383,22 @@ impl Library {
                 session: opts.session.clone(),
                 step: opts.step,
             };
-            report.memories = sandbox::absorb(
-                &out.new_memories,
-                effective.memory,
-                &limits,
-                store.as_deref(),
-                &opts.namespace,
-                &provenance,
-            );
+            // Priority 5 (and whatever the policy keeps above its cap) belongs to the user.
+            let cap = policy.memory.max_skill_priority();
+            let mut proposed = out.new_memories.clone();
+            for (i, m) in proposed.iter_mut().enumerate().filter(|(_, m)| m.priority > cap) {
+                report.denials.push(Denial {
+                    capability: "memory".into(),
+                    message: format!(
+                        "memory #{} proposed at priority {}, stored at {cap}: priorities above {cap} belong to the user ([memory] max_skill_priority in the policy)",
+                        i + 1,
+                        m.priority
+                    ),
+                });
+                m.priority = cap;
+            }
+            report.memories =
+                sandbox::absorb(&proposed, effective.memory, &limits, store.as_deref(), &opts.namespace, &provenance);
             for d in &report.memories.dropped {
                 report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
             }
@@ -403,10 +415,46 @@ impl Library {
         Ok(report)
     }
 
+    /// A call refused before anything ran (tampered installed files, a component that does
+    /// not link, no such skill) still leaves its line: status `refused`, the reason as a
+    /// denial. Returns the error to give the caller (with a note if the line was lost).
+    async fn audit_refused(
+        &self,
+        name: &str,
+        params: &Value,
+        opts: &RunOptions,
+        error: anyhow::Error,
+    ) -> anyhow::Error {
+        let mut m = new_entry(EntryKind::Call, &opts.session);
+        m.insert("step".into(), opts.step.into());
+        m.insert("skill".into(), name.into());
+        m.insert("params".into(), params.clone());
+        m.insert("status".into(), "refused".into());
+        m.insert("error".into(), format!("{error:#}").into());
+        let denial =
+            Denial { capability: "integrity".into(), message: format!("call refused before running: {error:#}") };
+        m.insert("denials".into(), serde_json::to_value([denial]).unwrap_or_default());
+        match self.append_entry(m).await {
+            Ok(()) => error,
+            Err(e) => anyhow!("{error:#}\n(the refusal could not be written to the audit log either: {e:#})"),
+        }
+    }
+
     /// Append the call's line to the audit log, off the async executor (the append takes a
     /// file lock and syncs the file).
     async fn audit_call(&self, report: &RunReport) -> Result<()> {
         let entry = call_entry(report);
+        self.append_entry(entry).await.map_err(|e| {
+            anyhow!(
+                "`{}` ran (session {}), but its call could not be written to the audit log {}: {e:#}. Further calls are refused until the log is repaired; see `skillhost audit verify` and `skillhost audit seal`.",
+                report.skill,
+                report.session,
+                self.audit.path().display()
+            )
+        })
+    }
+
+    async fn append_entry(&self, entry: Map<String, Value>) -> Result<()> {
         let log = self.audit.clone();
         let appended = match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle
@@ -415,14 +463,7 @@ impl Library {
                 .map_err(|e| anyhow!("the audit writer stopped: {e}"))?,
             Err(_) => log.append(entry),
         };
-        appended.map(|_| ()).map_err(|e| {
-            anyhow!(
-                "`{}` ran (session {}), but its call could not be written to the audit log {}: {e:#}. Further calls are refused until the log is repaired; see `skillhost audit verify` and `skillhost audit seal`.",
-                report.skill,
-                report.session,
-                self.audit.path().display()
-            )
-        })
+        appended.map(|_| ())
     }
 }
 

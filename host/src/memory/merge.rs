@@ -19,11 +19,24 @@ pub(super) fn similarity(a: &[String], b: &[String]) -> f64 {
     2.0 * shared as f64 / (a.len() + b.len()) as f64
 }
 
-/// Fold `other` into `keep`: the higher priority's wording wins, every provenance stays.
+/// May these two records be folded into one? Never a user-written record with one a
+/// skill proposed: the skill's text would reword the user's, or its provenance would make
+/// the user's fact fall with a quarantine of the skill.
+pub(super) fn may_merge(a: &MemoryRecord, b: &MemoryRecord) -> bool {
+    a.is_user_written() == b.is_user_written()
+}
+
+/// Fold `other` into `keep`: the higher priority's wording wins, every provenance stays;
+/// a user-written wording is never replaced by one that is not.
 /// Returns `keep` as it was when its wording, kind or priority changed (to be archived).
 pub(super) fn merge_into(keep: &mut MemoryRecord, other: &MemoryRecord, now: u64) -> Option<MemoryRecord> {
     let before = keep.clone();
-    if other.priority > keep.priority {
+    let take_other = match (keep.is_user_written(), other.is_user_written()) {
+        (true, false) => false,
+        (false, true) => true,
+        _ => other.priority > keep.priority,
+    };
+    if take_other {
         keep.content = other.content.clone();
         keep.kind = other.kind;
         keep.priority = other.priority;

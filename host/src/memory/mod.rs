@@ -41,7 +41,8 @@ pub use daily::DailyEntry;
 pub use handle::Memory;
 pub use index::DailyHit;
 pub use records::{
-    ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, SearchHit, SearchOrder,
+    ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
+    SearchHit, SearchOrder, is_reserved_source,
 };
 pub use store::{MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;

@@ -61,6 +61,26 @@ pub struct Provenance {
     pub step: u32,
 }
 
+/// Provenance names that are not skills: the user (`memory add`), promoted daily notes,
+/// MCP clients (`mcp:NAME@VERSION`), imports and the host itself. No skill may be
+/// installed under one of them, or its memories would pass for the user's.
+pub const RESERVED_SOURCES: &[&str] = &["user", "daily-note", "mcp", "import", "skillhost", "host", "agent", "system"];
+
+/// The sources whose records are the user's own.
+const USER_SOURCES: &[&str] = &["user", "daily-note"];
+
+/// Is `name` a provenance source rather than a possible skill name?
+pub fn is_reserved_source(name: &str) -> bool {
+    RESERVED_SOURCES.contains(&name)
+}
+
+impl Provenance {
+    /// Written by the user rather than a skill or a client.
+    pub fn is_user(&self) -> bool {
+        USER_SOURCES.contains(&self.skill.as_str())
+    }
+}
+
 /// Why and when a record was deprecated (quarantine, or by hand).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,6 +135,12 @@ impl MemoryRecord {
     /// Names of the skills that wrote it.
     pub fn skills(&self) -> impl Iterator<Item = &str> {
         self.provenance.iter().map(|p| p.skill.as_str())
+    }
+
+    /// Did the user write it (`memory add`, a promoted daily note)? Such a record is never
+    /// merged with or reworded by what a skill proposes.
+    pub fn is_user_written(&self) -> bool {
+        self.provenance.iter().any(Provenance::is_user)
     }
 }
 

@@ -10,7 +10,7 @@ use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use super::daily::{self, DailyEntry, PROMOTE_FLAG};
-use super::merge::{merge_into, round_importance, same_fact, same_identity};
+use super::merge::{may_merge, merge_into, round_importance, same_fact, same_identity};
 use super::records::{ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter};
 use super::schema::{ARCHIVE, BY_SKILL, MAX_ID, PROMOTED};
 use super::store::{Store, validate_namespace};
@@ -66,6 +66,7 @@ impl Store {
             None => None,
         };
         let incoming = self.new_record(txn.new_id()?, r, now);
+        let dup = dup.filter(|d| may_merge(d, &incoming));
         let (stored, merged) = match dup {
             Some(mut existing) => {
                 let superseded = merge_into(&mut existing, &incoming, now);
@@ -307,6 +308,9 @@ impl Store {
             for (id, _) in self.index.search(&survivors[i].content, &filter, now, 8)? {
                 let Some(&j) = position.get(&id) else { continue };
                 if j <= i || gone[j] {
+                    continue;
+                }
+                if !may_merge(&survivors[i], &survivors[j]) {
                     continue;
                 }
                 let other_terms = analyze(&survivors[j].content);

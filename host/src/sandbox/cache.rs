@@ -2,8 +2,10 @@
 //! `Component::deserialize` from files this process wrote.
 //!
 //! A cache file is keyed by the component's sha256 and the engine's precompile
-//! compatibility hash, and starts with the sha256 of its own payload. `deserialize` runs
-//! only on bytes whose checksum matches, so a corrupted or swapped entry is detected and
+//! compatibility hash, and starts with a tag: the sha256 over a domain string, the
+//! component's sha256, the engine key and the payload. `deserialize` runs only on bytes
+//! whose tag matches the component and engine being loaded, so a corrupted entry, or a
+//! valid entry of another component copied over this one's name, is detected and
 //! recompiled from the (separately verified) component instead of being trusted.
 
 use std::hash::{Hash, Hasher};
@@ -67,7 +69,7 @@ impl CompileCache {
         let started = Instant::now();
         let had_entry = match std::fs::read(&path) {
             Ok(bytes) => {
-                if let Some(component) = verified_deserialize(engine, &bytes) {
+                if let Some(component) = verified_deserialize(engine, &bytes, sha256, &self.engine_key) {
                     return Ok((component, CompileOutcome::Hit { load_us: started.elapsed().as_micros() as u64 }));
                 }
                 progress(&format!("cache entry {} is corrupt or stale; recompiling", path.display()));
@@ -100,7 +102,7 @@ impl CompileCache {
         let payload =
             component.serialize().map_err(anyhow::Error::from).context("cannot serialize the compiled component")?;
         let mut file = Vec::with_capacity(payload.len() + 32);
-        file.extend_from_slice(&Sha256::digest(&payload));
+        file.extend_from_slice(&entry_tag(sha256, &self.engine_key, &payload));
         file.extend_from_slice(&payload);
         std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
         crate::library::write_atomic(&self.path_for(sha256), &file)?;
@@ -108,16 +110,28 @@ impl CompileCache {
     }
 }
 
-fn verified_deserialize(engine: &Engine, bytes: &[u8]) -> Option<Component> {
+/// What binds an entry to the component and engine it was compiled for.
+fn entry_tag(component_sha256: &str, engine_key: &str, payload: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"skillhost compile cache v2\0");
+    h.update(component_sha256.as_bytes());
+    h.update(b"\0");
+    h.update(engine_key.as_bytes());
+    h.update(b"\0");
+    h.update(payload);
+    h.finalize().into()
+}
+
+fn verified_deserialize(engine: &Engine, bytes: &[u8], component_sha256: &str, engine_key: &str) -> Option<Component> {
     if bytes.len() < 32 {
         return None;
     }
-    let (sum, payload) = bytes.split_at(32);
-    if Sha256::digest(payload).as_slice() != sum {
+    let (tag, payload) = bytes.split_at(32);
+    if entry_tag(component_sha256, engine_key, payload).as_slice() != tag {
         return None;
     }
-    // SAFETY: `payload` was produced by `Component::serialize` in this cache (its checksum,
-    // written alongside it by us, matches), and the file name carries the engine's
-    // compatibility hash; `deserialize` additionally checks the header itself.
+    // SAFETY: `payload` was produced by `Component::serialize` in this cache for exactly
+    // this component and engine (the tag, written alongside it by us, binds both), and
+    // `deserialize` additionally checks the header itself.
     unsafe { Component::deserialize(engine, payload) }.ok()
 }

@@ -16,6 +16,8 @@ use crate::capabilities::{Capability, CapabilityKind, CapabilitySet};
 pub(crate) struct CallSetup<'a> {
     pub grant: &'a CallGrant,
     pub invocation: &'a Invocation,
+    /// Canonical host paths no mount may contain or lie inside (the home, the project policy).
+    pub protected: &'a [std::path::PathBuf],
 }
 
 /// A capability as the sandbox enforces it.

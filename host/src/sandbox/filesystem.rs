@@ -2,8 +2,14 @@
 //! permissions. Nothing else of the host filesystem exists for the guest; `..` and
 //! absolute paths outside a mount are refused by wasmtime-wasi's capability-based
 //! directory handles.
+//!
+//! A mount that contains the skillhost home or the project policy file (or lies inside
+//! the home) is refused, and the call with it: through it a skill could grant itself
+//! rights, swap compiled code, read memory or truncate the audit log. A preopen cannot
+//! exclude a subtree, so refusing is the only safe answer.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -13,7 +19,8 @@ use wasmtime::component::Linker;
 use super::capability::{CallSetup, Enforce};
 use super::{CallState, Denial};
 use crate::capabilities::filesystem::Filesystem;
-use crate::capabilities::{Access, Mount, expand_path};
+use crate::capabilities::filesystem::resolve_mount_host;
+use crate::capabilities::{Access, Mount};
 
 impl Enforce for Filesystem {
     type State = ();
@@ -30,24 +37,34 @@ impl Enforce for Filesystem {
         wasi: &mut WasiCtxBuilder,
         denials: &mut Vec<Denial>,
     ) -> Result<()> {
-        apply(mounts, &call.grant.paths, wasi, denials)
+        apply(mounts, &call.grant.paths, call.protected, wasi, denials)
     }
 }
 
 fn apply(
     mounts: &[Mount],
     paths: &BTreeMap<String, String>,
+    protected: &[PathBuf],
     builder: &mut WasiCtxBuilder,
     denials: &mut Vec<Denial>,
 ) -> Result<()> {
     for m in mounts {
-        let host = match contained_host_path(&m.host, paths) {
+        let host = match resolve_mount_host(&m.host, paths) {
             Ok(p) => p,
             Err(e) => {
                 denials.push(Denial { capability: "filesystem".into(), message: format!("mount {m} skipped: {e:#}") });
                 continue;
             }
         };
+        if let Some(p) = protected.iter().find(|p| p.starts_with(&host) || host.starts_with(p)) {
+            let message = format!(
+                "mount {m} ({}) would expose {}, which holds the skillhost home or the project policy (grants, compiled code, installed skills, memory, audit log); refusing to run. Run from a directory that does not contain it or pass --workspace DIR, or keep the home elsewhere (SKILLHOST_HOME / --home)",
+                host.display(),
+                p.display()
+            );
+            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            anyhow::bail!(message);
+        }
         let perms = match m.access {
             Access::Read => FsPerms::ReadOnly,
             Access::ReadWrite => FsPerms::ReadWrite,
@@ -58,27 +75,4 @@ fn apply(
             .with_context(|| format!("cannot mount {} at {}: does the directory exist?", host.display(), m.guest))?;
     }
     Ok(())
-}
-
-/// Expand a mount's template and resolve symlinks; for `$VAR/sub` the result must stay
-/// inside `$VAR`. Another skill with write access to `$VAR` could otherwise plant
-/// `sub -> /etc` and redirect this mount.
-fn contained_host_path(template: &str, paths: &BTreeMap<String, String>) -> Result<std::path::PathBuf> {
-    let full = expand_path(template, paths)?;
-    let resolved =
-        std::fs::canonicalize(&full).with_context(|| format!("{} does not exist or cannot be read", full.display()))?;
-    if let Some(rest) = template.strip_prefix('$') {
-        let var_end = rest.find('/').unwrap_or(rest.len());
-        let base = expand_path(&template[..=var_end], paths)?;
-        let base = std::fs::canonicalize(&base).with_context(|| format!("{} does not exist", base.display()))?;
-        if !resolved.starts_with(&base) {
-            anyhow::bail!(
-                "{} resolves to {}, outside {} (a symlink?); refusing to mount it",
-                full.display(),
-                resolved.display(),
-                base.display()
-            );
-        }
-    }
-    Ok(resolved)
 }

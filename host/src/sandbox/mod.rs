@@ -27,6 +27,7 @@ mod log;
 mod memory;
 mod network;
 mod session;
+mod sockets;
 mod toolchain;
 
 use std::collections::BTreeMap;
@@ -76,6 +77,11 @@ const MIN_SLICE: Duration = Duration::from_millis(EPOCH_TICK_MS / 2);
 const MAX_MEMORIES_PER_INSTANCE: usize = 8;
 /// Guest stdout/stderr kept per call (the rest is refused to the guest).
 const STDIO_CAPACITY: usize = 64 * 1024;
+/// Resource handles (streams, files, header maps, requests...) one call may hold at once:
+/// they live in host memory, outside the guest's linear-memory limit.
+pub const MAX_HANDLES_PER_CALL: usize = 1024;
+/// Metadata pairs kept per call (empty pairs cost host memory and report size too).
+pub const MAX_METADATA_ENTRIES: usize = 256;
 /// Bytes of each pooled memory/table slot reset with memset (kept resident) between calls,
 /// when the kernel can say which pages a call dirtied (`PAGEMAP_SCAN`, Linux 6.7): only
 /// those are reset, so a small skill's next call takes no page faults. Without it the
@@ -105,6 +111,8 @@ pub struct Runtime {
     ticker: Arc<AtomicBool>,
     admission: Semaphore,
     max_calls: u32,
+    /// Host paths no mount may expose (see `filesystem`).
+    protected: Vec<PathBuf>,
 }
 
 impl Drop for Runtime {
@@ -165,7 +173,22 @@ impl Runtime {
             }
         })?;
         let cache = cache::CompileCache::new(cache_dir, &engine);
-        Ok(Runtime { engine, linker, cache, ticker, admission: Semaphore::new(calls as usize), max_calls: calls })
+        Ok(Runtime {
+            engine,
+            linker,
+            cache,
+            ticker,
+            admission: Semaphore::new(calls as usize),
+            max_calls: calls,
+            protected: Vec::new(),
+        })
+    }
+
+    /// Refuse every call whose mounts contain or lie inside one of `paths` (canonicalized
+    /// here; the skillhost home and the project policy file).
+    pub fn protecting(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Runtime {
+        self.protected = paths.into_iter().map(|p| std::fs::canonicalize(&p).unwrap_or(p)).collect();
+        self
     }
 
     pub fn engine(&self) -> &Engine {
@@ -229,10 +252,11 @@ impl Runtime {
         let mut denials = Vec::new();
         let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
         let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
-        let state = match CallState::new(&grant, &invocation, stdout.clone(), stderr.clone(), &mut denials) {
-            Ok(s) => s,
-            Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
-        };
+        let state =
+            match CallState::new(&grant, &invocation, &self.protected, stdout.clone(), stderr.clone(), &mut denials) {
+                Ok(s) => s,
+                Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
+            };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let meter = Arc::new(cpu::CpuMeter::default());
@@ -367,6 +391,7 @@ impl CallState {
     fn new(
         grant: &CallGrant,
         invocation: &Invocation,
+        protected: &[PathBuf],
         stdout: MemoryOutputPipe,
         stderr: MemoryOutputPipe,
         denials: &mut Vec<Denial>,
@@ -380,17 +405,23 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let setup = capability::CallSetup { grant, invocation };
+        let setup = capability::CallSetup { grant, invocation, protected };
         let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),
-            table: ResourceTable::new(),
+            table: bounded_table(),
             caps,
             limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, total: 0, peak: 0, hit: false },
             logs: log::LogBuffer::default(),
             stopped: None,
         })
     }
+}
+
+fn bounded_table() -> ResourceTable {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_HANDLES_PER_CALL);
+    table
 }
 
 impl WasiView for CallState {
@@ -495,7 +526,7 @@ impl SkillOutput {
         let total = r.metadata.len();
         for (k, v) in r.metadata {
             used = used.saturating_add(k.len() + v.len());
-            if used > cap {
+            if used > cap || metadata.len() >= MAX_METADATA_ENTRIES {
                 break;
             }
             metadata.push((k, v));
@@ -503,7 +534,11 @@ impl SkillOutput {
         if metadata.len() < total {
             metadata.push((
                 "skillhost.metadata_truncated".into(),
-                format!("{} entries dropped over the limit of {} KiB", total - metadata.len(), limits.output_kb),
+                format!(
+                    "{} entries dropped over the limit of {} KiB or {MAX_METADATA_ENTRIES} entries",
+                    total - metadata.len(),
+                    limits.output_kb
+                ),
             ));
         }
         SkillOutput {

@@ -22,10 +22,16 @@ use super::{CallState, Denial};
 use crate::capabilities::network::Network;
 use crate::capabilities::{NetRule, default_port};
 
+/// Bytes (in memory, as wasi-http counts them) one `wasi:http` header map may hold: above
+/// what proxies accept on the wire (8 KiB), far below wasi-http's default of 128 KiB.
+pub(crate) const FIELD_SIZE_LIMIT: usize = 16 * 1024;
+
 /// The network slice of a call: wasi:http's context and the gate its requests go through.
 pub(crate) struct NetworkState {
     pub http: WasiHttpCtx,
     pub gate: NetworkGate,
+    /// Raw socket uses refused during the call (see `sockets`).
+    pub sockets: super::sockets::SocketRefusals,
 }
 
 impl Enforce for Network {
@@ -35,6 +41,7 @@ impl Enforce for Network {
     /// wasi:http (types and the outgoing handler); every request passes [`NetworkGate`].
     fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+        super::sockets::add_to_linker(linker)?;
         Ok(())
     }
 
@@ -44,11 +51,18 @@ impl Enforce for Network {
         _: &mut WasiCtxBuilder,
         _: &mut Vec<Denial>,
     ) -> Result<NetworkState> {
-        Ok(NetworkState { http: WasiHttpCtx::new(), gate: NetworkGate::new(rules.clone()) })
+        // Header maps live in host memory, outside the guest's limit: each is capped here and
+        // their number by the call's handle cap (`MAX_HANDLES_PER_CALL`), so one call holds at
+        // most their product, whatever capabilities it has.
+        let mut http = WasiHttpCtx::new();
+        http.set_field_size_limit(FIELD_SIZE_LIMIT);
+        Ok(NetworkState { http, gate: NetworkGate::new(rules.clone()), sockets: Default::default() })
     }
 
     fn take_denials(state: &mut NetworkState) -> Vec<Denial> {
-        state.gate.denials.take()
+        let mut out = state.gate.denials.take();
+        out.extend(state.sockets.take());
+        out
     }
 }
 

@@ -71,6 +71,28 @@ impl Skill for Probe {
                 }
                 Ok(r)
             }
+            "meta-many" => {
+                // `n` empty metadata pairs: nothing for a byte cap to count.
+                let mut r = SkillResult::success("metadata");
+                for _ in 0..p.n {
+                    r = r.meta("", "");
+                }
+                Ok(r)
+            }
+            "fields-hoard" => {
+                // Hold `n` wasi:http header maps of 12 KiB each (host memory, no capability needed).
+                use wasip2::http::types::Fields;
+                let value = vec![b'h'; 12 * 1024];
+                let mut held = Vec::new();
+                for i in 0..p.n {
+                    let f = Fields::new();
+                    if let Err(e) = f.append("x-pad", &value) {
+                        return Err(SkillError::failed(format!("header {i} refused: {e:?}")));
+                    }
+                    held.push(f);
+                }
+                Ok(SkillResult::success(format!("holding {} header maps", held.len())))
+            }
             "stdout-flood" => {
                 for _ in 0..p.n {
                     println!("{}", "y".repeat(1023));
@@ -124,6 +146,12 @@ impl Skill for Probe {
                     r = r.remember(NewMemory::fact(format!("{} #{i}", p.arg)).priority(3).tag("probe"));
                 }
                 Ok(r)
+            }
+            "remember-priority" => {
+                // One memory with `arg` as content at priority `n` (clamped to 0-5 by the SDK type).
+                let priority = p.n.min(255) as u8;
+                Ok(SkillResult::success("proposed")
+                    .remember(NewMemory::new(skillhost_sdk::MemoryKind::Preference, p.arg.clone()).priority(priority)))
             }
             "log" => {
                 for i in 0..p.n {
