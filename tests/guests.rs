@@ -187,6 +187,56 @@ fn sdk_through_the_real_host(lang: Lang) {
 }
 
 #[test]
+fn an_async_quickjs_component_is_refused_with_the_way_to_rebuild_it() {
+    let Some(componentize_js) = toolchain(Lang::Js) else { return };
+    let qjs = componentize_js.with_file_name("componentize-qjs");
+    assert!(qjs.exists(), "componentize-qjs comes with componentize-js's packages: {}", qjs.display());
+    let env = Env::new();
+    let home = env.home.path();
+    let dir = env.sources.path().join("qjs");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: qjs\ndescription: QuickJS.\nversion: 0.1.0\n---\nQuickJS test skill.\n",
+    )
+    .unwrap();
+    let source = dir.join("main.js");
+    std::fs::write(
+        &source,
+        "export function execute(call) { return { output: `quick ${call.step}`, newMemories: [], status: 'success', metadata: [] }; }\n",
+    )
+    .unwrap();
+    let build = |sync: bool| {
+        let mut c = std::process::Command::new(&qjs);
+        c.arg("--wit")
+            .arg(repo().join("wit"))
+            .args(["--world", "skill", "--js"])
+            .arg(&source)
+            .arg("-o")
+            .arg(dir.join("skill.wasm"));
+        if sync {
+            c.arg("--sync");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // componentize-qjs's default output uses the component-model async ABI.
+    build(false);
+    let out = skillhost(home, Lang::Js, &componentize_js)
+        .args(["skill", "install"])
+        .arg(&dir)
+        .arg("--yes")
+        .assert()
+        .failure();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(err.contains("component-model async ABI") && err.contains("add `--sync`"), "{err}");
+    build(true);
+    skillhost(home, Lang::Js, &componentize_js).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    let r = run_json(home, &["qjs"]);
+    assert_eq!(output(&r), "quick 0", "{r:#}");
+}
+
+#[test]
 fn python_scaffold_builds_installs_and_passes_its_cases() {
     scaffold_builds_installs_and_passes_its_cases(Lang::Python);
 }

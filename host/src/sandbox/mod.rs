@@ -204,7 +204,7 @@ impl Runtime {
     /// a component with a message saying what it is and what to do.
     pub fn compile(&self, wasm: &[u8], progress: &dyn Fn(&str)) -> Result<(Component, CompileOutcome)> {
         check_is_component(wasm)?;
-        self.cache.compile(&self.engine, wasm, progress)
+        self.cache.compile(&self.engine, wasm, progress).map_err(explain_compile_error)
     }
 
     /// Load a verified component (`wasm` whose sha256 is `sha256`) from the compile cache,
@@ -216,7 +216,8 @@ impl Runtime {
         progress: &dyn Fn(&str),
     ) -> Result<(PreparedSkill, CompileOutcome)> {
         check_is_component(wasm)?;
-        let (component, outcome) = self.cache.load(&self.engine, wasm, sha256, progress)?;
+        let (component, outcome) =
+            self.cache.load(&self.engine, wasm, sha256, progress).map_err(explain_compile_error)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             anyhow::anyhow!("the component cannot be linked against the skill world: {e:#}\nRebuild it against wit/ (package skillhost:skill@0.1.0).")
         })?;
@@ -682,6 +683,19 @@ impl CallOutcome {
             elapsed_us: started.elapsed().as_micros() as u64,
         }
     }
+}
+
+/// Add the way out to compile errors a toolchain option causes. The skill world is
+/// synchronous: a component built for the component-model async ABI (QuickJS's default)
+/// fails validation with a parser message that names a WebAssembly feature, not the fix.
+fn explain_compile_error(e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    if text.contains("component model async") {
+        return anyhow::anyhow!(
+            "{text}\nThe component uses the component-model async ABI, which skillhost:skill@0.1.0 does not run: rebuild it synchronously (componentize-qjs: add `--sync`; componentize-js, componentize-py and wit-bindgen build synchronous components by default)"
+        );
+    }
+    e
 }
 
 /// Linux 6.7 or later (wasmtime's `Enabled::Auto` uses `PAGEMAP_SCAN` there).
