@@ -26,10 +26,6 @@ pub enum GuestLang {
     Js,
 }
 
-/// componentize-py, the version the Python SDK is tested with.
-pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
-/// componentize-js and the preview2 shim it needs but does not declare, as tested.
-pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0 @bytecodealliance/preview2-shim@0.25.0";
 /// The JavaScript SDK's file next to app.js (written by `skill build`).
 const JS_SDK_FILE: &str = "skillhost.js";
 
@@ -145,29 +141,19 @@ fn build_python(dir: &Path) -> Result<PathBuf> {
             ("sdk/skillhost_sdk.py", include_str!("../../sdk/python/skillhost_sdk.py").to_string()),
         ],
     )?;
-    let program = std::env::var_os("SKILLHOST_COMPONENTIZE_PY").unwrap_or_else(|| "componentize-py".into());
+    let tool = GuestTool::PYTHON;
     let out = dir.join("skill.wasm");
-    let status = Command::new(&program)
-        .arg("-d")
+    let mut cmd = tool.command();
+    cmd.arg("-d")
         .arg(tools.join("wit"))
         .args(["-w", "skill", "componentize", "app", "-p"])
         .arg(dir)
         .arg("-p")
         .arg(tools.join("sdk"))
         .arg("-o")
-        .arg(&out)
-        .status();
-    match status {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-            "componentize-py is not installed (looked for `{}`): install it with `pip install {COMPONENTIZE_PY}`, or set SKILLHOST_COMPONENTIZE_PY to its path",
-            program.to_string_lossy()
-        ),
-        Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
-        Ok(s) if !s.success() => {
-            bail!("componentize-py failed (see above); the skill is built from {}/app.py", dir.display())
-        }
-        Ok(_) => Ok(out),
-    }
+        .arg(&out);
+    tool.run(cmd, &dir.join("app.py"))?;
+    Ok(out)
 }
 
 /// `componentize-js` app.js in `dir` (which imports the SDK from ./skillhost.js, refreshed
@@ -176,25 +162,51 @@ fn build_js(dir: &Path) -> Result<PathBuf> {
     let tools = dir.join(BUILD_DIR);
     write_files(&tools, &[("wit/skill.wit", include_str!("../../wit/skill.wit").to_string())])?;
     write_files(dir, &[(JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string())])?;
-    let program = std::env::var_os("SKILLHOST_COMPONENTIZE_JS").unwrap_or_else(|| "componentize-js".into());
+    let tool = GuestTool::JS;
     let out = dir.join("skill.wasm");
-    let status = Command::new(&program)
-        .arg(dir.join("app.js"))
-        .arg("--wit")
-        .arg(tools.join("wit"))
-        .args(["--world-name", "skill", "--out"])
-        .arg(&out)
-        .status();
-    match status {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-            "componentize-js is not installed (looked for `{}`): install it with `npm install -g {COMPONENTIZE_JS}`, or set SKILLHOST_COMPONENTIZE_JS to its path",
-            program.to_string_lossy()
-        ),
-        Err(e) => Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
-        Ok(s) if !s.success() => {
-            bail!("componentize-js failed (see above); the skill is built from {}/app.js", dir.display())
+    let mut cmd = tool.command();
+    cmd.arg(dir.join("app.js")).arg("--wit").arg(tools.join("wit")).args(["--world-name", "skill", "--out"]).arg(&out);
+    tool.run(cmd, &dir.join("app.js"))?;
+    Ok(out)
+}
+
+/// A guest language's build tool: found on PATH unless an environment variable names it.
+struct GuestTool {
+    program: &'static str,
+    env: &'static str,
+    install: &'static str,
+}
+
+impl GuestTool {
+    const PYTHON: GuestTool = GuestTool {
+        program: "componentize-py",
+        env: "SKILLHOST_COMPONENTIZE_PY",
+        install: "pip install componentize-py==0.25.1",
+    };
+    const JS: GuestTool = GuestTool {
+        program: "componentize-js",
+        env: "SKILLHOST_COMPONENTIZE_JS",
+        install: "npm install -g @bytecodealliance/componentize-js@0.23.0 @bytecodealliance/preview2-shim@0.25.0",
+    };
+
+    fn command(&self) -> Command {
+        Command::new(std::env::var_os(self.env).unwrap_or_else(|| self.program.into()))
+    }
+
+    /// Run `cmd`; a missing tool says what to install, a failed build which source it built.
+    fn run(&self, mut cmd: Command, source: &Path) -> Result<()> {
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        match cmd.status() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+                "{} is not installed (looked for `{program}`): install it with `{}`, or set {} to its path",
+                self.program,
+                self.install,
+                self.env
+            ),
+            Err(e) => Err(e).with_context(|| format!("cannot run {program}")),
+            Ok(s) if !s.success() => bail!("{} failed (see above) building {}", self.program, source.display()),
+            Ok(_) => Ok(()),
         }
-        Ok(_) => Ok(out),
     }
 }
 
