@@ -64,17 +64,11 @@ impl Lang {
 
 /// The toolchain, or None after saying loudly why the test does nothing.
 fn toolchain(lang: Lang) -> Option<PathBuf> {
-    let path = repo().join(lang.tool().1);
-    if path.exists() {
-        return Some(path);
-    }
-    let message =
-        format!("the {} toolchain is not installed at {}: run .ci/guest-toolchains", lang.flag(), path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{message}");
-    }
-    eprintln!("SKIPPED: {message}");
-    None
+    common::require_installed(
+        repo().join(lang.tool().1),
+        &format!("the {} toolchain", lang.flag()),
+        ".ci/guest-toolchains",
+    )
 }
 
 fn skillhost(home: &Path, lang: Lang, tool: &Path) -> Command {

@@ -23,15 +23,7 @@ fn clients_dir() -> PathBuf {
 
 /// The client at `path`, or None after saying loudly why the test does nothing.
 fn require(path: PathBuf, what: &str) -> Option<PathBuf> {
-    if path.exists() {
-        return Some(path);
-    }
-    let message = format!("{what} is not installed at {}: run .ci/mcp-clients", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{message} (CI is set, so this is a failure)");
-    }
-    eprintln!("\n!!!!! SKIPPED: {message} !!!!!\n");
-    None
+    common::require_installed(path, what, ".ci/mcp-clients")
 }
 
 fn python() -> Option<PathBuf> {

@@ -117,10 +117,9 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
     Figures { size_kib: wasm.len() / 1024, compile, cache_load, warm_p50, process_p50 }
 }
 
-fn componentize_py(repo: &Path) -> Option<PathBuf> {
-    let tool = std::env::var_os("SKILLHOST_COMPONENTIZE_PY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("target/guest-toolchains/python/bin/componentize-py"));
+/// A guest toolchain: the path `env` names, else where `.ci/guest-toolchains` puts it.
+fn toolchain(repo: &Path, env: &str, installed: &str) -> Option<PathBuf> {
+    let tool = std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| repo.join(installed));
     tool.exists().then_some(tool)
 }
 
@@ -132,7 +131,7 @@ fn main() {
     let rust = measure(&probe, "probe", r#"{"mode":"noop"}"#, tmp.path());
 
     let mut rows = vec![("Rust (probe)", rust)];
-    match componentize_py(&repo) {
+    match toolchain(&repo, "SKILLHOST_COMPONENTIZE_PY", "target/guest-toolchains/python/bin/componentize-py") {
         Some(tool) => {
             // SAFETY: set before any thread of this benchmark reads the environment.
             unsafe { std::env::set_var("SKILLHOST_COMPONENTIZE_PY", &tool) };
@@ -142,17 +141,16 @@ fn main() {
         }
         None => println!("Python: skipped (componentize-py not installed; run .ci/guest-toolchains)"),
     }
-    let componentize_js = std::env::var_os("SKILLHOST_COMPONENTIZE_JS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("target/guest-toolchains/js/node_modules/.bin/componentize-js"));
-    if componentize_js.exists() {
-        // SAFETY: as above, no other thread reads the environment yet.
-        unsafe { std::env::set_var("SKILLHOST_COMPONENTIZE_JS", &componentize_js) };
-        let dir = skillhost::authoring::new_js_skill(tmp.path(), "js-hello").unwrap();
-        skillhost::authoring::build(&dir).unwrap();
-        rows.push(("JavaScript (scaffold)", measure(&dir, "js-hello", r#"{"name":"Ada"}"#, tmp.path())));
-    } else {
-        println!("JavaScript: skipped (componentize-js not installed; run .ci/guest-toolchains)");
+    match toolchain(&repo, "SKILLHOST_COMPONENTIZE_JS", "target/guest-toolchains/js/node_modules/.bin/componentize-js")
+    {
+        Some(tool) => {
+            // SAFETY: as above, no other thread reads the environment yet.
+            unsafe { std::env::set_var("SKILLHOST_COMPONENTIZE_JS", &tool) };
+            let dir = skillhost::authoring::new_js_skill(tmp.path(), "js-hello").unwrap();
+            skillhost::authoring::build(&dir).unwrap();
+            rows.push(("JavaScript (scaffold)", measure(&dir, "js-hello", r#"{"name":"Ada"}"#, tmp.path())));
+        }
+        None => println!("JavaScript: skipped (componentize-js not installed; run .ci/guest-toolchains)"),
     }
 
     let base = &rows[0].1;

@@ -40,11 +40,7 @@ pub fn new_skill(parent: &Path, name: &str, lang: GuestLang, sdk: &Path) -> Resu
 
 /// Create `parent/name/` with a working JavaScript skill (app.js on the JS SDK).
 pub fn new_js_skill(parent: &Path, name: &str) -> Result<PathBuf> {
-    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
-    let dir = parent.join(name);
-    if dir.exists() {
-        bail!("{} already exists; choose another name or remove it", dir.display());
-    }
+    let dir = new_skill_dir(parent, name)?;
     let files: [(&str, String); 5] = [
         ("app.js", include_str!("scaffold/app.js.in").to_string()),
         (JS_SDK_FILE, include_str!("../../sdk/js/skillhost.js").to_string()),
@@ -58,11 +54,7 @@ pub fn new_js_skill(parent: &Path, name: &str) -> Result<PathBuf> {
 
 /// Create `parent/name/` with a working Python skill (app.py on the Python SDK).
 pub fn new_python_skill(parent: &Path, name: &str) -> Result<PathBuf> {
-    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
-    let dir = parent.join(name);
-    if dir.exists() {
-        bail!("{} already exists; choose another name or remove it", dir.display());
-    }
+    let dir = new_skill_dir(parent, name)?;
     let files: [(&str, String); 4] = [
         ("app.py", include_str!("scaffold/app.py.in").to_string()),
         ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
@@ -70,6 +62,16 @@ pub fn new_python_skill(parent: &Path, name: &str) -> Result<PathBuf> {
         (".gitignore", format!("{BUILD_DIR}/\nskill.wasm\n__pycache__/\n")),
     ];
     write_files(&dir, &files)?;
+    Ok(dir)
+}
+
+/// `parent/name`, refused unless `name` is a skill name and nothing is there yet.
+fn new_skill_dir(parent: &Path, name: &str) -> Result<PathBuf> {
+    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+    let dir = parent.join(name);
+    if dir.exists() {
+        bail!("{} already exists; choose another name or remove it", dir.display());
+    }
     Ok(dir)
 }
 
@@ -91,13 +93,9 @@ pub fn default_sdk_path() -> PathBuf {
 
 /// Create `parent/name/` with a working Rust skill.
 pub fn new_rust_skill(parent: &Path, name: &str, sdk: &Path) -> Result<PathBuf> {
-    validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
+    let dir = new_skill_dir(parent, name)?;
     let sdk = std::fs::canonicalize(sdk)
         .map_err(|_| anyhow!("the Rust SDK is not at {}; pass --sdk PATH/TO/skillhost/sdk/rust", sdk.display()))?;
-    let dir = parent.join(name);
-    if dir.exists() {
-        bail!("{} already exists; choose another name or remove it", dir.display());
-    }
     let sdk_toml = sdk.to_string_lossy().replace('\\', "/");
     let files: [(&str, String); 6] = [
         ("Cargo.toml", include_str!("scaffold/Cargo.toml.in").replace("{{name}}", name).replace("{{sdk}}", &sdk_toml)),

@@ -22,6 +22,21 @@ pub fn built(name: &str) -> PathBuf {
     dir
 }
 
+/// An external tool a test drives (a real client, a guest toolchain) that `installer`
+/// (a script under .ci/) puts at `path`; None after saying loudly why the test does nothing.
+/// Under CI (env `CI` set) a missing tool is a failure: CI must run those tests.
+pub fn require_installed(path: PathBuf, what: &str, installer: &str) -> Option<PathBuf> {
+    if path.exists() {
+        return Some(path);
+    }
+    let message = format!("{what} is not installed at {}: run {installer}", path.display());
+    if std::env::var_os("CI").is_some() {
+        panic!("{message} (CI is set, so this is a failure)");
+    }
+    eprintln!("\n!!!!! SKIPPED: {message} !!!!!\n");
+    None
+}
+
 pub fn probe_wasm() -> PathBuf {
     built("probe").join("skill.wasm")
 }
