@@ -27,22 +27,6 @@ use skillhost::memory::{Memory, MemoryConfig, MemoryKind, NewRecord, Provenance}
 use skillhost::policy::{Policy, parse_grant};
 use skillhost::sandbox::LeakScanner;
 
-/// xorshift64*: small, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
-    }
-}
-
 fn iterations(default: usize) -> usize {
     std::env::var("SKILLHOST_FUZZ_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -51,44 +35,44 @@ fn seed() -> u64 {
     std::env::var("SKILLHOST_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1)
 }
 
-fn mutate(rng: &mut Rng, input: &[u8], seeds: &[Vec<u8>], tokens: &[&str]) -> Vec<u8> {
+fn mutate(rng: &mut fastrand::Rng, input: &[u8], seeds: &[Vec<u8>], tokens: &[&str]) -> Vec<u8> {
     let mut out = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng_below(rng, 4) {
         let len = out.len();
-        match rng.below(7) {
+        match rng_below(rng, 7) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                out[i] ^= 1 << rng.below(8);
+                let i = rng_below(rng, len);
+                out[i] ^= 1 << rng.u8(..8);
             }
             1 => {
-                let i = rng.below(len + 1);
-                out.insert(i, rng.next() as u8);
+                let i = rng_below(rng, len + 1);
+                out.insert(i, rng.u8(..));
             }
             2 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(16)).min(len);
+                let a = rng_below(rng, len);
+                let b = (a + 1 + rng_below(rng, 16)).min(len);
                 out.drain(a..b);
             }
             3 if len > 0 => {
-                let a = rng.below(len);
-                let b = (a + 1 + rng.below(64)).min(len);
+                let a = rng_below(rng, len);
+                let b = (a + 1 + rng_below(rng, 64)).min(len);
                 let piece = out[a..b].to_vec();
-                let at = rng.below(out.len() + 1);
+                let at = rng_below(rng, out.len() + 1);
                 out.splice(at..at, piece);
             }
             4 if !tokens.is_empty() => {
-                let t = tokens[rng.below(tokens.len())].as_bytes();
-                let at = rng.below(len + 1);
+                let t = tokens[rng_below(rng, tokens.len())].as_bytes();
+                let at = rng_below(rng, len + 1);
                 out.splice(at..at, t.iter().copied());
             }
             5 if !seeds.is_empty() => {
-                let other = &seeds[rng.below(seeds.len())];
-                let cut = rng.below(len + 1);
-                let from = rng.below(other.len() + 1);
+                let other = &seeds[rng_below(rng, seeds.len())];
+                let cut = rng_below(rng, len + 1);
+                let from = rng_below(rng, other.len() + 1);
                 out.truncate(cut);
                 out.extend_from_slice(&other[from..]);
             }
-            _ if len > 0 => out.truncate(rng.below(len)),
+            _ if len > 0 => out.truncate(rng_below(rng, len)),
             _ => {}
         }
     }
@@ -98,13 +82,15 @@ fn mutate(rng: &mut Rng, input: &[u8], seeds: &[Vec<u8>], tokens: &[&str]) -> Ve
 /// Run `target` on mutations of `seeds`; a panic fails the test with what reproduces it.
 fn fuzz(name: &str, seeds: &[Vec<u8>], tokens: &[&str], default_iters: usize, mut target: impl FnMut(&[u8])) {
     let seed = seed();
-    let mut rng =
-        Rng(seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
+    // Each target its own deterministic stream: the seed mixed with the target's name (FNV-1a).
+    let mut rng = fastrand::Rng::with_seed(
+        seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)),
+    );
     let mut input = seeds[0].clone();
     for i in 0..iterations(default_iters) {
         // Mostly mutate further, sometimes restart from a seed, so inputs stay near the syntax.
         if i % 8 == 0 {
-            input = seeds[rng.below(seeds.len())].clone();
+            input = seeds[rng_below(&mut rng, seeds.len())].clone();
         }
         input = mutate(&mut rng, &input, seeds, tokens);
         input.truncate(64 * 1024);
@@ -115,6 +101,11 @@ fn fuzz(name: &str, seeds: &[Vec<u8>], tokens: &[&str], default_iters: usize, mu
             );
         }
     }
+}
+
+/// A number below `n` (0 when `n` is 0).
+fn rng_below(rng: &mut fastrand::Rng, n: usize) -> usize {
+    if n == 0 { 0 } else { rng.usize(..n) }
 }
 
 fn text(bytes: &[u8]) -> String {
