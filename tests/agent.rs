@@ -195,11 +195,14 @@ async fn malformed_json_is_repaired() {
     let env = common::Env::new();
     let lib = probe_home(&env);
     let fenced = "Sure! Here is my action:\n```json\n{\"reasoning\": \"try it\", \"next_action\": \"call_skill\", \"skill_name\": \"probe\", \"parameters\": {\"mode\": \"noop\",},}\n```";
-    let provider = Recording::scripted(json!({"decide": [fenced, reply("the probe answers ok")]}));
+    let provider =
+        Recording::scripted(json!({"decide": [fenced, reply("the probe answers ok"), reply("the probe answers ok")]}));
     let outcome = run_general(&lib, &provider, None).await;
     assert_eq!(statuses(&outcome), ["success", "answered"]);
     assert!(outcome.steps[0].repaired && !outcome.steps[0].reasked);
-    assert_eq!(provider.requests().len(), 2, "no re-ask was needed");
+    // Two decisions and the early reply's one re-ask with the output style; no parse re-ask.
+    assert_eq!(provider.requests().len(), 3, "no parse re-ask was needed");
+    assert!(outcome.steps[1].styled && !outcome.steps[1].reasked);
 }
 
 #[tokio::test]
@@ -391,6 +394,7 @@ async fn openai_json_mode_survives_500s() {
         Reply::error(503, "overloaded"),
         Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
         Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
     ])
     .await;
     let provider = open(&openai(&server)).unwrap();
@@ -398,7 +402,7 @@ async fn openai_json_mode_survives_500s() {
     assert_eq!(statuses(&outcome), ["success", "answered"]);
     assert_eq!(outcome.answer.as_deref(), Some("probe ok"));
     let requests = server.requests();
-    assert_eq!(requests.len(), 4);
+    assert_eq!(requests.len(), 5);
     for r in &requests {
         assert_eq!(r.body["response_format"]["type"], "json_object");
         assert!(r.body["messages"][0]["content"].as_str().unwrap().contains("JSON"));
@@ -594,4 +598,121 @@ async fn a_damaged_audit_log_stops_the_run_which_resumes_after_the_seal() {
     log.verify().expect("the new segment verifies");
     let lines = std::fs::read_to_string(log.path()).unwrap();
     assert!(lines.contains(session), "the resumed run is audited: {lines}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent with a real model (issue 14)
+
+#[tokio::test]
+async fn an_early_reply_is_asked_once_more_with_the_output_style() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("probe", json!({"mode": "noop"})),
+        reply("early, unstyled"),
+        reply("styled answer"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert_eq!(outcome.answer.as_deref(), Some("styled answer"), "the styled reply is the one accepted");
+    assert!(outcome.steps[1].styled && !outcome.steps[0].styled);
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    // The early reply was decided without the output style; the re-ask carries it and the reply.
+    assert!(!provider.prompt(1).contains("## Output style"));
+    let reask = provider.prompt(2);
+    assert!(reask.contains("## Output style") && reask.contains("early, unstyled"), "{reask}");
+    assert!(reask.contains("Before this answer is accepted"), "{reask}");
+    // Once per run: saved in the state.
+    assert!(agent::load_session(&lib, &outcome.session).unwrap().output_style_given);
+
+    // A reply in the final phase (here: at the step limit) is accepted as it comes.
+    let provider = Recording::scripted(json!({"decide": [reply("final at once")]}));
+    let outcome = run_general(&lib, &provider, Some(1)).await;
+    assert_eq!(outcome.answer.as_deref(), Some("final at once"));
+    assert_eq!(provider.requests().len(), 1);
+    assert!(!outcome.steps[0].styled);
+}
+
+#[tokio::test]
+async fn the_reask_after_an_unparseable_reply_clips_what_it_echoes() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let huge = format!("no json here {}", "x".repeat(1_000_000));
+    let provider = Recording::scripted(
+        json!({"decide": [huge, call("probe", json!({"mode": "noop"})), reply("ok"), reply("ok")]}),
+    );
+    let outcome = run_general(&lib, &provider, None).await;
+    assert!(outcome.steps[0].reasked);
+    let reask = &provider.requests()[1].messages;
+    let echoed = &reask[reask.len() - 2].content;
+    assert!(echoed.starts_with("no json here xxx"), "{}", &echoed[..40]);
+    assert!(echoed.len() < 3_000, "echoed {} bytes", echoed.len());
+    assert!(echoed.contains("more characters not repeated"), "{}", &echoed[echoed.len() - 60..]);
+    let request_bytes: usize = reask.iter().map(|m| m.content.len()).sum();
+    assert!(request_bytes < 60_000, "the re-ask request is {request_bytes} bytes");
+}
+
+#[tokio::test]
+async fn the_repeat_rule_fires_for_read_log_file_returning_the_same_lines() {
+    let env = common::Env::new();
+    let lib = log_home(&env);
+    let profile = log_analyst(&env);
+    let read = call(
+        "read-log-file",
+        json!({"path": "/workspace/uart.log", "since": "2026-03-02 13:52:20.078", "max_lines": 8}),
+    );
+    let provider =
+        Recording::scripted(json!({"decide": [read, read, read, reply("done [L1243]"), reply("done [L1243]")]}));
+    let outcome =
+        agent::run(&lib, &provider, &profile, "why does the UART print garbage?", &options(None)).await.unwrap();
+    assert_eq!(statuses(&outcome)[..3], ["success", "success", "success"]);
+    // Every call stores its summary (merged into the previous one): that is no new fact.
+    assert!(outcome.steps.iter().take(3).all(|s| !s.memories_stored.is_empty()));
+    assert!(outcome.steps[1].notes.iter().all(|n| !n.contains("may conclude")), "{:?}", outcome.steps[1].notes);
+    assert!(outcome.steps[2].notes.iter().any(|n| n.contains("may conclude")), "{:?}", outcome.steps[2].notes);
+    let state = agent::load_session(&lib, &outcome.session).unwrap();
+    let new: Vec<bool> = state.decisions.iter().take(3).map(|d| d.new_facts).collect();
+    assert_eq!(new, [true, false, false]);
+    assert!(provider.prompt(3).contains("you called `read-log-file` 3 times in a row"));
+}
+
+#[tokio::test]
+async fn token_usage_and_elapsed_time_per_step_and_run_reach_the_outcome_and_the_audit_line() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    // openai_text reports 12 prompt + 5 completion tokens per request.
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::openai_text("not json at all")),
+        Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+    ])
+    .await;
+    let provider = open(&openai(&server)).unwrap();
+    let outcome = run_general(&lib, provider.as_ref(), None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    // Step 1 asked twice (a re-ask), step 2 twice (the output style): both summed.
+    let tokens: Vec<(Option<u64>, Option<u64>)> =
+        outcome.steps.iter().map(|s| (s.prompt_tokens, s.completion_tokens)).collect();
+    assert_eq!(tokens, [(Some(24), Some(10)), (Some(24), Some(10))]);
+    assert_eq!((outcome.prompt_tokens, outcome.completion_tokens), (48, 20));
+    assert!(outcome.steps.iter().all(|s| s.model_us > 0 && s.elapsed_us >= s.model_us));
+    let steps_us: u64 = outcome.steps.iter().map(|s| s.elapsed_us).sum();
+    assert!(outcome.elapsed_us >= steps_us, "{} < {steps_us}", outcome.elapsed_us);
+    let lines: Vec<serde_json::Map<String, Value>> =
+        lib.audit_log().show(&outcome.session).unwrap().into_iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert_eq!((line["prompt_tokens"].as_u64(), line["completion_tokens"].as_u64()), (Some(24), Some(10)));
+        assert!(line["model_us"].as_u64().unwrap() > 0 && line["elapsed_us"].as_u64().unwrap() > 0);
+    }
+    assert!(lib.audit_log().verify().is_ok());
+
+    // A provider that reports no usage: the fields are absent, not zero.
+    let provider = Recording::scripted(json!({"decide": [reply("a"), reply("a")]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(outcome.steps[0].prompt_tokens, None);
+    let line = lib.audit_log().show(&outcome.session).unwrap().into_iter().find(|e| e["kind"] == "step").unwrap();
+    assert!(line.get("prompt_tokens").is_none(), "{line:?}");
 }

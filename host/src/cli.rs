@@ -228,11 +228,11 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let lib = open_library(&cli)?;
+    let mut lib = open_library(&cli)?;
     let home = home_of(&cli)?;
     let json = cli.json;
     match cli.command {
-        Command::Run(args) => run::run(&lib, &home, args, json),
+        Command::Run(args) => run::run(&mut lib, &home, args, json),
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),

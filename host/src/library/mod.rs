@@ -160,6 +160,23 @@ impl Library {
         Ok(())
     }
 
+    /// `$WORKSPACE` as if given with `--workspace` (over the policy's `[paths]`).
+    pub fn set_workspace(&mut self, dir: &Path) -> Result<()> {
+        let dir = std::fs::canonicalize(dir).with_context(|| format!("workspace {} does not exist", dir.display()))?;
+        self.paths.insert("WORKSPACE".to_string(), dir.to_string_lossy().into_owned());
+        Ok(())
+    }
+
+    /// `$WORKSPACE` given explicitly (`--workspace`, [`Library::set_workspace`]), if any.
+    pub fn explicit_workspace(&self) -> Option<&Path> {
+        self.paths.get("WORKSPACE").map(Path::new)
+    }
+
+    /// The fallback `$WORKSPACE` ([`Library::set_default_workspace`]), if any.
+    pub fn default_workspace(&self) -> Option<&Path> {
+        self.default_paths.get("WORKSPACE").map(Path::new)
+    }
+
     /// Receive progress lines (compiles) while long operations run.
     pub fn on_progress(&mut self, f: impl Fn(&str) + Send + Sync + 'static) {
         self.progress = Box::new(f);

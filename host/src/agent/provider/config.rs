@@ -11,6 +11,7 @@
 //! timeout_secs = 60                      # per request attempt
 //! max_retries = 3                        # on 429, 5xx and dropped connections
 //! decisions = "decisions.json"           # scripted only; relative to the home
+//! tool_calling = false                   # for servers without native tool calling (default true)
 //! ```
 //!
 //! Environment wins over the file: `SKILLHOST_PROVIDER` (kind), `SKILLHOST_MODEL`,
@@ -84,6 +85,10 @@ pub struct ProviderConfig {
     pub decisions: Option<PathBuf>,
     /// The HTTP proxy to reach the service through (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`).
     pub proxy: ProxySettings,
+    /// Native tool calling for the agent's decisions (SPEC section 6: used where the provider
+    /// has it). Default true for OpenAI-compatible and Anthropic; `tool_calling = false` in
+    /// the `[provider]` table for servers that lack it (JSON mode then). Never for `scripted`.
+    pub tool_calling: bool,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -101,6 +106,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("max_backoff", &self.max_backoff)
             .field("decisions", &self.decisions)
             .field("proxy", &self.proxy)
+            .field("tool_calling", &self.tool_calling)
             .finish()
     }
 }
@@ -120,6 +126,7 @@ impl ProviderConfig {
             max_backoff: Duration::from_secs(30),
             decisions: None,
             proxy: ProxySettings::from_process_env(),
+            tool_calling: kind != ProviderKind::Scripted,
         }
     }
 
@@ -156,6 +163,7 @@ struct ProviderTable {
     timeout_secs: Option<u64>,
     max_retries: Option<u32>,
     decisions: Option<PathBuf>,
+    tool_calling: Option<bool>,
 }
 
 /// [`resolve`] with the process environment.
@@ -243,6 +251,9 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     if let Some(retries) = table.max_retries {
         config.max_retries = retries;
     }
+    if let Some(tools) = table.tool_calling {
+        config.tool_calling = tools && kind != ProviderKind::Scripted;
+    }
     config.decisions = match env("SKILLHOST_DECISIONS") {
         Some(file) => Some(PathBuf::from(file)),
         None => table.decisions.map(|file| home.join(file)),
@@ -258,10 +269,25 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
 }
 
 fn check_base_url(url: &str, source: &str) -> Result<(), ProviderError> {
-    let parsed: Result<http::Uri, _> = url.trim().parse();
-    let ok = parsed.is_ok_and(|uri| {
-        matches!(uri.scheme_str(), Some("http") | Some("https")) && uri.host().is_some_and(|host| !host.is_empty())
-    });
+    let url = url.trim();
+    // The authority's port, as written: a parser that drops a bad port would send the
+    // requests to the scheme's default port instead.
+    let authority = url.split_once("://").map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    let port = authority
+        .map(|a| a.rsplit_once('@').map_or(a, |(_, host)| host))
+        .and_then(|host| host.rsplit_once(':').filter(|(h, _)| !h.ends_with(']') || h.starts_with('[')))
+        .map(|(_, port)| port)
+        .filter(|port| !port.is_empty() && !port.contains(']'));
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(ProviderError::Config(format!(
+            "the base URL `{url}` from {source} has port `{port}`, which is not a TCP port (1 to 65535); fix the port, e.g. http://127.0.0.1:11434/v1"
+        )));
+    }
+    let parsed = reqwest::Url::parse(url);
+    let ok =
+        parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()));
     if ok {
         Ok(())
     } else {
@@ -282,6 +308,17 @@ mod tests {
         let error = check_base_url("127.0.0.1:11434", "OPENAI_BASE_URL").unwrap_err().to_string();
         assert!(error.contains("OPENAI_BASE_URL") && error.contains("not an http(s) URL"), "{error}");
         assert!(check_base_url("ftp://host/x", "test").is_err());
+        assert!(check_base_url("http://[::1]:8080/v1", "test").is_ok());
+        assert!(check_base_url("http://[::1]/v1", "test").is_ok());
+        for bad in
+            ["http://127.0.0.1:70000/v1", "http://127.0.0.1:65536", "http://user@h:99999/v1", "http://[::1]:1000000/v1"]
+        {
+            let error = check_base_url(bad, "OPENAI_BASE_URL").unwrap_err().to_string();
+            assert!(
+                error.contains("not a TCP port (1 to 65535)") && error.contains("OPENAI_BASE_URL"),
+                "{bad}: {error}"
+            );
+        }
     }
 
     #[test]
