@@ -268,6 +268,109 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     Ok(Some(config))
 }
 
+/// Where a setting's value came from (`skillhost config show`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "from", rename_all = "kebab-case")]
+pub enum SettingSource {
+    /// The built-in default.
+    Default,
+    /// The `[provider]` table of the file at `path`.
+    File { path: PathBuf },
+    /// The environment variable `name`.
+    Env { name: String },
+    /// Derived from other settings (`why` says which).
+    Derived { why: String },
+}
+
+impl std::fmt::Display for SettingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingSource::Default => f.write_str("default"),
+            SettingSource::File { path } => write!(f, "{}", path.display()),
+            SettingSource::Env { name } => write!(f, "environment {name}"),
+            SettingSource::Derived { why } => f.write_str(why),
+        }
+    }
+}
+
+/// One resolved setting and where it came from. Keys are shown as set, never their values.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Setting {
+    /// The key in the `[provider]` table.
+    pub key: &'static str,
+    pub value: serde_json::Value,
+    pub source: SettingSource,
+}
+
+/// The configuration [`resolve`] yields, setting by setting, with where each value came from;
+/// empty when no provider is configured.
+pub fn explain(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Setting>, ProviderError> {
+    let Some(config) = resolve(home, env)? else { return Ok(Vec::new()) };
+    let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+    let file = crate::config::ConfigFile::load(home).map_err(|e| ProviderError::Config(e.0))?;
+    let path = file.path().to_path_buf();
+    let table = file.table::<ProviderTable>("provider").map_err(|e| ProviderError::Config(e.0))?.unwrap_or_default();
+    let from_file = SettingSource::File { path: path.clone() };
+    let pick = |env_name: Option<&str>, in_file: bool| match env_name.filter(|name| env(name).is_some()) {
+        Some(name) => SettingSource::Env { name: name.to_string() },
+        None if in_file => from_file.clone(),
+        None => SettingSource::Default,
+    };
+    let kind_name = match config.kind {
+        ProviderKind::OpenAi => "openai",
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::Scripted => "scripted",
+    };
+    let kind_source = match pick(Some("SKILLHOST_PROVIDER"), table.kind.is_some()) {
+        SettingSource::Default => {
+            let set: Vec<&str> = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+                .into_iter()
+                .filter(|name| env(name).is_some())
+                .collect();
+            SettingSource::Derived { why: format!("chosen because {} is set", set.first().copied().unwrap_or("a key")) }
+        }
+        other => other,
+    };
+    let base_env = match config.kind {
+        ProviderKind::OpenAi => Some("OPENAI_BASE_URL"),
+        ProviderKind::Anthropic => Some("ANTHROPIC_BASE_URL"),
+        ProviderKind::Scripted => None,
+    };
+    let mut settings = vec![Setting { key: "kind", value: kind_name.into(), source: kind_source }];
+    let mut add = |key: &'static str, value: serde_json::Value, source: SettingSource| {
+        settings.push(Setting { key, value, source })
+    };
+    if config.kind == ProviderKind::Scripted {
+        let source = pick(Some("SKILLHOST_DECISIONS"), table.decisions.is_some());
+        add("decisions", serde_json::json!(config.decisions), source);
+    } else {
+        add("base_url", config.base_url.clone().into(), pick(base_env, table.base_url.is_some()));
+        add("model", config.model.clone().into(), pick(Some("SKILLHOST_MODEL"), table.model.is_some()));
+        if config.kind == ProviderKind::OpenAi {
+            add("embedding_model", config.embedding_model.clone().into(), pick(None, table.embedding_model.is_some()));
+        }
+        add("api_key_env", config.api_key_env.clone().into(), pick(None, table.api_key_env.is_some()));
+        let key = if config.api_key.is_some() { "(set)" } else { "(not set)" };
+        let key_source = match config.api_key {
+            Some(_) => SettingSource::Env { name: config.api_key_env.clone() },
+            None => SettingSource::Default,
+        };
+        add("api_key", key.into(), key_source);
+        add("timeout_secs", config.timeout.as_secs().into(), pick(None, table.timeout_secs.is_some()));
+        add("max_retries", config.max_retries.into(), pick(None, table.max_retries.is_some()));
+        add("tool_calling", config.tool_calling.into(), pick(None, table.tool_calling.is_some()));
+        let proxy: Vec<&str> = ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"]
+            .into_iter()
+            .filter(|name| env(name).is_some())
+            .collect();
+        if !proxy.is_empty() {
+            // Proxy URLs may hold credentials: only which variables are set.
+            add("proxy", "(set)".into(), SettingSource::Env { name: proxy.join(", ") });
+        }
+    }
+    Ok(settings)
+}
+
 fn check_base_url(url: &str, source: &str) -> Result<(), ProviderError> {
     let url = url.trim();
     // The authority's port, as written: a parser that drops a bad port would send the
