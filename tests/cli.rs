@@ -930,3 +930,68 @@ fn rollback_prefixes_and_purge_after_remove() {
     assert!(!env.home.path().join("history/versioned").exists());
     skillhost(&env).args(["skill", "remove", "versioned", "--purge"]).assert().code(1);
 }
+
+#[test]
+fn doctor_checks_toolchains_home_stores_and_the_provider() {
+    let env = Env::new();
+    let dir = env.probe_as("checked", "");
+    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    let doctor = |base: &str| {
+        let mut c = skillhost(&env);
+        for name in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "SKILLHOST_PROVIDER",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+        ] {
+            c.env_remove(name);
+        }
+        c.env("OPENAI_BASE_URL", base).args(["--json", "doctor"]).output().unwrap()
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = format!("http://{}/v1", listener.local_addr().unwrap());
+    let out = doctor(&up);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let checks = json_of(&out.stdout);
+    let find = |checks: &Value, area: &str, name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["area"] == area && c["name"].as_str().unwrap().contains(name))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(find(&checks, "toolchain", "cargo")["status"], "ok");
+    assert_eq!(find(&checks, "toolchain", "wasm32-wasip2")["status"], "ok");
+    assert_eq!(find(&checks, "home", "")["status"], "ok");
+    let skills = find(&checks, "store", "skills");
+    assert_eq!((skills["status"].as_str(), skills["detail"].as_str()), (Some("ok"), Some("1 installed, all readable")));
+    assert_eq!(find(&checks, "store", "audit log")["status"], "ok");
+    assert_eq!(find(&checks, "provider", "127.0.0.1")["status"], "ok");
+    drop(listener);
+
+    // Provider down and a damaged skill: exit 1, each with what to fix.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let skill_md = env.home.path().join("skills/checked/SKILL.md");
+    let original = std::fs::read_to_string(&skill_md).unwrap();
+    std::fs::write(&skill_md, format!("{original}tampered\n")).unwrap();
+    let out = doctor(&format!("http://127.0.0.1:{port}/v1"));
+    assert_eq!(out.status.code(), Some(1));
+    let checks = json_of(&out.stdout);
+    let provider = find(&checks, "provider", "127.0.0.1");
+    assert_eq!(provider["status"], "fail");
+    assert!(provider["fix"].as_str().unwrap().contains("OPENAI_BASE_URL"), "{provider}");
+    let skills = find(&checks, "store", "skills");
+    assert_eq!(skills["status"], "fail", "{skills}");
+    assert!(skills["fix"].as_str().unwrap().contains("skill update"), "{skills}");
+    // Human output: a FAIL line with its fix.
+    let mut c = skillhost(&env);
+    c.env_remove("OPENAI_API_KEY").env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"));
+    let out = c.arg("doctor").output().unwrap();
+    let human = text(&out.stdout);
+    assert!(human.contains("FAIL provider:") && human.contains("     fix: start the server"), "{human}");
+}

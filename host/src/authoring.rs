@@ -245,6 +245,44 @@ fn build_rust(dir: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// One guest toolchain as `skillhost doctor` sees it: found (with its version line) or not,
+/// and the command that installs it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolchainCheck {
+    pub name: &'static str,
+    /// The tool's version line, `None` when it could not be run.
+    pub version: Option<String>,
+    pub install: &'static str,
+}
+
+/// cargo, the wasm32-wasip2 target, componentize-py and componentize-js.
+pub fn toolchain_checks() -> Vec<ToolchainCheck> {
+    let version = |mut cmd: Command| {
+        cmd.arg("--version").output().ok().filter(|o| o.status.success()).map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            text.lines().next().unwrap_or_default().trim().to_string()
+        })
+    };
+    let target = match wasm_target_installed() {
+        Some(true) => Some("installed".to_string()),
+        _ => None,
+    };
+    vec![
+        ToolchainCheck { name: "cargo", version: version(Command::new("cargo")), install: "https://rustup.rs" },
+        ToolchainCheck { name: "wasm32-wasip2 target", version: target, install: "rustup target add wasm32-wasip2" },
+        ToolchainCheck {
+            name: GuestTool::PYTHON.program,
+            version: version(GuestTool::PYTHON.command()),
+            install: GuestTool::PYTHON.install,
+        },
+        ToolchainCheck {
+            name: GuestTool::JS.program,
+            version: version(GuestTool::JS.command()),
+            install: GuestTool::JS.install,
+        },
+    ]
+}
+
 /// Whether the active Rust toolchain has the wasm32-wasip2 standard library (`None`: rustc
 /// cannot say), so a failed build blames the target only when it really is missing.
 fn wasm_target_installed() -> Option<bool> {

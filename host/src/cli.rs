@@ -20,6 +20,7 @@ use crate::library::Library;
 mod agent;
 mod audit;
 mod config;
+mod doctor;
 mod mcp;
 mod memory;
 mod memory_records;
@@ -88,6 +89,9 @@ enum Command {
     /// The configuration in force.
     #[command(subcommand)]
     Config(config::ConfigCmd),
+    /// Check the setup: guest toolchains, the home, the stores (skills, memory, audit log) and
+    /// the provider's reachability, with what to fix. Exit 1 when something is broken.
+    Doctor,
 }
 
 #[derive(Subcommand)]
@@ -347,6 +351,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit(cmd) => audit::run(&lib, cmd, json),
         Command::Agent(cmd) => agent::run(&home, cmd, json),
         Command::Mcp(args) => mcp::run(lib, &home, args),
+        Command::Doctor => doctor::run(&lib, &home, json),
         Command::Completions { .. } | Command::Config(_) => unreachable!("handled before the library opens"),
     }
 }

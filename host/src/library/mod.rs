@@ -255,6 +255,12 @@ impl Library {
         Policy::load(&self.policy.user).map(|p| p.granted(name).describe()).unwrap_or_default()
     }
 
+    /// Check that the installed files of `name` are the bytes its install recorded.
+    pub fn verify_installed(&self, name: &str) -> Result<()> {
+        let record = self.read_record(name)?;
+        record::verify_files(&self.skill_dir(name), &record)
+    }
+
     fn read_record(&self, name: &str) -> Result<InstallRecord> {
         crate::manifest::validate_name(name).map_err(|e| anyhow!("`{name}` is not a skill name: {e}"))?;
         let dir = self.skill_dir(name);
