@@ -28,6 +28,7 @@ mod output;
 mod params;
 mod policy;
 mod run;
+mod secret;
 mod skill;
 
 pub use output::UsageError;
@@ -92,6 +93,10 @@ enum Command {
     /// Check the setup: guest toolchains, the home, the stores (skills, memory, audit log) and
     /// the provider's reachability, with what to fix. Exit 1 when something is broken.
     Doctor,
+    /// Secrets skills use without seeing them: the host adds them to requests to the hosts
+    /// a skill declares.
+    #[command(subcommand)]
+    Secret(secret::SecretCmd),
 }
 
 #[derive(Subcommand)]
@@ -352,6 +357,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Agent(cmd) => agent::run(&home, cmd, json),
         Command::Mcp(args) => mcp::run(lib, &home, args),
         Command::Doctor => doctor::run(&lib, &home, json),
+        Command::Secret(cmd) => secret::run(&lib, cmd, json),
         Command::Completions { .. } | Command::Config(_) => unreachable!("handled before the library opens"),
     }
 }
