@@ -195,11 +195,14 @@ async fn malformed_json_is_repaired() {
     let env = common::Env::new();
     let lib = probe_home(&env);
     let fenced = "Sure! Here is my action:\n```json\n{\"reasoning\": \"try it\", \"next_action\": \"call_skill\", \"skill_name\": \"probe\", \"parameters\": {\"mode\": \"noop\",},}\n```";
-    let provider = Recording::scripted(json!({"decide": [fenced, reply("the probe answers ok")]}));
+    let provider =
+        Recording::scripted(json!({"decide": [fenced, reply("the probe answers ok"), reply("the probe answers ok")]}));
     let outcome = run_general(&lib, &provider, None).await;
     assert_eq!(statuses(&outcome), ["success", "answered"]);
     assert!(outcome.steps[0].repaired && !outcome.steps[0].reasked);
-    assert_eq!(provider.requests().len(), 2, "no re-ask was needed");
+    // Two decisions and the early reply's one re-ask with the output style; no parse re-ask.
+    assert_eq!(provider.requests().len(), 3, "no parse re-ask was needed");
+    assert!(outcome.steps[1].styled && !outcome.steps[1].reasked);
 }
 
 #[tokio::test]
@@ -391,6 +394,7 @@ async fn openai_json_mode_survives_500s() {
         Reply::error(503, "overloaded"),
         Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
         Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
     ])
     .await;
     let provider = open(&openai(&server)).unwrap();
@@ -398,7 +402,7 @@ async fn openai_json_mode_survives_500s() {
     assert_eq!(statuses(&outcome), ["success", "answered"]);
     assert_eq!(outcome.answer.as_deref(), Some("probe ok"));
     let requests = server.requests();
-    assert_eq!(requests.len(), 4);
+    assert_eq!(requests.len(), 5);
     for r in &requests {
         assert_eq!(r.body["response_format"]["type"], "json_object");
         assert!(r.body["messages"][0]["content"].as_str().unwrap().contains("JSON"));
@@ -594,4 +598,308 @@ async fn a_damaged_audit_log_stops_the_run_which_resumes_after_the_seal() {
     log.verify().expect("the new segment verifies");
     let lines = std::fs::read_to_string(log.path()).unwrap();
     assert!(lines.contains(session), "the resumed run is audited: {lines}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent with a real model (issue 14)
+
+#[tokio::test]
+async fn an_early_reply_is_asked_once_more_with_the_output_style() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let provider = Recording::scripted(json!({"decide": [
+        call("probe", json!({"mode": "noop"})),
+        reply("early, unstyled"),
+        reply("styled answer"),
+    ]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    assert_eq!(outcome.answer.as_deref(), Some("styled answer"), "the styled reply is the one accepted");
+    assert!(outcome.steps[1].styled && !outcome.steps[0].styled);
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 3);
+    // The early reply was decided without the output style; the re-ask carries it and the reply.
+    assert!(!provider.prompt(1).contains("## Output style"));
+    let reask = provider.prompt(2);
+    assert!(reask.contains("## Output style") && reask.contains("early, unstyled"), "{reask}");
+    assert!(reask.contains("Before this answer is accepted"), "{reask}");
+    // Once per run: saved in the state.
+    assert!(agent::load_session(&lib, &outcome.session).unwrap().output_style_given);
+
+    // A reply in the final phase (here: at the step limit) is accepted as it comes.
+    let provider = Recording::scripted(json!({"decide": [reply("final at once")]}));
+    let outcome = run_general(&lib, &provider, Some(1)).await;
+    assert_eq!(outcome.answer.as_deref(), Some("final at once"));
+    assert_eq!(provider.requests().len(), 1);
+    assert!(!outcome.steps[0].styled);
+}
+
+#[tokio::test]
+async fn the_reask_after_an_unparseable_reply_clips_what_it_echoes() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    let huge = format!("no json here {}", "x".repeat(1_000_000));
+    let provider = Recording::scripted(
+        json!({"decide": [huge, call("probe", json!({"mode": "noop"})), reply("ok"), reply("ok")]}),
+    );
+    let outcome = run_general(&lib, &provider, None).await;
+    assert!(outcome.steps[0].reasked);
+    let reask = &provider.requests()[1].messages;
+    let echoed = &reask[reask.len() - 2].content;
+    assert!(echoed.starts_with("no json here xxx"), "{}", &echoed[..40]);
+    assert!(echoed.len() < 3_000, "echoed {} bytes", echoed.len());
+    assert!(echoed.contains("more characters not repeated"), "{}", &echoed[echoed.len() - 60..]);
+    let request_bytes: usize = reask.iter().map(|m| m.content.len()).sum();
+    assert!(request_bytes < 60_000, "the re-ask request is {request_bytes} bytes");
+}
+
+#[tokio::test]
+async fn the_repeat_rule_fires_for_read_log_file_returning_the_same_lines() {
+    let env = common::Env::new();
+    let lib = log_home(&env);
+    let profile = log_analyst(&env);
+    let read = call(
+        "read-log-file",
+        json!({"path": "/workspace/uart.log", "since": "2026-03-02 13:52:20.078", "max_lines": 8}),
+    );
+    let provider =
+        Recording::scripted(json!({"decide": [read, read, read, reply("done [L1243]"), reply("done [L1243]")]}));
+    let outcome =
+        agent::run(&lib, &provider, &profile, "why does the UART print garbage?", &options(None)).await.unwrap();
+    assert_eq!(statuses(&outcome)[..3], ["success", "success", "success"]);
+    // Every call stores its summary (merged into the previous one): that is no new fact.
+    assert!(outcome.steps.iter().take(3).all(|s| !s.memories_stored.is_empty()));
+    assert!(outcome.steps[1].notes.iter().all(|n| !n.contains("may conclude")), "{:?}", outcome.steps[1].notes);
+    assert!(outcome.steps[2].notes.iter().any(|n| n.contains("may conclude")), "{:?}", outcome.steps[2].notes);
+    let state = agent::load_session(&lib, &outcome.session).unwrap();
+    let new: Vec<bool> = state.decisions.iter().take(3).map(|d| d.new_facts).collect();
+    assert_eq!(new, [true, false, false]);
+    assert!(provider.prompt(3).contains("you called `read-log-file` 3 times in a row"));
+}
+
+#[tokio::test]
+async fn token_usage_and_elapsed_time_per_step_and_run_reach_the_outcome_and_the_audit_line() {
+    let env = common::Env::new();
+    let lib = probe_home(&env);
+    // openai_text reports 12 prompt + 5 completion tokens per request.
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::openai_text("not json at all")),
+        Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("probe ok").to_string())),
+    ])
+    .await;
+    let provider = open(&openai(&server)).unwrap();
+    let outcome = run_general(&lib, provider.as_ref(), None).await;
+    assert_eq!(statuses(&outcome), ["success", "answered"]);
+    // Step 1 asked twice (a re-ask), step 2 twice (the output style): both summed.
+    let tokens: Vec<(Option<u64>, Option<u64>)> =
+        outcome.steps.iter().map(|s| (s.prompt_tokens, s.completion_tokens)).collect();
+    assert_eq!(tokens, [(Some(24), Some(10)), (Some(24), Some(10))]);
+    assert_eq!((outcome.prompt_tokens, outcome.completion_tokens), (48, 20));
+    assert!(outcome.steps.iter().all(|s| s.model_us > 0 && s.elapsed_us >= s.model_us));
+    let steps_us: u64 = outcome.steps.iter().map(|s| s.elapsed_us).sum();
+    assert!(outcome.elapsed_us >= steps_us, "{} < {steps_us}", outcome.elapsed_us);
+    let lines: Vec<serde_json::Map<String, Value>> =
+        lib.audit_log().show(&outcome.session).unwrap().into_iter().filter(|e| e["kind"] == "step").collect();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert_eq!((line["prompt_tokens"].as_u64(), line["completion_tokens"].as_u64()), (Some(24), Some(10)));
+        assert!(line["model_us"].as_u64().unwrap() > 0 && line["elapsed_us"].as_u64().unwrap() > 0);
+    }
+    assert!(lib.audit_log().verify().is_ok());
+
+    // A provider that reports no usage: the fields are absent, not zero.
+    let provider = Recording::scripted(json!({"decide": [reply("a"), reply("a")]}));
+    let outcome = run_general(&lib, &provider, None).await;
+    assert_eq!(outcome.steps[0].prompt_tokens, None);
+    let line = lib.audit_log().show(&outcome.session).unwrap().into_iter().find(|e| e["kind"] == "step").unwrap();
+    assert!(line.get("prompt_tokens").is_none(), "{line:?}");
+}
+
+/// `skillhost` with a home and no provider settings from the test's own environment.
+fn bare_cli(home: &Path, cwd: &Path) -> Command {
+    let mut c = Command::cargo_bin("skillhost").unwrap();
+    c.env("SKILLHOST_HOME", home).current_dir(cwd);
+    for name in [
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "SKILLHOST_PROVIDER",
+        "SKILLHOST_MODEL",
+    ] {
+        c.env_remove(name);
+    }
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_native_tool_calling_by_default_json_mode_by_switch_and_retries_shown() {
+    let env = common::Env::new();
+    drop(probe_home(&env));
+    let probe_call = llm_mock::openai_tool_call("c1", "probe", r#"{"mode": "noop"}"#);
+    let reply_call = llm_mock::openai_tool_call("c2", "reply", r#"{"message": "the probe answers"}"#);
+    let server = MockServer::start(vec![
+        Reply::error(429, "slow down").with_header("retry-after", "0.2"),
+        Reply::ok(probe_call),
+        Reply::ok(reply_call.clone()),
+        Reply::ok(reply_call),
+    ])
+    .await;
+    let base = format!("{}/v1", server.base);
+    let (home, cwd) = (env.home.path().to_path_buf(), env.workspace.path().to_path_buf());
+    let out = tokio::task::spawn_blocking(move || {
+        bare_cli(&home, &cwd)
+            .env("OPENAI_BASE_URL", &base)
+            .args(["run", "--agent", "general", "check the probe"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "the probe answers");
+    assert!(stderr.contains("(native tool calling)"), "{stderr}");
+    assert!(
+        stderr.contains("is rate limiting (HTTP 429) on attempt 1 of 4; retrying in 0.2 s (as its Retry-After asked)"),
+        "{stderr}"
+    );
+    let step = stderr.lines().find(|l| l.starts_with("[step 1/8] probe")).expect("a progress line");
+    assert!(step.contains("20+8 tokens"), "{step}");
+    assert!(stderr.contains("60 prompt + 24 completion tokens"), "{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    for r in &requests[1..] {
+        assert_eq!(r.body["tool_choice"], "required");
+        assert!(r.body["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "probe")));
+        assert!(r.body.get("response_format").is_none());
+    }
+
+    // `tool_calling = false`: JSON mode; under --json the retry is an event line on stderr.
+    let server = MockServer::start(vec![
+        Reply::error(503, "overloaded"),
+        Reply::ok(llm_mock::openai_text(&call("probe", json!({"mode": "noop"})).to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("fine").to_string())),
+        Reply::ok(llm_mock::openai_text(&reply("fine").to_string())),
+    ])
+    .await;
+    std::fs::write(
+        env.home.path().join("skillhost.toml"),
+        format!("[provider]\nkind = \"openai\"\nbase_url = \"{}/v1\"\ntool_calling = false\n", server.base),
+    )
+    .unwrap();
+    let (home, cwd) = (env.home.path().to_path_buf(), env.workspace.path().to_path_buf());
+    let out = tokio::task::spawn_blocking(move || {
+        bare_cli(&home, &cwd).args(["--json", "run", "--agent", "general", "check the probe"]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((outcome["answer"].as_str(), outcome["prompt_tokens"].as_u64()), (Some("fine"), Some(36)));
+    let events: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect();
+    assert_eq!(events.len(), 1, "{stderr}");
+    assert_eq!((events[0]["event"].as_str(), events[0]["reason"]["kind"].as_str()), (Some("retry"), Some("status")));
+    assert_eq!((events[0]["reason"]["status"].as_u64(), events[0]["failed_attempt"].as_u64()), (Some(503), Some(1)));
+    assert!(events[0]["wait_ms"].as_u64().is_some());
+    assert!(stderr.contains("(JSON mode)"), "{stderr}");
+    for r in &server.requests()[1..] {
+        assert_eq!(r.body["response_format"]["type"], "json_object");
+        assert!(r.body.get("tools").is_none());
+    }
+
+    // `--tools` overrides the file; `--no-tools` the default.
+    let server = MockServer::start(vec![Reply::ok(llm_mock::openai_text(&reply("x").to_string()))]).await;
+    std::fs::remove_file(env.home.path().join("skillhost.toml")).unwrap();
+    let (home, cwd, base) =
+        (env.home.path().to_path_buf(), env.workspace.path().to_path_buf(), format!("{}/v1", server.base));
+    let out = tokio::task::spawn_blocking(move || {
+        bare_cli(&home, &cwd)
+            .env("OPENAI_BASE_URL", &base)
+            .args(["run", "--no-tools", "--max-steps", "1", "--agent", "general", "x"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(server.requests()[0].body["response_format"]["type"], "json_object");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_on_a_terminal_saves_the_session_and_resume_continues_in_its_workspace() {
+    let env = common::Env::new();
+    drop(log_home(&env));
+    let server = MockServer::start(vec![Reply::Hang]).await;
+    let bin = assert_cmd::cargo::cargo_bin("skillhost");
+    let command = format!(
+        "exec '{}' run --agent log-analyst --workspace '{}' 'why does the UART print garbage?'",
+        bin.display(),
+        workspace().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env("SKILLHOST_HOME", env.home.path())
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("SKILLHOST_PROVIDER")
+        .current_dir(env.workspace.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux script");
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = seen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    // Wait until the run is waiting on the model (the mock never answers).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the run never asked the model: {}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"\x03").unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    reader.join().unwrap();
+    let shown = seen.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(130), "{shown}");
+    assert!(shown.contains("interrupted: session "), "{shown}");
+    let id =
+        shown.split("skillhost run --resume ").nth(1).and_then(|s| s.split_whitespace().next()).expect("resume hint");
+    assert!(shown.contains(&format!("session {id} is saved after step 0 of 8")), "{shown}");
+
+    // Resumed from a directory that is not the run's workspace, without --workspace: the
+    // log is read from the workspace the run started in.
+    let decisions = env.sources.path().join("resume.json");
+    let read = call(
+        "read-log-file",
+        json!({"path": "/workspace/uart.log", "since": "2026-03-02 13:52:20.078", "max_lines": 8}),
+    );
+    std::fs::write(&decisions, json!({"decide": [read, reply("done [L1243]"), reply("done [L1243]")]}).to_string())
+        .unwrap();
+    let out = bare_cli(env.home.path(), env.workspace.path())
+        .args(["--json", "run", "--resume", id, "--decisions"])
+        .arg(&decisions)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let canonical = std::fs::canonicalize(workspace()).unwrap();
+    assert!(stderr.contains(&format!("workspace: {} (as the run started)", canonical.display())), "{stderr}");
+    let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["session"], id);
+    assert_eq!(outcome["steps"][0]["status"], "success", "{outcome:#}");
+    assert!(outcome["steps"][0]["summary"].as_str().unwrap().contains("lines"), "{outcome:#}");
 }

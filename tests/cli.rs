@@ -67,9 +67,9 @@ fn install_grant_run_revoke_remove() {
     let out = skillhost(&env).args(["skill", "run", "reader", "--params", r#"{"mode": 1}"#]).assert().code(3);
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(stdout.contains("invalid parameters") && stdout.contains("`mode`"), "{stdout}");
-    // Unparsable --params: exit 1, says what to pass.
-    let out = skillhost(&env).args(["skill", "run", "reader", "--params", "{mode"]).assert().code(1);
-    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("--params is not valid JSON"));
+    // Unparsable --params: a usage error (exit 2), says what to pass.
+    let out = skillhost(&env).args(["skill", "run", "reader", "--params", "{mode"]).assert().code(2);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("from --params are not valid JSON"));
 
     skillhost(&env).args(["policy", "revoke", "reader", "filesystem"]).assert().success();
     let out = skillhost(&env)
@@ -620,4 +620,378 @@ fn install_from_a_url_refuses_a_redirect_loop() {
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]), "nothing was installed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The daily CLI (issue 14)
+
+/// Every argument of every subcommand, as "path: arg", that has no help text.
+fn args_without_help(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        if matches!(id, "help" | "version") {
+            continue;
+        }
+        if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+            missing.push(format!("{path}: {id}"));
+        }
+    }
+    for sub in command.get_subcommands() {
+        args_without_help(sub, &format!("{path} {}", sub.get_name()), missing);
+    }
+}
+
+#[test]
+fn every_argument_has_help_and_the_grant_syntax_lists_every_capability() {
+    let command = skillhost::cli::command();
+    command.clone().debug_assert();
+    let mut missing = Vec::new();
+    args_without_help(&command, "skillhost", &mut missing);
+    assert!(missing.is_empty(), "arguments without help:\n{}", missing.join("\n"));
+
+    let env = Env::new();
+    for args in [&["skill", "install", "--help"][..], &["policy", "grant", "--help"], &["policy", "revoke", "--help"]] {
+        let out = skillhost(&env).args(args).assert().success();
+        let help = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+        for kind in skillhost::capabilities::CapabilityKind::ALL {
+            assert!(help.contains(kind.name()), "{args:?} help misses `{}`:\n{help}", kind.name());
+        }
+        assert!(help.contains("limits") && help.contains("all"), "{help}");
+    }
+    let out = skillhost(&env).args(["run", "--help"]).assert().success();
+    let help = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(help.contains("step by step") && help.contains("--resume") && help.contains("--no-tools"), "{help}");
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).to_string()
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    let env = Env::new();
+    for (shell, marker) in [("bash", "_skillhost()"), ("zsh", "#compdef skillhost"), ("fish", "complete -c skillhost")]
+    {
+        let out = skillhost(&env).args(["completions", shell]).assert().success();
+        let script = text(&out.get_output().stdout);
+        assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(300)]);
+        for word in ["rollback", "completions", "resume"] {
+            assert!(script.contains(word), "{shell} completion lacks `{word}`");
+        }
+    }
+    skillhost(&env).args(["completions", "tcsh"]).assert().code(2);
+}
+
+#[test]
+fn usage_errors_under_json_are_json_objects_with_exit_code_2() {
+    let env = Env::new();
+    for args in [
+        &["--json", "skill", "frobnicate"][..],
+        &["--json", "skill", "run"],
+        &["run", "--max-steps", "0", "x", "--json"],
+    ] {
+        let out = skillhost(&env).args(args).assert().code(2);
+        let error = json_of(&out.get_output().stdout);
+        assert_eq!(
+            (error["kind"].as_str(), error["exit_code"].as_u64()),
+            (Some("usage"), Some(2)),
+            "{args:?}: {error}"
+        );
+        assert!(
+            !error["error"].as_str().unwrap().is_empty() && error["usage"].as_str().unwrap().contains("--help"),
+            "{error}"
+        );
+    }
+    // Without --json: clap's text on stderr, same exit code.
+    let out = skillhost(&env).args(["skill", "frobnicate"]).assert().code(2);
+    assert!(out.get_output().stdout.is_empty() && text(&out.get_output().stderr).contains("frobnicate"));
+    // --help is no error, even with --json.
+    skillhost(&env).args(["--json", "skill", "--help"]).assert().success();
+}
+
+#[test]
+fn params_from_a_file_or_stdin_and_the_same_mistake_gives_the_same_exit_code() {
+    let env = Env::new();
+    let dir = env.probe_as("echoer", "");
+    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    let big = "y".repeat(200_000);
+    let file = env.sources.path().join("params.json");
+    std::fs::write(&file, serde_json::json!({"mode": "echo", "arg": big}).to_string()).unwrap();
+    let out = skillhost(&env)
+        .args(["--json", "skill", "run", "echoer", "--params"])
+        .arg(format!("@{}", file.display()))
+        .assert()
+        .success();
+    assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["status"], "success");
+    let out = skillhost(&env)
+        .args(["--json", "skill", "run", "echoer", "--params", "-"])
+        .write_stdin(r#"{"mode": "echo", "arg": "from stdin"}"#)
+        .assert()
+        .success();
+    assert!(json_of(&out.get_output().stdout)["result"]["ok"]["output"].as_str().unwrap().contains("from stdin"));
+
+    // Unparseable input: a usage error (2) either way.
+    let code =
+        |args: &[&str]| skillhost(&env).args(["skill", "run", "echoer"]).args(args).output().unwrap().status.code();
+    assert_eq!(code(&["--params", "{mode: echo"]), Some(2));
+    assert_eq!(code(&["-p", "mode"]), Some(2));
+    assert_eq!(code(&["--params", "[1, 2]"]), Some(2));
+    let missing = env.sources.path().join("nope.json");
+    assert_eq!(code(&["--params", &format!("@{}", missing.display())]), Some(2));
+    // A value of the wrong type: the parameter check (3) either way, with the same message.
+    let by_pair = skillhost(&env).args(["skill", "run", "echoer", "-p", "mode=echo", "-p", "n=lots"]).output().unwrap();
+    let by_json = skillhost(&env)
+        .args(["skill", "run", "echoer", "--params", r#"{"mode": "echo", "n": "lots"}"#])
+        .output()
+        .unwrap();
+    assert_eq!((by_pair.status.code(), by_json.status.code()), (Some(3), Some(3)));
+    assert_eq!(text(&by_pair.stdout), text(&by_json.stdout));
+    // Under --json the usage error is an object.
+    let out = skillhost(&env).args(["--json", "skill", "run", "echoer", "--params", "nope"]).assert().code(2);
+    let error = json_of(&out.get_output().stdout);
+    assert_eq!(error["kind"], "usage");
+    assert!(error["error"].as_str().unwrap().contains("not valid JSON"), "{error}");
+}
+
+#[test]
+fn config_show_names_where_each_value_came_from() {
+    let env = Env::new();
+    let show = |envs: &[(&str, &str)]| {
+        let mut c = skillhost(&env);
+        for name in [
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "SKILLHOST_PROVIDER",
+            "SKILLHOST_MODEL",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+        ] {
+            c.env_remove(name);
+        }
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.args(["--json", "config", "show"]).assert().success().get_output().stdout.clone()
+    };
+    let config = json_of(&show(&[]));
+    assert_eq!(config["provider"], serde_json::json!([]));
+    assert_eq!(config["file_exists"], false);
+
+    std::fs::write(
+        env.home.path().join("skillhost.toml"),
+        "[provider]\nkind = \"openai\"\nmodel = \"qwen3\"\nmax_retries = 5\n",
+    )
+    .unwrap();
+    let config = json_of(&show(&[("SKILLHOST_MODEL", "llama3"), ("OPENAI_API_KEY", "sk-very-secret")]));
+    let out = text(&serde_json::to_vec(&config).unwrap());
+    assert!(!out.contains("sk-very-secret"), "a key is never shown: {out}");
+    let setting = |key: &str| config["provider"].as_array().unwrap().iter().find(|s| s["key"] == key).unwrap().clone();
+    assert_eq!(setting("kind")["source"]["from"], "file");
+    assert_eq!(setting("model")["value"], "llama3");
+    assert_eq!(setting("model")["source"], serde_json::json!({"from": "env", "name": "SKILLHOST_MODEL"}));
+    assert_eq!(
+        (setting("max_retries")["value"].as_u64(), setting("max_retries")["source"]["from"].as_str()),
+        (Some(5), Some("file"))
+    );
+    assert_eq!(setting("timeout_secs")["source"]["from"], "default");
+    assert_eq!(setting("tool_calling")["value"], true);
+    assert_eq!(
+        (setting("api_key")["value"].as_str(), setting("api_key")["source"]["name"].as_str()),
+        (Some("(set)"), Some("OPENAI_API_KEY"))
+    );
+
+    // Human output: one line per setting with its source.
+    let out = skillhost(&env).env_remove("SKILLHOST_MODEL").args(["config", "show"]).assert().success();
+    let human = text(&out.get_output().stdout);
+    assert!(human.lines().any(|l| l.starts_with("model = \"qwen3\"") && l.contains("skillhost.toml")), "{human}");
+    assert!(human.lines().any(|l| l.starts_with("timeout_secs = 60") && l.ends_with("# default")), "{human}");
+}
+
+#[test]
+fn agent_remove_and_memory_list_and_get() {
+    let env = Env::new();
+    let profile = env.sources.path().join("helper");
+    std::fs::create_dir_all(&profile).unwrap();
+    std::fs::write(
+        profile.join("AGENT.md"),
+        "---\ndescription: helps with things\nnamespace: helper\n---\n# Helper\n\n## Identity\nA helper.\n",
+    )
+    .unwrap();
+    skillhost(&env).args(["agent", "add"]).arg(&profile).assert().success();
+    let out = skillhost(&env).args(["agent", "remove", "helper"]).assert().success();
+    assert!(text(&out.get_output().stdout).contains("namespace `helper`"));
+    assert!(!env.home.path().join("agents/helper").exists());
+    let out = skillhost(&env).args(["--json", "agent", "list"]).assert().success();
+    assert!(!text(&out.get_output().stdout).contains("\"helper\""));
+    let out = skillhost(&env).args(["agent", "remove", "helper"]).assert().code(1);
+    assert!(text(&out.get_output().stderr).contains("no agent profile named `helper`"));
+    let out = skillhost(&env).args(["agent", "remove", "general"]).assert().code(1);
+    assert!(text(&out.get_output().stderr).contains("built in"), "{}", text(&out.get_output().stderr));
+
+    for (t, ns) in [("the board is rev C", "default"), ("COM3 is the debug port", "lab")] {
+        skillhost(&env).args(["memory", "add", t, "--namespace", ns]).assert().success();
+    }
+    let out = skillhost(&env).args(["--json", "memory", "list"]).assert().success();
+    let all = json_of(&out.get_output().stdout);
+    assert_eq!(all.as_array().unwrap().len(), 2);
+    let out = skillhost(&env).args(["--json", "memory", "list", "--namespace", "lab"]).assert().success();
+    let lab = json_of(&out.get_output().stdout);
+    assert_eq!(lab.as_array().unwrap().len(), 1);
+    let id = lab[0]["id"].as_u64().unwrap();
+    let out = skillhost(&env).args(["memory", "list"]).assert().success();
+    let listed = text(&out.get_output().stdout);
+    assert!(listed.contains(&format!("#{id} [lab ")) && listed.contains("2 records"), "{listed}");
+    let out = skillhost(&env).args(["memory", "get", &id.to_string()]).assert().success();
+    let shown = text(&out.get_output().stdout);
+    assert!(shown.contains("COM3 is the debug port") && shown.contains("namespace lab"), "{shown}");
+    let out = skillhost(&env).args(["--json", "memory", "get", &id.to_string()]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["content"], "COM3 is the debug port");
+    let out = skillhost(&env).args(["memory", "get", "999999"]).assert().code(1);
+    assert!(text(&out.get_output().stderr).contains("no memory #999999"));
+}
+
+#[test]
+fn skill_update_reinstalls_from_the_recorded_source_with_the_usual_confirmation() {
+    let env = Env::new();
+    let dir = env.probe_as("updatable", "capabilities:\n  session: true\n");
+    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    // Same bytes: nothing replaced, and it says so.
+    let out = skillhost(&env).args(["skill", "update", "updatable"]).assert().success();
+    let said = text(&out.get_output().stdout);
+    assert!(said.contains("unchanged") && !said.contains("replaces") && !said.contains("kept in"), "{said}");
+    assert!(
+        text(&out.get_output().stderr)
+            .contains(&format!("updating updatable from {}", std::fs::canonicalize(&dir).unwrap().display()))
+    );
+    let out = skillhost(&env).args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
+    let report = json_of(&out.get_output().stdout);
+    assert_eq!((report["unchanged"].as_bool(), report["replaced"].is_null()), (Some(true), true), "{report}");
+
+    // Changed content at the source: refused without a tty unless --yes, as an install is.
+    let manifest = std::fs::read_to_string(dir.join("SKILL.md")).unwrap().replace("version: 0.1.0", "version: 0.2.0");
+    std::fs::write(dir.join("SKILL.md"), manifest).unwrap();
+    let out = skillhost(&env).args(["skill", "update", "updatable"]).assert().code(1);
+    assert!(text(&out.get_output().stderr).contains("Pass --yes"), "{}", text(&out.get_output().stderr));
+    let out = skillhost(&env).args(["--json", "skill", "update", "updatable", "--yes"]).assert().success();
+    let report = json_of(&out.get_output().stdout);
+    assert_eq!(report["version"], "0.2.0");
+    assert_eq!(report["unchanged"], false);
+    assert!(report["replaced"].is_string());
+    let out = skillhost(&env).args(["skill", "update", "nosuch"]).assert().code(1);
+    assert!(text(&out.get_output().stderr).contains("nosuch"));
+}
+
+#[test]
+fn a_denial_names_the_grant_command() {
+    let env = Env::new();
+    let dir = env.probe_as("rememberer", "capabilities:\n  session: true\n");
+    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let out =
+        skillhost(&env).args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
+    let said = text(&out.stdout);
+    assert!(said.contains("denied (session)"), "{said}");
+    assert!(said.contains("to allow it: skillhost policy grant rememberer session"), "{said}");
+    // ... and that command works.
+    skillhost(&env).args(["policy", "grant", "rememberer", "session"]).assert().success();
+    let out =
+        skillhost(&env).args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
+    assert!(!text(&out.stdout).contains("denied"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn rollback_prefixes_and_purge_after_remove() {
+    let env = Env::new();
+    let dir = env.probe_as("versioned", "");
+    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    let mut hashes = Vec::new();
+    for n in 1..=2 {
+        // The same version string, different content: only the hash tells them apart.
+        let manifest = std::fs::read_to_string(dir.join("SKILL.md")).unwrap();
+        std::fs::write(dir.join("SKILL.md"), format!("{manifest}revision {n}\n")).unwrap();
+        let out = skillhost(&env).args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
+        hashes.push(json_of(&out.get_output().stdout)["replaced"].as_str().unwrap().to_string());
+    }
+    let out = skillhost(&env).args(["skill", "rollback", "versioned", &hashes[0][..3]]).assert().code(1);
+    let said = text(&out.get_output().stderr);
+    assert!(said.contains("too short") && said.contains("at least 8"), "{said}");
+    assert!(said.contains(&hashes[0][..12]) && said.contains(&hashes[1][..12]), "versions listed by hash: {said}");
+    let out = skillhost(&env).args(["skill", "rollback", "versioned", "0.1.0"]).assert().code(1);
+    let said = text(&out.get_output().stderr);
+    assert!(said.contains("matches 2 archived versions") && said.contains(&hashes[1][..12]), "{said}");
+    skillhost(&env).args(["skill", "rollback", "versioned", &hashes[0][..8]]).assert().success();
+
+    skillhost(&env).args(["skill", "remove", "versioned"]).assert().success();
+    assert!(env.home.path().join("history/versioned").is_dir());
+    skillhost(&env).args(["skill", "remove", "versioned", "--purge"]).assert().success();
+    assert!(!env.home.path().join("history/versioned").exists());
+    skillhost(&env).args(["skill", "remove", "versioned", "--purge"]).assert().code(1);
+}
+
+#[test]
+fn doctor_checks_toolchains_home_stores_and_the_provider() {
+    let env = Env::new();
+    let dir = env.probe_as("checked", "");
+    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    let doctor = |base: &str| {
+        let mut c = skillhost(&env);
+        for name in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+            "SKILLHOST_PROVIDER",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+        ] {
+            c.env_remove(name);
+        }
+        c.env("OPENAI_BASE_URL", base).args(["--json", "doctor"]).output().unwrap()
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = format!("http://{}/v1", listener.local_addr().unwrap());
+    let out = doctor(&up);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let checks = json_of(&out.stdout);
+    let find = |checks: &Value, area: &str, name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["area"] == area && c["name"].as_str().unwrap().contains(name))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(find(&checks, "toolchain", "cargo")["status"], "ok");
+    assert_eq!(find(&checks, "toolchain", "wasm32-wasip2")["status"], "ok");
+    assert_eq!(find(&checks, "home", "")["status"], "ok");
+    let skills = find(&checks, "store", "skills");
+    assert_eq!((skills["status"].as_str(), skills["detail"].as_str()), (Some("ok"), Some("1 installed, all readable")));
+    assert_eq!(find(&checks, "store", "audit log")["status"], "ok");
+    assert_eq!(find(&checks, "provider", "127.0.0.1")["status"], "ok");
+    drop(listener);
+
+    // Provider down and a damaged skill: exit 1, each with what to fix.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let skill_md = env.home.path().join("skills/checked/SKILL.md");
+    let original = std::fs::read_to_string(&skill_md).unwrap();
+    std::fs::write(&skill_md, format!("{original}tampered\n")).unwrap();
+    let out = doctor(&format!("http://127.0.0.1:{port}/v1"));
+    assert_eq!(out.status.code(), Some(1));
+    let checks = json_of(&out.stdout);
+    let provider = find(&checks, "provider", "127.0.0.1");
+    assert_eq!(provider["status"], "fail");
+    assert!(provider["fix"].as_str().unwrap().contains("OPENAI_BASE_URL"), "{provider}");
+    let skills = find(&checks, "store", "skills");
+    assert_eq!(skills["status"], "fail", "{skills}");
+    assert!(skills["fix"].as_str().unwrap().contains("skill update"), "{skills}");
+    // Human output: a FAIL line with its fix.
+    let mut c = skillhost(&env);
+    c.env_remove("OPENAI_API_KEY").env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"));
+    let out = c.arg("doctor").output().unwrap();
+    let human = text(&out.stdout);
+    assert!(human.contains("FAIL provider:") && human.contains("     fix: start the server"), "{human}");
 }

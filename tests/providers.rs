@@ -7,14 +7,15 @@ mod llm_mock;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use llm_mock::{MockServer, Reply};
 use serde_json::{Value, json};
 use skillhost::agent::provider::config::{DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_TIMEOUT};
 use skillhost::agent::provider::{
-    ChatMessage, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderKind, Purpose, ResponseFormat, ToolCall,
-    ToolSpec, Usage, open, resolve,
+    ChatMessage, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderKind, Purpose, ResponseFormat,
+    RetryNotice, RetryReason, ToolCall, ToolSpec, Usage, open, open_with, resolve,
 };
 use skillhost::http::ProxySettings;
 
@@ -409,6 +410,7 @@ async fn a_server_that_never_answers_times_out() {
     let server = MockServer::start(vec![Reply::Hang]).await;
     let mut config = openai_config(&server);
     config.timeout = Duration::from_millis(300);
+    config.max_retries = 0;
     let started = Instant::now();
     let error = chat_error(open(&config).unwrap().as_ref(), &decide_json()).await;
     let elapsed = started.elapsed();
@@ -416,8 +418,121 @@ async fn a_server_that_never_answers_times_out() {
     assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
     let message = error.to_string();
     assert_one_sentence(&message);
-    assert!(message.contains("did not answer within 0.3 s") && message.contains("timeout_secs"), "{message}");
-    assert_eq!(server.requests().len(), 1, "a timeout is not retried");
+    assert!(
+        message.contains("did not answer within 0.3 s on all 1 attempts") && message.contains("timeout_secs"),
+        "{message}"
+    );
+    assert_eq!(server.requests().len(), 1, "no retries configured");
+}
+
+/// A provider for `config` whose retry notices land in the returned list.
+fn observed(config: &ProviderConfig) -> (Arc<dyn Provider>, Arc<Mutex<Vec<RetryNotice>>>) {
+    let notices: Arc<Mutex<Vec<RetryNotice>>> = Arc::default();
+    let sink = notices.clone();
+    let provider =
+        open_with(config, Some(Arc::new(move |n: &RetryNotice| sink.lock().unwrap().push(n.clone())))).unwrap();
+    (provider, notices)
+}
+
+#[tokio::test]
+async fn a_timeout_is_retried_like_a_server_error_and_announced() {
+    let server =
+        MockServer::start(vec![Reply::Hang, Reply::error(503, "busy"), Reply::ok(llm_mock::openai_text("{}"))]).await;
+    let mut config = openai_config(&server);
+    config.timeout = Duration::from_millis(300);
+    let (provider, notices) = observed(&config);
+    let reply = provider.chat(&decide_json()).await.unwrap();
+    assert_eq!(reply.text.as_deref(), Some("{}"));
+    assert_eq!(server.requests().len(), 3);
+    let notices = notices.lock().unwrap().clone();
+    let reasons: Vec<RetryReason> = notices.iter().map(|n| n.reason).collect();
+    assert_eq!(
+        reasons,
+        [RetryReason::Timeout { after: Duration::from_millis(300) }, RetryReason::Status { status: 503 }]
+    );
+    assert_eq!(notices.iter().map(|n| (n.failed_attempt, n.attempts)).collect::<Vec<_>>(), [(1, 4), (2, 4)]);
+    let shown = notices[0].to_string();
+    assert!(shown.contains("did not answer within 0.3 s on attempt 1 of 4; retrying in"), "{shown}");
+    assert!(notices[1].to_string().contains("answered HTTP 503 on attempt 2 of 4"), "{}", notices[1]);
+
+    // Timeouts on every attempt: one sentence naming the attempts.
+    let server = MockServer::start(vec![Reply::Hang, Reply::Hang]).await;
+    let mut config = openai_config(&server);
+    config.timeout = Duration::from_millis(200);
+    config.max_retries = 1;
+    let error = chat_error(open(&config).unwrap().as_ref(), &decide_json()).await;
+    assert!(matches!(error, ProviderError::Timeout { attempts: 2, .. }), "{error:?}");
+    assert!(error.to_string().contains("on all 2 attempts"), "{error}");
+}
+
+#[tokio::test]
+async fn retry_after_is_announced_with_the_wait_and_the_cap() {
+    let server = MockServer::start(vec![
+        Reply::error(429, "slow down").with_header("retry-after", "0.5"),
+        Reply::error(429, "slow down").with_header("retry-after", "100"),
+        Reply::ok(llm_mock::openai_text("{}")),
+    ])
+    .await;
+    let mut config = openai_config(&server);
+    config.max_backoff = Duration::from_millis(600);
+    let (provider, notices) = observed(&config);
+    provider.chat(&decide_json()).await.unwrap();
+    let notices = notices.lock().unwrap().clone();
+    assert_eq!(notices.len(), 2);
+    assert_eq!(notices[0].reason, RetryReason::RateLimited);
+    assert_eq!((notices[0].wait_ms, notices[0].retry_after_ms, notices[0].capped), (500, Some(500), false));
+    assert!(notices[0].to_string().contains("retrying in 0.5 s (as its Retry-After asked)"), "{}", notices[0]);
+    // 100 s asked, 0.6 s waited: said so, with the setting that caps it.
+    assert_eq!((notices[1].wait_ms, notices[1].retry_after_ms, notices[1].capped), (600, Some(100_000), true));
+    let shown = notices[1].to_string();
+    assert!(
+        shown.contains("rate limiting (HTTP 429) on attempt 2 of 4; retrying in 0.6 s (it asked for 100.0 s"),
+        "{shown}"
+    );
+    assert!(shown.contains("max_backoff"), "{shown}");
+    let requests = server.requests();
+    assert!(requests[2].at - requests[1].at >= Duration::from_millis(600));
+    let event = serde_json::to_value(&notices[1]).unwrap();
+    assert_eq!(event["reason"]["kind"], "rate-limited");
+    assert_eq!(event["wait_ms"], 600);
+}
+
+#[test]
+fn a_base_url_port_above_65535_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let error =
+        resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:70000/v1")])).unwrap_err().to_string();
+    assert!(
+        error.contains("port `70000`") && error.contains("1 to 65535") && error.contains("OPENAI_BASE_URL"),
+        "{error}"
+    );
+    std::fs::write(
+        home.path().join("skillhost.toml"),
+        "[provider]\nkind = \"openai\"\nbase_url = \"http://localhost:99999\"\n",
+    )
+    .unwrap();
+    let error = resolve(home.path(), &env(&[])).unwrap_err().to_string();
+    assert!(error.contains("port `99999`") && error.contains("base_url"), "{error}");
+    let config = resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:65535/v1")])).unwrap().unwrap();
+    assert_eq!(config.base_url, "http://127.0.0.1:65535/v1");
+}
+
+#[test]
+fn tool_calling_is_the_default_for_http_providers_with_a_switch() {
+    let home = tempfile::tempdir().unwrap();
+    let config = resolve(home.path(), &env(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")])).unwrap().unwrap();
+    assert!(config.tool_calling);
+    let config = resolve(home.path(), &env(&[("ANTHROPIC_API_KEY", "k")])).unwrap().unwrap();
+    assert!(config.tool_calling);
+    std::fs::write(home.path().join("skillhost.toml"), "[provider]\nkind = \"openai\"\ntool_calling = false\n")
+        .unwrap();
+    assert!(!resolve(home.path(), &env(&[])).unwrap().unwrap().tool_calling);
+    std::fs::write(
+        home.path().join("skillhost.toml"),
+        "[provider]\nkind = \"scripted\"\ndecisions = \"d.json\"\ntool_calling = true\n",
+    )
+    .unwrap();
+    assert!(!resolve(home.path(), &env(&[])).unwrap().unwrap().tool_calling, "a replay has no tool calling");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -138,6 +138,7 @@ fn main() -> anyhow::Result<()> {
             progress: Some(Box::new(move |s| {
                 sink.lock().map(|mut m| m.push((Instant::now(), s.prompt_bytes))).unwrap_or(())
             })),
+            ..AgentOptions::default()
         };
         let start = Instant::now();
         let outcome = rt.block_on(agent::run(

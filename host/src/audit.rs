@@ -102,6 +102,11 @@ pub struct StepEntry {
     pub memory_peak_bytes: usize,
     pub denials: Vec<Denial>,
     pub memories_stored: Vec<u64>,
+    /// Tokens of the step's model requests, as the provider reported them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
 }
 
 impl StepEntry {

@@ -228,13 +228,67 @@ fn build_rust(dir: &Path) -> Result<PathBuf> {
         .status()
         .context("cannot run cargo; is Rust installed?")?;
     if !status.success() {
-        bail!("cargo build failed (see above); is the target installed? `rustup target add wasm32-wasip2`");
+        match wasm_target_installed() {
+            Some(false) => bail!(
+                "cargo build failed (see above): the wasm32-wasip2 target is not installed; run `rustup target add wasm32-wasip2`"
+            ),
+            Some(true) => bail!("cargo build failed: fix the errors cargo printed above, then build again"),
+            None => bail!(
+                "cargo build failed (see above); fix the errors it names (if it says the target is missing: `rustup target add wasm32-wasip2`)"
+            ),
+        }
     }
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| dir.join("target"));
     let wasm = target_dir.join("wasm32-wasip2/release").join(format!("{}.wasm", crate_name.replace('-', "_")));
     let out = dir.join("skill.wasm");
     std::fs::copy(&wasm, &out).with_context(|| format!("cargo did not produce {}", wasm.display()))?;
     Ok(out)
+}
+
+/// One guest toolchain as `skillhost doctor` sees it: found (with its version line) or not,
+/// and the command that installs it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolchainCheck {
+    pub name: &'static str,
+    /// The tool's version line, `None` when it could not be run.
+    pub version: Option<String>,
+    pub install: &'static str,
+}
+
+/// cargo, the wasm32-wasip2 target, componentize-py and componentize-js.
+pub fn toolchain_checks() -> Vec<ToolchainCheck> {
+    let version = |mut cmd: Command| {
+        cmd.arg("--version").output().ok().filter(|o| o.status.success()).map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout);
+            text.lines().next().unwrap_or_default().trim().to_string()
+        })
+    };
+    let target = match wasm_target_installed() {
+        Some(true) => Some("installed".to_string()),
+        _ => None,
+    };
+    vec![
+        ToolchainCheck { name: "cargo", version: version(Command::new("cargo")), install: "https://rustup.rs" },
+        ToolchainCheck { name: "wasm32-wasip2 target", version: target, install: "rustup target add wasm32-wasip2" },
+        ToolchainCheck {
+            name: GuestTool::PYTHON.program,
+            version: version(GuestTool::PYTHON.command()),
+            install: GuestTool::PYTHON.install,
+        },
+        ToolchainCheck {
+            name: GuestTool::JS.program,
+            version: version(GuestTool::JS.command()),
+            install: GuestTool::JS.install,
+        },
+    ]
+}
+
+/// Whether the active Rust toolchain has the wasm32-wasip2 standard library (`None`: rustc
+/// cannot say), so a failed build blames the target only when it really is missing.
+fn wasm_target_installed() -> Option<bool> {
+    let out = Command::new("rustc").args(["--print", "sysroot"]).output().ok().filter(|o| o.status.success())?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    Some(sysroot.join("lib/rustlib/wasm32-wasip2/lib").is_dir())
 }
 
 /// One parameter case of `skill test`.

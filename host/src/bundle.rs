@@ -62,7 +62,7 @@ pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
         add(rel, bytes)?;
     }
     let data = builder.into_inner().context("cannot finish the bundle")?;
-    crate::fsutil::write_atomic(out, &data)?;
+    crate::fsutil::write_atomic_shared(out, &data)?;
     Ok(bundle)
 }
 

@@ -12,21 +12,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result, anyhow};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use serde_json::json;
 
 use crate::library::Library;
 
 mod agent;
 mod audit;
+mod config;
+mod doctor;
 mod mcp;
 mod memory;
+mod memory_records;
 mod output;
+mod params;
 mod policy;
 mod run;
 mod secret;
 mod skill;
 
+pub use output::UsageError;
 use output::one_line;
 use policy::policy;
 use skill::skill;
@@ -65,9 +70,29 @@ enum Command {
     #[command(subcommand)]
     Agent(agent::AgentCmd),
     /// Run the agent on a task: the model picks skills step by step (see `--help`).
+    ///
+    /// Each step the host sends the model the goal, the progress, the skills (with their
+    /// parameters), the memory summary and the last results; the model answers with one action:
+    /// call a skill, reply, or ask you a question (the run then pauses; answer with --resume ID
+    /// "ANSWER"). Skills run in the sandbox with the rights the policy grants; every step is a
+    /// line in the audit log. The provider comes from skillhost.toml or the environment
+    /// (`skillhost config show`); --decisions FILE replays a scripted run offline. Ctrl-C saves
+    /// the session and prints the id to resume it with.
     Run(run::RunArgs),
     /// Serve the skills and memory to MCP clients (stdio; Streamable HTTP with --http).
     Mcp(mcp::McpArgs),
+    /// Print a shell completion script: `skillhost completions bash > /etc/bash_completion.d/skillhost`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The configuration in force.
+    #[command(subcommand)]
+    Config(config::ConfigCmd),
+    /// Check the setup: guest toolchains, the home, the stores (skills, memory, audit log) and
+    /// the provider's reachability, with what to fix. Exit 1 when something is broken.
+    Doctor,
     /// Secrets skills use without seeing them: the host adds them to requests to the hosts
     /// a skill declares.
     #[command(subcommand)]
@@ -79,6 +104,7 @@ enum SkillCmd {
     /// Install a skill: a directory (SKILL.md + optional skill.wasm), a `.skill` bundle, or
     /// an http(s) URL to a bundle.
     Install {
+        /// What to install: a skill directory, a `.skill` bundle, or an http(s) URL to one.
         #[arg(value_name = "DIR|FILE.skill|URL")]
         dir: PathBuf,
         /// Grant a declared capability: all | filesystem[=GUEST[:read|read-write]] | network[=RULE] | env[=NAME] | memory[=read|write] | session
@@ -92,18 +118,23 @@ enum SkillCmd {
     List,
     /// Find installed skills for a task described in words (English or Chinese).
     Search {
+        /// The task, in words (English or Chinese).
         query: String,
         /// How many skills to show.
         #[arg(long, default_value_t = 5)]
         top: usize,
     },
     /// Show a skill: manifest, hashes, imports, declared / granted / effective rights.
-    Info { name: String },
+    Info {
+        /// The installed skill's name.
+        name: String,
+    },
     /// Run a skill once in the sandbox and print its SkillResult.
     Run {
+        /// The installed skill's name.
         name: String,
-        /// Parameters as a JSON object.
-        #[arg(long)]
+        /// Parameters as a JSON object; `@FILE` reads it from a file, `-` from stdin.
+        #[arg(long, value_name = "JSON|@FILE|-")]
         params: Option<String>,
         /// One parameter as name=value (repeatable; typed by SKILL.md).
         #[arg(short = 'p', long = "param")]
@@ -112,8 +143,18 @@ enum SkillCmd {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Reinstall a skill from where it was installed from (the source in its install.json),
+    /// confirming as `skill install` does before new content replaces it.
+    Update {
+        /// The installed skill's name.
+        name: String,
+        /// Replace without asking, keeping the grants (as `skill install --yes`).
+        #[arg(long, short)]
+        yes: bool,
+    },
     /// Remove an installed skill and its grants (its versions stay in the history).
     Remove {
+        /// The skill's name (installed, or removed earlier with its versions still archived).
         name: String,
         /// Also delete every archived version.
         #[arg(long)]
@@ -121,6 +162,7 @@ enum SkillCmd {
     },
     /// Scaffold a new skill that builds and passes its own cases as generated.
     New {
+        /// The new skill's name (lowercase letters, digits and dashes); also its directory.
         name: String,
         /// Guest language: rust (cargo, wasm32-wasip2), python (componentize-py) or js
         /// (componentize-js).
@@ -137,17 +179,21 @@ enum SkillCmd {
     /// release), a Python skill (app.py) with componentize-py, a JavaScript skill (app.js)
     /// with componentize-js.
     Build {
+        /// The skill directory.
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
     /// Run an installed skill against parameter cases and print a table.
     Test {
+        /// The installed skill's name.
         name: String,
+        /// A JSON file of cases: parameters and the expected status (see a scaffold's cases.json).
         #[arg(long)]
         cases: PathBuf,
     },
     /// Pack a skill directory into a `.skill` bundle (a tar with a manifest of file hashes).
     Pack {
+        /// The skill directory to pack.
         dir: PathBuf,
         /// Output file (default: NAME-VERSION.skill in the current directory).
         #[arg(long, short)]
@@ -155,32 +201,83 @@ enum SkillCmd {
     },
     /// Check a skill directory: our SKILL.md format, and with --agent-skills the Agent Skills rules.
     Lint {
+        /// The skill directory (or its SKILL.md).
         path: PathBuf,
+        /// Also check the Agent Skills rules (agentskills.io).
         #[arg(long)]
         agent_skills: bool,
     },
     /// Import a folder of Agent Skills (e.g. .claude/skills) as instruction skills.
-    Import { dir: PathBuf },
+    Import {
+        /// A folder holding one directory per Agent Skill.
+        dir: PathBuf,
+    },
     /// Versions of a skill (installed and archived), with the rights each added or dropped.
-    History { name: String },
+    History {
+        /// The skill's name.
+        name: String,
+    },
     /// Reinstall the exact bytes of an archived version (a version or a content-hash prefix).
-    Rollback { name: String, version: String },
+    Rollback {
+        /// The skill's name.
+        name: String,
+        /// A version (e.g. 0.2.0) or a content-hash prefix of at least 8 hex digits (see `skill history`).
+        version: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum PolicyCmd {
     /// Print the effective policy (user file with the project file over it).
-    Show { name: Option<String> },
+    Show {
+        /// Only this skill's grants.
+        name: Option<String>,
+    },
     /// Grant declared capabilities to an installed skill.
-    Grant { name: String, specs: Vec<String> },
+    Grant {
+        /// The installed skill's name.
+        name: String,
+        /// What to grant (the syntax is filled in by `command()`).
+        specs: Vec<String>,
+    },
     /// Revoke capabilities (same syntax as grant; `all` removes every grant).
-    Revoke { name: String, specs: Vec<String> },
+    Revoke {
+        /// The installed skill's name.
+        name: String,
+        /// What to revoke (the syntax is filled in by `command()`).
+        specs: Vec<String>,
+    },
+}
+
+/// The whole grammar, with the help texts computed at run time (the grant syntax lists every
+/// capability kind the host knows).
+pub fn command() -> clap::Command {
+    let grant = format!(
+        "Grant a declared capability: {} (repeatable)",
+        crate::capabilities::grant_syntax().trim_start_matches("use ")
+    );
+    let specs = format!("What to grant or revoke: {}", crate::capabilities::grant_syntax().trim_start_matches("use "));
+    Cli::command()
+        .mut_subcommand("skill", |c| c.mut_subcommand("install", |c| c.mut_arg("grants", |a| a.help(grant))))
+        .mut_subcommand("policy", |c| {
+            c.mut_subcommand("grant", |c| c.mut_arg("specs", |a| a.help(specs.clone())))
+                .mut_subcommand("revoke", |c| c.mut_arg("specs", |a| a.help(specs)))
+        })
 }
 
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let parsed = command().try_get_matches_from(&args).and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
+            // `--json` means errors too: a usage error is a JSON object on stdout.
+            if e.use_stderr() && args.iter().skip(1).any(|a| a == "--json") {
+                let message = e.render().to_string();
+                let first = message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+                println!("{}", json!({ "error": first, "kind": "usage", "exit_code": 2, "usage": message }));
+                return ExitCode::from(2);
+            }
             let _ = e.print();
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
@@ -189,12 +286,18 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
+            let usage = e.downcast_ref::<UsageError>().is_some();
+            let code = if usage { 2 } else { 1 };
             if json {
-                println!("{}", json!({ "error": format!("{e:#}") }));
+                let mut object = json!({ "error": format!("{e:#}"), "exit_code": code });
+                if usage {
+                    object["kind"] = json!("usage");
+                }
+                println!("{object}");
             } else {
                 eprintln!("error: {e:#}");
             }
-            ExitCode::from(1)
+            ExitCode::from(code)
         }
     }
 }
@@ -233,18 +336,29 @@ fn print_json(v: &impl serde::Serialize) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let lib = open_library(&cli)?;
+    // Commands that need no library (and must not create a home).
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut command(), "skillhost", &mut std::io::stdout());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Config(cmd) => return config::run(&home_of(&cli)?, cmd, cli.json),
+        _ => {}
+    }
+    let mut lib = open_library(&cli)?;
     let home = home_of(&cli)?;
     let json = cli.json;
     match cli.command {
-        Command::Run(args) => run::run(&lib, &home, args, json),
+        Command::Run(args) => run::run(&mut lib, &home, args, json),
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
         Command::Memory(cmd) => memory::run(&lib, cmd, json),
         Command::Audit(cmd) => audit::run(&lib, cmd, json),
         Command::Agent(cmd) => agent::run(&home, cmd, json),
         Command::Mcp(args) => mcp::run(lib, &home, args),
+        Command::Doctor => doctor::run(&lib, &home, json),
         Command::Secret(cmd) => secret::run(&lib, cmd, json),
+        Command::Completions { .. } | Command::Config(_) => unreachable!("handled before the library opens"),
     }
 }
 

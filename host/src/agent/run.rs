@@ -29,7 +29,7 @@ mod summary;
 
 pub use decision::{Action, Decision, action_of, interpret};
 pub use outcome::{Outcome, OutcomeStatus, StepReport};
-pub use state::{AgentState, DecisionRecord, Facts, StepAction, StepStatus, UserAnswer};
+pub use state::{AgentState, DecisionRecord, Facts, RunWorkspace, StepAction, StepStatus, UserAnswer};
 use step::Agent;
 
 pub const DEFAULT_MAX_STEPS: u32 = 8;
@@ -51,6 +51,11 @@ pub struct AgentOptions {
     pub tools: bool,
     /// Called after every step.
     pub progress: Option<ProgressFn>,
+    /// The session id of a new run (default: a fresh one), so a caller knows it before the
+    /// run ends (e.g. to name it when interrupted).
+    pub session: Option<String>,
+    /// Recorded in the saved state for `--resume`.
+    pub workspace: Option<RunWorkspace>,
 }
 
 /// Which profile handles `request`: the one asked for by name, else the router's choice.
@@ -81,7 +86,7 @@ pub async fn run(
     }
     let max_steps = options.max_steps.or(profile.max_steps).unwrap_or(DEFAULT_MAX_STEPS).max(1);
     let state = AgentState {
-        session: new_session_id(),
+        session: options.session.clone().unwrap_or_else(new_session_id),
         goal: goal.trim().to_string(),
         profile: profile.name.clone(),
         namespace: profile.namespace.clone(),
@@ -96,6 +101,8 @@ pub async fn run(
         finished: false,
         answer: None,
         repeat_rule: false,
+        output_style_given: false,
+        workspace: options.workspace.clone(),
     };
     Agent::new(library, provider, profile, options, state)?.drive().await
 }

@@ -23,17 +23,27 @@ pub(super) enum AgentCmd {
     /// List the agent profiles: the builtin `general` and those in <home>/agents.
     List,
     /// Show a profile as parsed, and its role text for each phase of a run.
-    Show { name: String },
+    Show {
+        /// The profile's name.
+        name: String,
+    },
     /// Dry run of the router: which profile would handle REQUEST, and why. Uses the configured
     /// LLM provider if there is one, else keywords.
     Route {
+        /// The task, as it would be given to `skillhost run`.
         request: String,
         /// Force a profile (as `skillhost run --agent` would).
         #[arg(long)]
         agent: Option<String>,
     },
+    /// Remove an installed profile from <home>/agents (its memories stay in its namespace).
+    Remove {
+        /// The profile's name.
+        name: String,
+    },
     /// Install a profile directory (holding an AGENT.md; its name is the profile's) into <home>/agents.
     Add {
+        /// The profile directory (named after the profile, holding its AGENT.md).
         dir: PathBuf,
         /// Replace an installed profile of the same name.
         #[arg(long)]
@@ -47,6 +57,7 @@ pub(super) fn run(home: &Path, cmd: AgentCmd, json: bool) -> Result<ExitCode> {
         AgentCmd::Show { name } => show(home, &name, json)?,
         AgentCmd::Route { request, agent } => dry_route(home, &request, agent.as_deref(), json)?,
         AgentCmd::Add { dir, replace } => add(home, &dir, replace, json)?,
+        AgentCmd::Remove { name } => remove(home, &name, json)?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -153,6 +164,30 @@ fn dry_route(home: &Path, request: &str, agent: Option<&str>, json: bool) -> Res
     }
     println!("{profile}  (by {})", method.as_str());
     println!("  {reason}");
+    Ok(())
+}
+
+fn remove(home: &Path, name: &str, json: bool) -> Result<()> {
+    let profiles = load_profiles(home)?;
+    let Some(profile) = profiles.iter().find(|p| p.name == name) else {
+        let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+        bail!("no agent profile named `{name}`; the profiles are: {}", names.join(", "));
+    };
+    let dir = home.join(AGENTS_DIR).join(name);
+    if profile.source.is_none() || !dir.join(PROFILE_FILE).is_file() {
+        bail!("`{name}` is built in, not installed in {}; it cannot be removed", home.join(AGENTS_DIR).display());
+    }
+    // Renamed first so a half-deleted profile is never loaded.
+    let trash = home.join(AGENTS_DIR).join(format!(".remove-{name}-{}", std::process::id()));
+    std::fs::rename(&dir, &trash).with_context(|| format!("cannot remove {}", dir.display()))?;
+    std::fs::remove_dir_all(&trash).with_context(|| format!("cannot delete {}", trash.display()))?;
+    if json {
+        return print_json(&json!({ "removed": name, "namespace": profile.namespace }));
+    }
+    println!(
+        "removed agent profile {name}; its memories stay in namespace `{}` (`skillhost memory list --namespace {}`)",
+        profile.namespace, profile.namespace
+    );
     Ok(())
 }
 

@@ -16,7 +16,10 @@ pub(super) enum AuditCmd {
     /// Sessions: first and last time, entries, skills called, final status.
     List,
     /// The entries of one session, in order.
-    Show { session: String },
+    Show {
+        /// The session id (as `audit list` shows it).
+        session: String,
+    },
     /// Check the whole chain; exit 1 naming the first tampered line.
     Verify,
     /// Set a damaged log aside (unchanged, in audit/sealed/) and start a new verified

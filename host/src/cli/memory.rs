@@ -19,11 +19,13 @@ use crate::memory::{MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilte
 pub(super) enum MemoryCmd {
     /// Print the MEMORY.md view (what every agent run gets) and its token count.
     Show {
+        /// The memory namespace (an agent profile's own, or `default`).
         #[arg(long, default_value = DEFAULT_NAMESPACE)]
         namespace: String,
     },
     /// Store a memory by hand.
     Add {
+        /// The memory's text.
         text: String,
         /// preference | fact | task-result | snapshot | pitfall | general
         #[arg(long, default_value = "fact", value_parser = parse_kind)]
@@ -31,20 +33,27 @@ pub(super) enum MemoryCmd {
         /// 0 (expires after a day) to 5 (never dropped from MEMORY.md).
         #[arg(long, default_value_t = 3)]
         priority: u8,
+        /// A tag to file it under (repeatable).
         #[arg(long = "tag")]
         tags: Vec<String>,
+        /// The memory namespace (an agent profile's own, or `default`).
         #[arg(long, default_value = DEFAULT_NAMESPACE)]
         namespace: String,
     },
     /// Relevance search over long-term memory (or daily notes with --daily).
     Search {
+        /// What to look for, in words.
         query: String,
+        /// The memory namespace (an agent profile's own, or `default`).
         #[arg(long, default_value = DEFAULT_NAMESPACE)]
         namespace: String,
+        /// Only records of this kind (repeatable): preference | fact | task-result | snapshot | pitfall | general
         #[arg(long = "kind", value_parser = parse_kind)]
         kinds: Vec<MemoryKind>,
+        /// Only records of at least this priority (0 to 5).
         #[arg(long, default_value_t = 0)]
         min_priority: u8,
+        /// Only records written in this agent session.
         #[arg(long)]
         session: Option<String>,
         /// Only records written by this skill.
@@ -53,6 +62,7 @@ pub(super) enum MemoryCmd {
         /// Order relevant records by priority, then recency.
         #[arg(long)]
         by_priority: bool,
+        /// How many results to show.
         #[arg(long, default_value_t = 10)]
         limit: usize,
         /// Search the daily notes instead.
@@ -61,6 +71,7 @@ pub(super) enum MemoryCmd {
     },
     /// Show a day's notes (default today, UTC), or append one with --add.
     Daily {
+        /// The day to show, as YYYY-MM-DD (default today, UTC).
         #[arg(long)]
         date: Option<String>,
         /// Append this note to today's file (`#promote` flags it for `memory maintain`).
@@ -69,17 +80,24 @@ pub(super) enum MemoryCmd {
     },
     /// Copy a daily-note entry (DATE:LINE) into long-term memory, or set a record's priority (ID).
     Promote {
+        /// A record id, or a daily-note entry as DATE:LINE.
         #[arg(value_name = "ID|DATE:LINE")]
         target: String,
+        /// The priority to give it (0 to 5).
         #[arg(long)]
         priority: Option<u8>,
+        /// The kind of the new record: preference | fact | task-result | snapshot | pitfall | general
         #[arg(long, default_value = "general", value_parser = parse_kind)]
         kind: MemoryKind,
+        /// The memory namespace (an agent profile's own, or `default`).
         #[arg(long, default_value = DEFAULT_NAMESPACE)]
         namespace: String,
     },
     /// Move a record to the archive (undo with `memory archive --restore`).
-    Forget { id: u64 },
+    Forget {
+        /// The record id (as `memory search` and `memory list` show it).
+        id: u64,
+    },
     /// Archive deprecated and expired records and merge near-duplicates.
     Compact {
         /// Only this namespace (default: all).
@@ -94,21 +112,41 @@ pub(super) enum MemoryCmd {
     },
     /// Write every record as JSON lines (stdout, or --output FILE).
     Export {
+        /// Write to this file instead of stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
     /// Load `memory export` output (all or nothing).
-    Import { file: PathBuf },
+    Import {
+        /// A file of JSON lines written by `memory export`.
+        file: PathBuf,
+    },
     /// Deprecate everything a skill (or one version of it) wrote: the poisoned-memory response.
     Quarantine {
+        /// The skill whose memories to deprecate.
         #[arg(long)]
         skill: String,
         /// A content-hash prefix of the version (see `skill history`).
         #[arg(long)]
         version: Option<String>,
     },
+    /// List the records (oldest first), of every namespace or one.
+    List {
+        /// Only this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Include deprecated records.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one record in full: text, provenance, timestamps.
+    Get {
+        /// The record id (as `memory list` shows it).
+        id: u64,
+    },
     /// List what housekeeping removed, or put one entry back.
     Archive {
+        /// Put this archived entry back (ids as listed without --restore).
         #[arg(long, value_name = "ARCHIVE_ID")]
         restore: Option<u64>,
     },
@@ -240,6 +278,8 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 println!("memory #{} is now priority {}: {}", record.id, record.priority, record.content);
             }
         }
+        MemoryCmd::List { namespace, all } => super::memory_records::list(lib, namespace.as_deref(), all, json)?,
+        MemoryCmd::Get { id } => super::memory_records::get(lib, id, json)?,
         MemoryCmd::Forget { id } => {
             let archive_id = memory.forget(id)?;
             if json {

@@ -103,6 +103,9 @@ pub(super) fn print_run(r: &RunReport) {
     }
     for d in &r.denials {
         println!("denied ({}): {}", d.capability, clean_line(&d.message));
+        if let Some(spec) = grant_spec_for(d) {
+            println!("  to allow it: skillhost policy grant {} {spec}", r.skill);
+        }
     }
     if !r.not_granted.is_empty() {
         println!("not granted (the call ran without it): {}", clean_line(&r.not_granted.join("; ")));
@@ -112,6 +115,28 @@ pub(super) fn print_run(r: &RunReport) {
     }
     eprintln!("({} us, peak memory {} KiB, session {})", r.elapsed_us, r.memory_peak_bytes / 1024, r.session);
 }
+
+/// The grant spec that would have allowed what `denial` refused, if a grant can: raw sockets
+/// and internal addresses are never granted this way.
+pub(super) fn grant_spec_for(denial: &crate::sandbox::Denial) -> Option<String> {
+    let message = &denial.message;
+    if message.contains("raw sockets") || message.contains("internal address") || message.contains("has no host") {
+        return None;
+    }
+    match denial.capability.as_str() {
+        "memory" if message.contains("memory: write") => Some("memory=write".to_string()),
+        "memory" if message.contains("memory: read") => Some("memory=read".to_string()),
+        // The other kinds: every declared right of that kind (the grant is bounded by SKILL.md).
+        kind if crate::capabilities::CapabilityKind::from_name(kind).is_some() => Some(kind.to_string()),
+        _ => None,
+    }
+}
+
+/// A mistake in how a command was called (exit code 2, like clap's own usage errors), as
+/// opposed to a failure while doing it (exit code 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 #[cfg(test)]
 mod tests {

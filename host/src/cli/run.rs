@@ -5,17 +5,23 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
+use serde_json::json;
 
 use super::output::{clean, clean_line};
 use super::print_json;
 use crate::agent::profile::load_profiles;
 use crate::agent::provider::scripted::ScriptedProvider;
-use crate::agent::provider::{Provider, config::resolve_from_process_env, open};
-use crate::agent::run::{self as agent, AgentOptions, Outcome, OutcomeStatus, StepReport};
-use crate::library::Library;
+use crate::agent::provider::{Provider, RetryNotice, RetryObserver, config::resolve_from_process_env, open_with};
+use crate::agent::run::{self as agent, AgentOptions, Outcome, OutcomeStatus, RunWorkspace, StepReport};
+use crate::library::{Library, new_session_id};
+
+/// The exit code of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+const INTERRUPTED_EXIT: u8 = 130;
 
 #[derive(Args)]
 pub(super) struct RunArgs {
@@ -34,30 +40,82 @@ pub(super) struct RunArgs {
     /// Replay a decisions file instead of calling a model (scripted provider).
     #[arg(long)]
     decisions: Option<PathBuf>,
-    /// Use native tool calling instead of JSON mode.
-    #[arg(long)]
+    /// Native tool calling (the default for OpenAI-compatible and Anthropic providers unless
+    /// `tool_calling = false` in skillhost.toml; off for --decisions replays).
+    #[arg(long, conflicts_with = "no_tools")]
     tools: bool,
+    /// JSON mode instead of native tool calling, for servers that lack it (same as
+    /// `tool_calling = false` in the [provider] table of skillhost.toml).
+    #[arg(long)]
+    no_tools: bool,
 }
 
-pub(super) fn run(lib: &Library, home: &Path, args: RunArgs, json: bool) -> Result<ExitCode> {
-    let provider: Arc<dyn Provider> = match &args.decisions {
-        Some(path) => Arc::new(ScriptedProvider::load(path).map_err(|e| anyhow!("{e}"))?),
+/// Set by the SIGINT handler; the run polls it.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_signal: libc::c_int) {
+    // Only an atomic store: the one thing a signal handler may safely do here.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Resolves once Ctrl-C was pressed.
+async fn interrupted() {
+    while !INTERRUPTED.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a provider retry looks like on stderr: a sentence for humans, a JSON event line
+/// under `--json` (stdout stays the one outcome object).
+fn retry_observer(json: bool) -> RetryObserver {
+    Arc::new(move |notice: &RetryNotice| {
+        if json {
+            let mut event = serde_json::to_value(notice).unwrap_or_default();
+            event["event"] = json!("retry");
+            eprintln!("{event}");
+        } else {
+            eprintln!("  .. {}", clean_line(&notice.to_string()));
+        }
+    })
+}
+
+pub(super) fn run(lib: &mut Library, home: &Path, args: RunArgs, json: bool) -> Result<ExitCode> {
+    let (provider, tool_calling): (Arc<dyn Provider>, bool) = match &args.decisions {
+        Some(path) => (Arc::new(ScriptedProvider::load(path).map_err(|e| anyhow!("{e}"))?), false),
         None => match resolve_from_process_env(home).map_err(|e| anyhow!("{e}"))? {
-            Some(config) => open(&config).map_err(|e| anyhow!("{e}"))?,
+            Some(config) => {
+                (open_with(&config, Some(retry_observer(json))).map_err(|e| anyhow!("{e}"))?, config.tool_calling)
+            }
             None => bail!(
                 "no LLM provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server such as Ollama or vLLM) or ANTHROPIC_API_KEY, or add a [provider] table to {}; or replay a decisions file with --decisions FILE",
                 home.join(crate::agent::provider::config::CONFIG_FILE).display()
             ),
         },
     };
-    eprintln!("provider: {}", provider.name());
+    let tools = (args.tools || tool_calling) && !args.no_tools;
+    eprintln!("provider: {} ({})", provider.name(), if tools { "native tool calling" } else { "JSON mode" });
+    let session = match &args.resume {
+        Some(resume) => resume.first().cloned().unwrap_or_default(),
+        None => new_session_id(),
+    };
+    let workspace = match (lib.explicit_workspace(), lib.default_workspace()) {
+        (Some(path), _) => Some(RunWorkspace { path: path.to_path_buf(), explicit: true }),
+        (None, Some(path)) => Some(RunWorkspace { path: path.to_path_buf(), explicit: false }),
+        (None, None) => None,
+    };
     let options = AgentOptions {
         max_steps: args.max_steps,
-        tools: args.tools,
+        tools,
         progress: Some(Box::new(|step: &StepReport| eprintln!("{}", clean_line(&progress_line(step))))),
+        session: Some(session.clone()),
+        workspace,
     };
     let profiles = load_profiles(home)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+    }
     let outcome = match (&args.resume, &args.task) {
         (Some(resume), _) => {
             let (id, answer) = match resume.as_slice() {
@@ -69,17 +127,40 @@ pub(super) fn run(lib: &Library, home: &Path, args: RunArgs, json: bool) -> Resu
             let profile = profiles.iter().find(|p| p.name == state.profile).ok_or_else(|| {
                 anyhow!("session {id} ran with the agent profile `{}`, which is no longer installed", state.profile)
             })?;
+            continue_in_workspace(lib, &state)?;
             eprintln!("resuming session {id} (agent {}, step {} of {})", profile.name, state.step, state.max_steps);
-            rt.block_on(agent::resume(lib, provider.as_ref(), profile, state, answer, &options))?
+            let lib = &*lib;
+            rt.block_on(async {
+                tokio::select! {
+                    outcome = agent::resume(lib, provider.as_ref(), profile, state, answer, &options) => Some(outcome),
+                    () = interrupted() => None,
+                }
+            })
         }
         (None, Some(task)) => {
-            let (profile, route) =
-                rt.block_on(agent::choose_profile(task, &profiles, args.agent.as_deref(), Some(provider.as_ref())))?;
-            eprintln!("agent: {} ({})", profile.name, route.reason);
-            rt.block_on(agent::run(lib, provider.as_ref(), &profile, task, &options))?
+            let lib = &*lib;
+            rt.block_on(async {
+                let chosen = tokio::select! {
+                    chosen = agent::choose_profile(task, &profiles, args.agent.as_deref(), Some(provider.as_ref())) => Some(chosen),
+                    () = interrupted() => None,
+                };
+                let (profile, route) = match chosen {
+                    Some(chosen) => chosen?,
+                    None => return Ok::<_, anyhow::Error>(None),
+                };
+                eprintln!("agent: {} ({})", profile.name, route.reason);
+                tokio::select! {
+                    outcome = agent::run(lib, provider.as_ref(), &profile, task, &options) => Ok(Some(outcome)),
+                    () = interrupted() => Ok(None),
+                }
+            })?
         }
         (None, None) => bail!("say what the agent should do: skillhost run \"TASK\" (or --resume ID \"ANSWER\")"),
     };
+    let Some(outcome) = outcome else {
+        return report_interrupted(lib, &session, json);
+    };
+    let outcome = outcome?;
     if json {
         print_json(&outcome)?;
     } else {
@@ -89,6 +170,62 @@ pub(super) fn run(lib: &Library, home: &Path, args: RunArgs, json: bool) -> Resu
         OutcomeStatus::Answered => ExitCode::SUCCESS,
         OutcomeStatus::Paused | OutcomeStatus::StepLimit => ExitCode::from(3),
     })
+}
+
+/// A resumed run uses the `$WORKSPACE` its run started with, unless `--workspace` says otherwise.
+fn continue_in_workspace(lib: &mut Library, state: &agent::AgentState) -> Result<()> {
+    let Some(recorded) = &state.workspace else { return Ok(()) };
+    match lib.explicit_workspace() {
+        Some(given) if given != recorded.path => eprintln!(
+            "note: session {} started in workspace {}; continuing in {} as --workspace says",
+            state.session,
+            recorded.path.display(),
+            given.display()
+        ),
+        Some(_) => {}
+        None => {
+            let set = if recorded.explicit {
+                lib.set_workspace(&recorded.path)
+            } else {
+                lib.set_default_workspace(&recorded.path)
+            };
+            set.map_err(|e| {
+                anyhow!(
+                    "session {} ran in workspace {}, which is gone ({e:#}); pass --workspace DIR to continue elsewhere",
+                    state.session,
+                    recorded.path.display()
+                )
+            })?;
+            eprintln!("workspace: {} (as the run started)", recorded.path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Ctrl-C: the session is saved after every step, so name it and how to continue.
+fn report_interrupted(lib: &Library, session: &str, json: bool) -> Result<ExitCode> {
+    let saved = agent::load_session(lib, session).ok();
+    let resume = format!("skillhost run --resume {session}");
+    if json {
+        println!(
+            "{}",
+            json!({
+                "status": "interrupted",
+                "session": saved.as_ref().map(|_| session),
+                "step": saved.as_ref().map(|s| s.step),
+                "resume": saved.as_ref().map(|_| &resume),
+            })
+        );
+    } else {
+        match &saved {
+            Some(state) => eprintln!(
+                "\ninterrupted: session {session} is saved after step {} of {}; continue with  {resume}",
+                state.step, state.max_steps
+            ),
+            None => eprintln!("\ninterrupted before the run started; nothing to resume"),
+        }
+    }
+    Ok(ExitCode::from(INTERRUPTED_EXIT))
 }
 
 /// `[step 2/8] query-issue-kb {"query":"..."} -> success, 3 hits (12 ms)`
@@ -101,19 +238,27 @@ pub fn progress_line(step: &StepReport) -> String {
         }
         None => step.action.to_string(),
     };
+    let tokens = match (step.prompt_tokens, step.completion_tokens) {
+        (Some(prompt), Some(completion)) => format!(", {prompt}+{completion} tokens"),
+        _ => String::new(),
+    };
     let mut line = format!(
-        "[step {}/{}] {what} -> {}, {} ({} ms)",
+        "[step {}/{}] {what} -> {}, {} ({} ms, model {} ms{tokens})",
         step.step,
         step.max_steps,
         step.status,
         crate::agent::context::one_line(&step.summary, 90),
-        step.elapsed_us / 1000
+        step.elapsed_us / 1000,
+        step.model_us / 1000,
     );
     if step.repaired {
         line.push_str(" [reply repaired]");
     }
     if step.reasked {
         line.push_str(" [asked again]");
+    }
+    if step.styled {
+        line.push_str(" [output style given]");
     }
     for note in &step.notes {
         line.push_str(&format!("\n    {note}"));
@@ -145,5 +290,16 @@ fn print_outcome(outcome: &Outcome) {
             e.not_returned.len()
         );
     }
-    eprintln!("session {} ({} steps, agent {})", outcome.session, outcome.total_steps, outcome.profile);
+    let tokens = if outcome.prompt_tokens + outcome.completion_tokens > 0 {
+        format!(", {} prompt + {} completion tokens", outcome.prompt_tokens, outcome.completion_tokens)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "session {} ({} steps, agent {}, {:.1} s{tokens})",
+        outcome.session,
+        outcome.total_steps,
+        outcome.profile,
+        outcome.elapsed_us as f64 / 1e6
+    );
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::{Value, json};
 
+use super::output::UsageError;
 use super::output::{clean, clean_line, one_line, print_list, print_run};
 use super::{SkillCmd, ask, print_json};
 use crate::library::{InstallOptions, Library, Replacement, RunOptions, params_from_pairs};
@@ -115,7 +116,9 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                         ),
                     }
                 }
-                if let Some(r) = &report.replaces {
+                if report.unchanged {
+                    println!("  unchanged: this content was already installed (nothing replaced, grants as they were)");
+                } else if let Some(r) = &report.replaces {
                     println!("  {r}; the old version is kept in `skillhost skill history {}`", report.name);
                 }
                 for w in &report.warnings {
@@ -247,14 +250,12 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
         }
         SkillCmd::Run { name, params, pairs, session } => {
             let mut value = match &params {
-                Some(text) => serde_json::from_str::<Value>(text).map_err(|e| {
-                    anyhow!("--params is not valid JSON ({e}); pass an object like '{{\"path\": \"x.log\"}}'")
-                })?,
+                Some(arg) => super::params::parse_params(arg)?,
                 None => json!({}),
             };
             if !pairs.is_empty() {
                 let manifest = lib.info(&name)?.manifest;
-                let extra = params_from_pairs(&manifest, &pairs)?;
+                let extra = params_from_pairs(&manifest, &pairs).map_err(|e| UsageError(format!("{e:#}")))?;
                 if let (Some(obj), Value::Object(more)) = (value.as_object_mut(), extra) {
                     obj.extend(more);
                 }
@@ -413,6 +414,16 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+        SkillCmd::Update { name, yes } => {
+            let info = lib.info(&name)?;
+            let Some(source) = info.record.source else {
+                anyhow::bail!(
+                    "`{name}` has no recorded install source (it was installed before skillhost recorded one); reinstall it with `skillhost skill install DIR|FILE.skill|URL`"
+                );
+            };
+            eprintln!("updating {name} from {source}");
+            skill(lib, SkillCmd::Install { dir: PathBuf::from(source), grants: Vec::new(), yes }, json)
         }
         SkillCmd::Remove { name, purge } => {
             lib.remove(&name, purge)?;

@@ -19,6 +19,9 @@ struct ArchiveNote {
     granted_then: Vec<String>,
 }
 
+/// The shortest content-hash prefix `skill rollback` accepts.
+pub const MIN_HASH_PREFIX: usize = 8;
+
 /// One version of a skill, installed or archived.
 #[derive(Debug, Clone, Serialize)]
 pub struct HistoryEntry {
@@ -113,18 +116,55 @@ impl Library {
     /// restored version are its declaration intersected with them, so nothing widens.
     pub fn rollback(&self, name: &str, which: &str) -> Result<HistoryEntry> {
         let history = self.history(name)?;
-        let matches: Vec<&HistoryEntry> = history
-            .iter()
-            .filter(|e| !e.installed)
-            .filter(|e| e.version.as_deref() == Some(which) || (which.len() >= 8 && e.content_hash.starts_with(which)))
-            .collect();
+        let archived: Vec<&HistoryEntry> = history.iter().filter(|e| !e.installed).collect();
+        // Each version with enough of its hash to tell it from the others.
+        let listing = || {
+            archived
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} ({})",
+                        e.version.as_deref().unwrap_or("-"),
+                        &e.content_hash[..12.min(e.content_hash.len())]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let is_hex = !which.is_empty() && which.bytes().all(|b| b.is_ascii_hexdigit());
+        let by_version: Vec<&&HistoryEntry> = archived.iter().filter(|e| e.version.as_deref() == Some(which)).collect();
+        let matches: Vec<&&HistoryEntry> = if by_version.is_empty() && is_hex {
+            let by_prefix: Vec<&&HistoryEntry> =
+                archived.iter().filter(|e| e.content_hash.starts_with(which)).collect();
+            if which.len() < MIN_HASH_PREFIX && !by_prefix.is_empty() {
+                bail!(
+                    "the content-hash prefix `{which}` is too short: give at least {MIN_HASH_PREFIX} hex digits. The archived versions of `{name}`: {}",
+                    listing()
+                );
+            }
+            by_prefix
+        } else {
+            by_version
+        };
         let entry = match matches.as_slice() {
-            [one] => (*one).clone(),
+            [one] => (**one).clone(),
             [] => bail!(
-                "`{name}` has no archived version `{which}`; see `skillhost skill history {name}` (versions: {})",
-                history.iter().filter_map(|e| e.version.clone()).collect::<Vec<_>>().join(", ")
+                "`{name}` has no archived version `{which}`; see `skillhost skill history {name}` (archived: {})",
+                if archived.is_empty() { "none".to_string() } else { listing() }
             ),
-            _ => bail!("`{which}` matches several archived versions of `{name}`; give a longer content-hash prefix"),
+            several => bail!(
+                "`{which}` matches {} archived versions of `{name}`: {}; give a content-hash prefix of one of them",
+                several.len(),
+                several
+                    .iter()
+                    .map(|e| format!(
+                        "{} ({})",
+                        e.version.as_deref().unwrap_or("-"),
+                        &e.content_hash[..12.min(e.content_hash.len())]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
         let src = self.history_dir(name).join(&entry.content_hash);
         let record = InstallRecord::read(&src)?;

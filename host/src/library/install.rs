@@ -57,8 +57,11 @@ pub struct InstallReport {
     /// The limits in force after this install.
     pub limits: Limits,
     pub compile: Option<CompileOutcome>,
-    /// Content hash of the version this install replaced (now in the history).
+    /// Content hash of the version this install replaced (now in the history); `None` when
+    /// nothing was installed or the same content was (see `unchanged`).
     pub replaced: Option<String>,
+    /// The same content was already installed: nothing was replaced or archived.
+    pub unchanged: bool,
     /// Rights this version declares beyond the version it replaced; not granted unless the
     /// user consents (existing grants never widen by themselves).
     pub new_rights: Vec<String>,
@@ -244,7 +247,8 @@ impl Library {
         let previous = self.read_record(&manifest.name).ok();
         let previous_manifest = previous.as_ref().and_then(|_| self.info(&manifest.name).ok()).map(|i| i.manifest);
         self.swap_in(&manifest.name, &staging)?;
-        let replaced = previous.map(|r| r.content_hash);
+        let unchanged = previous.as_ref().is_some_and(|r| r.content_hash == record.content_hash);
+        let replaced = previous.map(|r| r.content_hash).filter(|_| !unchanged);
         let new_rights = match &previous_manifest {
             Some(old) => manifest.capabilities.beyond(&old.capabilities),
             None => Vec::new(),
@@ -276,6 +280,7 @@ impl Library {
             limits,
             compile,
             replaced,
+            unchanged,
             new_rights,
             replaces,
             source: record.source.clone(),
@@ -385,7 +390,15 @@ impl Library {
     /// `rollback`) unless `purge`. Grants go first, so a failure (say, an invalid policy
     /// file) leaves the skill installed rather than half removed.
     pub fn remove(&self, name: &str, purge: bool) -> Result<()> {
-        self.read_record(name)?;
+        if let Err(not_installed) = self.read_record(name) {
+            // `remove --purge` after a plain `remove`: only the archived versions are left.
+            let history = self.history_dir(name);
+            if purge && history.is_dir() {
+                return std::fs::remove_dir_all(&history)
+                    .with_context(|| format!("cannot delete the archived versions in {}", history.display()));
+            }
+            return Err(not_installed);
+        }
         let granted_then = self.user_grants(name);
         Policy::update(&self.policy.user, |p| {
             p.skills.remove(name);

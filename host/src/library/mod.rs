@@ -161,6 +161,23 @@ impl Library {
         Ok(())
     }
 
+    /// `$WORKSPACE` as if given with `--workspace` (over the policy's `[paths]`).
+    pub fn set_workspace(&mut self, dir: &Path) -> Result<()> {
+        let dir = std::fs::canonicalize(dir).with_context(|| format!("workspace {} does not exist", dir.display()))?;
+        self.paths.insert("WORKSPACE".to_string(), dir.to_string_lossy().into_owned());
+        Ok(())
+    }
+
+    /// `$WORKSPACE` given explicitly (`--workspace`, [`Library::set_workspace`]), if any.
+    pub fn explicit_workspace(&self) -> Option<&Path> {
+        self.paths.get("WORKSPACE").map(Path::new)
+    }
+
+    /// The fallback `$WORKSPACE` ([`Library::set_default_workspace`]), if any.
+    pub fn default_workspace(&self) -> Option<&Path> {
+        self.default_paths.get("WORKSPACE").map(Path::new)
+    }
+
     /// Receive progress lines (compiles) while long operations run.
     pub fn on_progress(&mut self, f: impl Fn(&str) + Send + Sync + 'static) {
         self.progress = Box::new(f);
@@ -242,6 +259,12 @@ impl Library {
     /// What the user policy grants `name` now, one line per right (empty if unreadable).
     fn user_grants(&self, name: &str) -> Vec<String> {
         Policy::load(&self.policy.user).map(|p| p.granted(name).describe()).unwrap_or_default()
+    }
+
+    /// Check that the installed files of `name` are the bytes its install recorded.
+    pub fn verify_installed(&self, name: &str) -> Result<()> {
+        let record = self.read_record(name)?;
+        record::verify_files(&self.skill_dir(name), &record)
     }
 
     fn read_record(&self, name: &str) -> Result<InstallRecord> {

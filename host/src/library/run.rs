@@ -542,7 +542,9 @@ pub fn params_from_pairs(manifest: &Manifest, pairs: &[String]) -> Result<Value>
                 .ok()
                 .filter(|j| kind.is_none() && !j.is_string())
                 .unwrap_or_else(|| Value::String(v.to_string())),
-            Some(_) => serde_json::from_str(v).map_err(|e| anyhow!("`-p {pair}`: `{k}` takes JSON ({e})"))?,
+            // A value that is not of the declared type goes on as text, so the parameter check
+            // reports it exactly as it would the same value given in `--params`.
+            Some(_) => serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())),
         };
         obj.insert(k.to_string(), value);
     }

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::http::{Endpoint, JsonClient, ModelRef};
 use super::{
-    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat, Role,
-    ToolCall, Usage,
+    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
+    RetryObserver, Role, ToolCall, Usage,
 };
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -29,6 +29,14 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     pub fn new(config: &ProviderConfig) -> Result<AnthropicProvider, ProviderError> {
+        AnthropicProvider::with_observer(config, None)
+    }
+
+    /// [`AnthropicProvider::new`], telling `on_retry` before every wait between attempts.
+    pub fn with_observer(
+        config: &ProviderConfig,
+        on_retry: Option<RetryObserver>,
+    ) -> Result<AnthropicProvider, ProviderError> {
         let api_key = config.api_key.clone().ok_or_else(|| {
             ProviderError::Config(format!(
                 "the Anthropic provider needs an API key: set {} (or point `api_key_env` in skillhost.toml at the variable that holds it)",
@@ -43,7 +51,7 @@ impl AnthropicProvider {
                     .to_string(),
         };
         Ok(AnthropicProvider {
-            client: JsonClient::new(endpoint, config)?,
+            client: JsonClient::new(endpoint, config, on_retry)?,
             base_url: config.base_url.clone(),
             model: config.model.clone(),
             api_key,

@@ -11,6 +11,7 @@
 //! timeout_secs = 60                      # per request attempt
 //! max_retries = 3                        # on 429, 5xx and dropped connections
 //! decisions = "decisions.json"           # scripted only; relative to the home
+//! tool_calling = false                   # for servers without native tool calling (default true)
 //! ```
 //!
 //! Environment wins over the file: `SKILLHOST_PROVIDER` (kind), `SKILLHOST_MODEL`,
@@ -84,6 +85,10 @@ pub struct ProviderConfig {
     pub decisions: Option<PathBuf>,
     /// The HTTP proxy to reach the service through (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`).
     pub proxy: ProxySettings,
+    /// Native tool calling for the agent's decisions (SPEC section 6: used where the provider
+    /// has it). Default true for OpenAI-compatible and Anthropic; `tool_calling = false` in
+    /// the `[provider]` table for servers that lack it (JSON mode then). Never for `scripted`.
+    pub tool_calling: bool,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -101,6 +106,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("max_backoff", &self.max_backoff)
             .field("decisions", &self.decisions)
             .field("proxy", &self.proxy)
+            .field("tool_calling", &self.tool_calling)
             .finish()
     }
 }
@@ -120,6 +126,7 @@ impl ProviderConfig {
             max_backoff: Duration::from_secs(30),
             decisions: None,
             proxy: ProxySettings::from_process_env(),
+            tool_calling: kind != ProviderKind::Scripted,
         }
     }
 
@@ -156,6 +163,7 @@ struct ProviderTable {
     timeout_secs: Option<u64>,
     max_retries: Option<u32>,
     decisions: Option<PathBuf>,
+    tool_calling: Option<bool>,
 }
 
 /// [`resolve`] with the process environment.
@@ -243,6 +251,9 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     if let Some(retries) = table.max_retries {
         config.max_retries = retries;
     }
+    if let Some(tools) = table.tool_calling {
+        config.tool_calling = tools && kind != ProviderKind::Scripted;
+    }
     config.decisions = match env("SKILLHOST_DECISIONS") {
         Some(file) => Some(PathBuf::from(file)),
         None => table.decisions.map(|file| home.join(file)),
@@ -257,11 +268,129 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     Ok(Some(config))
 }
 
+/// Where a setting's value came from (`skillhost config show`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "from", rename_all = "kebab-case")]
+pub enum SettingSource {
+    /// The built-in default.
+    Default,
+    /// The `[provider]` table of the file at `path`.
+    File { path: PathBuf },
+    /// The environment variable `name`.
+    Env { name: String },
+    /// Derived from other settings (`why` says which).
+    Derived { why: String },
+}
+
+impl std::fmt::Display for SettingSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingSource::Default => f.write_str("default"),
+            SettingSource::File { path } => write!(f, "{}", path.display()),
+            SettingSource::Env { name } => write!(f, "environment {name}"),
+            SettingSource::Derived { why } => f.write_str(why),
+        }
+    }
+}
+
+/// One resolved setting and where it came from. Keys are shown as set, never their values.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Setting {
+    /// The key in the `[provider]` table.
+    pub key: &'static str,
+    pub value: serde_json::Value,
+    pub source: SettingSource,
+}
+
+/// The configuration [`resolve`] yields, setting by setting, with where each value came from;
+/// empty when no provider is configured.
+pub fn explain(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Setting>, ProviderError> {
+    let Some(config) = resolve(home, env)? else { return Ok(Vec::new()) };
+    let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+    let file = crate::config::ConfigFile::load(home).map_err(|e| ProviderError::Config(e.0))?;
+    let path = file.path().to_path_buf();
+    let table = file.table::<ProviderTable>("provider").map_err(|e| ProviderError::Config(e.0))?.unwrap_or_default();
+    let from_file = SettingSource::File { path: path.clone() };
+    let pick = |env_name: Option<&str>, in_file: bool| match env_name.filter(|name| env(name).is_some()) {
+        Some(name) => SettingSource::Env { name: name.to_string() },
+        None if in_file => from_file.clone(),
+        None => SettingSource::Default,
+    };
+    let kind_name = match config.kind {
+        ProviderKind::OpenAi => "openai",
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::Scripted => "scripted",
+    };
+    let kind_source = match pick(Some("SKILLHOST_PROVIDER"), table.kind.is_some()) {
+        SettingSource::Default => {
+            let set: Vec<&str> = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+                .into_iter()
+                .filter(|name| env(name).is_some())
+                .collect();
+            SettingSource::Derived { why: format!("chosen because {} is set", set.first().copied().unwrap_or("a key")) }
+        }
+        other => other,
+    };
+    let base_env = match config.kind {
+        ProviderKind::OpenAi => Some("OPENAI_BASE_URL"),
+        ProviderKind::Anthropic => Some("ANTHROPIC_BASE_URL"),
+        ProviderKind::Scripted => None,
+    };
+    let mut settings = vec![Setting { key: "kind", value: kind_name.into(), source: kind_source }];
+    let mut add = |key: &'static str, value: serde_json::Value, source: SettingSource| {
+        settings.push(Setting { key, value, source })
+    };
+    if config.kind == ProviderKind::Scripted {
+        let source = pick(Some("SKILLHOST_DECISIONS"), table.decisions.is_some());
+        add("decisions", serde_json::json!(config.decisions), source);
+    } else {
+        add("base_url", config.base_url.clone().into(), pick(base_env, table.base_url.is_some()));
+        add("model", config.model.clone().into(), pick(Some("SKILLHOST_MODEL"), table.model.is_some()));
+        if config.kind == ProviderKind::OpenAi {
+            add("embedding_model", config.embedding_model.clone().into(), pick(None, table.embedding_model.is_some()));
+        }
+        add("api_key_env", config.api_key_env.clone().into(), pick(None, table.api_key_env.is_some()));
+        let key = if config.api_key.is_some() { "(set)" } else { "(not set)" };
+        let key_source = match config.api_key {
+            Some(_) => SettingSource::Env { name: config.api_key_env.clone() },
+            None => SettingSource::Default,
+        };
+        add("api_key", key.into(), key_source);
+        add("timeout_secs", config.timeout.as_secs().into(), pick(None, table.timeout_secs.is_some()));
+        add("max_retries", config.max_retries.into(), pick(None, table.max_retries.is_some()));
+        add("tool_calling", config.tool_calling.into(), pick(None, table.tool_calling.is_some()));
+        let proxy: Vec<&str> = ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"]
+            .into_iter()
+            .filter(|name| env(name).is_some())
+            .collect();
+        if !proxy.is_empty() {
+            // Proxy URLs may hold credentials: only which variables are set.
+            add("proxy", "(set)".into(), SettingSource::Env { name: proxy.join(", ") });
+        }
+    }
+    Ok(settings)
+}
+
 fn check_base_url(url: &str, source: &str) -> Result<(), ProviderError> {
-    let parsed: Result<http::Uri, _> = url.trim().parse();
-    let ok = parsed.is_ok_and(|uri| {
-        matches!(uri.scheme_str(), Some("http") | Some("https")) && uri.host().is_some_and(|host| !host.is_empty())
-    });
+    let url = url.trim();
+    // The authority's port, as written: a parser that drops a bad port would send the
+    // requests to the scheme's default port instead.
+    let authority = url.split_once("://").map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    let port = authority
+        .map(|a| a.rsplit_once('@').map_or(a, |(_, host)| host))
+        .and_then(|host| host.rsplit_once(':').filter(|(h, _)| !h.ends_with(']') || h.starts_with('[')))
+        .map(|(_, port)| port)
+        .filter(|port| !port.is_empty() && !port.contains(']'));
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(ProviderError::Config(format!(
+            "the base URL `{url}` from {source} has port `{port}`, which is not a TCP port (1 to 65535); fix the port, e.g. http://127.0.0.1:11434/v1"
+        )));
+    }
+    let parsed = reqwest::Url::parse(url);
+    let ok =
+        parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()));
     if ok {
         Ok(())
     } else {
@@ -282,6 +411,17 @@ mod tests {
         let error = check_base_url("127.0.0.1:11434", "OPENAI_BASE_URL").unwrap_err().to_string();
         assert!(error.contains("OPENAI_BASE_URL") && error.contains("not an http(s) URL"), "{error}");
         assert!(check_base_url("ftp://host/x", "test").is_err());
+        assert!(check_base_url("http://[::1]:8080/v1", "test").is_ok());
+        assert!(check_base_url("http://[::1]/v1", "test").is_ok());
+        for bad in
+            ["http://127.0.0.1:70000/v1", "http://127.0.0.1:65536", "http://user@h:99999/v1", "http://[::1]:1000000/v1"]
+        {
+            let error = check_base_url(bad, "OPENAI_BASE_URL").unwrap_err().to_string();
+            assert!(
+                error.contains("not a TCP port (1 to 65535)") && error.contains("OPENAI_BASE_URL"),
+                "{bad}: {error}"
+            );
+        }
     }
 
     #[test]

@@ -13,8 +13,8 @@ use http::StatusCode;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
 
-use super::ProviderError;
 use super::config::ProviderConfig;
+use super::{ProviderError, RetryNotice, RetryObserver, RetryReason};
 use crate::http::RedirectRefused;
 
 /// Larger replies are refused: no chat completion or embedding is anywhere near this.
@@ -52,6 +52,8 @@ pub(crate) struct JsonClient {
     policy: RetryPolicy,
     /// A handle on the shared pool (cloning a reqwest client shares its connections).
     http: reqwest::Client,
+    /// Told before every wait between attempts, so the user sees why nothing happens.
+    on_retry: Option<RetryObserver>,
 }
 
 /// How one attempt failed.
@@ -69,7 +71,11 @@ struct RawReply {
 }
 
 impl JsonClient {
-    pub fn new(endpoint: Endpoint, config: &ProviderConfig) -> Result<JsonClient, ProviderError> {
+    pub fn new(
+        endpoint: Endpoint,
+        config: &ProviderConfig,
+        on_retry: Option<RetryObserver>,
+    ) -> Result<JsonClient, ProviderError> {
         let http = crate::http::client(&config.proxy)
             .map_err(|error| ProviderError::Config(format!("cannot reach the {}: {error}", endpoint.label)))?;
         if let Ok(base) = reqwest::Url::parse(&config.base_url) {
@@ -84,6 +90,7 @@ impl JsonClient {
                 max_backoff: config.max_backoff,
             },
             http,
+            on_retry,
         })
     }
 
@@ -117,12 +124,17 @@ impl JsonClient {
             attempt += 1;
             let outcome =
                 tokio::time::timeout(self.policy.timeout, self.attempt(&url, headers.clone(), body.clone())).await;
-            let wait = match outcome {
+            let (reason, wait, asked) = match outcome {
+                // A timeout is retried like a 5xx: a loaded server often answers the next one.
                 Err(_) => {
-                    return Err(ProviderError::Timeout {
-                        provider: self.endpoint.label.clone(),
-                        after: self.policy.timeout,
-                    });
+                    if attempt >= attempts {
+                        return Err(ProviderError::Timeout {
+                            provider: self.endpoint.label.clone(),
+                            after: self.policy.timeout,
+                            attempts,
+                        });
+                    }
+                    (RetryReason::Timeout { after: self.policy.timeout }, self.backoff(attempt), None)
                 }
                 Ok(Err(AttemptError::Fatal(error))) => return Err(error),
                 Ok(Err(AttemptError::Dropped(reason))) => {
@@ -133,7 +145,7 @@ impl JsonClient {
                             hint: self.endpoint.unreachable_hint.clone(),
                         });
                     }
-                    self.backoff(attempt)
+                    (RetryReason::Dropped, self.backoff(attempt), None)
                 }
                 Ok(Ok(reply)) if reply.status.is_success() => return self.parse_json(&reply.body),
                 Ok(Ok(reply)) if is_retryable(reply.status) => {
@@ -141,16 +153,34 @@ impl JsonClient {
                         return Err(self.exhausted(&reply, attempts));
                     }
                     let backoff = self.backoff(attempt);
-                    match retry_after(&reply.headers, SystemTime::now()) {
+                    let asked = retry_after(&reply.headers, SystemTime::now());
+                    let wait = match asked {
                         // The server knows when it will take us again; backoff is only a floor
                         // against a `Retry-After: 0` hammering loop.
                         Some(asked) => asked.max(backoff.min(Duration::from_millis(100))),
                         None => backoff,
                     }
-                    .min(self.policy.max_backoff)
+                    .min(self.policy.max_backoff);
+                    let reason = if reply.status == StatusCode::TOO_MANY_REQUESTS {
+                        RetryReason::RateLimited
+                    } else {
+                        RetryReason::Status { status: reply.status.as_u16() }
+                    };
+                    (reason, wait, asked)
                 }
                 Ok(Ok(reply)) => return Err(self.rejected(&reply, model)),
             };
+            if let Some(observer) = &self.on_retry {
+                observer(&RetryNotice {
+                    provider: self.endpoint.label.clone(),
+                    reason,
+                    failed_attempt: attempt,
+                    attempts,
+                    wait_ms: wait.as_millis() as u64,
+                    retry_after_ms: asked.map(|a| a.as_millis() as u64),
+                    capped: asked.is_some_and(|a| a > wait),
+                });
+            }
             tokio::time::sleep(wait).await;
         }
     }
@@ -426,7 +456,7 @@ mod tests {
         config.backoff_base = Duration::from_millis(100);
         config.max_backoff = Duration::from_millis(1000);
         let endpoint = Endpoint { label: "test".into(), key_env: "K".into(), unreachable_hint: "h".into() };
-        let client = JsonClient::new(endpoint, &config).unwrap();
+        let client = JsonClient::new(endpoint, &config, None).unwrap();
         for _ in 0..50 {
             let first = client.backoff(1);
             assert!(first >= Duration::from_millis(100) && first <= Duration::from_millis(150), "{first:?}");

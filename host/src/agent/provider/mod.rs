@@ -44,9 +44,14 @@ pub trait Provider: Send + Sync {
 
 /// Builds the provider `config` describes.
 pub fn open(config: &ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError> {
+    open_with(config, None)
+}
+
+/// [`open`], telling `on_retry` before every wait between attempts of an HTTP provider.
+pub fn open_with(config: &ProviderConfig, on_retry: Option<RetryObserver>) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(match config.kind {
-        ProviderKind::OpenAi => Arc::new(openai::OpenAiProvider::new(config)?),
-        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(config)?),
+        ProviderKind::OpenAi => Arc::new(openai::OpenAiProvider::with_observer(config, on_retry)?),
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::with_observer(config, on_retry)?),
         ProviderKind::Scripted => {
             let path = config.decisions.as_ref().ok_or_else(|| {
                 ProviderError::Config(
@@ -57,6 +62,69 @@ pub fn open(config: &ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError>
             Arc::new(scripted::ScriptedProvider::load(path)?)
         }
     })
+}
+
+/// Called before every wait between two attempts of one request.
+pub type RetryObserver = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
+
+/// Why an attempt is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RetryReason {
+    /// HTTP 429.
+    RateLimited,
+    /// HTTP 408 or 5xx.
+    Status { status: u16 },
+    /// No answer within the per-attempt timeout.
+    Timeout {
+        #[serde(serialize_with = "millis")]
+        after: Duration,
+    },
+    /// The connection broke mid-exchange.
+    Dropped,
+}
+
+fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(duration.as_millis() as u64)
+}
+
+/// One retry about to happen: what failed, how long the host waits, and which attempt comes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryNotice {
+    pub provider: String,
+    pub reason: RetryReason,
+    /// The attempt that failed (1-based).
+    pub failed_attempt: u32,
+    /// Attempts in all (`max_retries` + 1).
+    pub attempts: u32,
+    /// How long the host waits before the next attempt.
+    pub wait_ms: u64,
+    /// What the server's `Retry-After` asked for, if it sent one.
+    pub retry_after_ms: Option<u64>,
+    /// The server asked for longer than `max_backoff`, so the wait was cut to it.
+    pub capped: bool,
+}
+
+impl std::fmt::Display for RetryNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+        match self.reason {
+            RetryReason::RateLimited => write!(f, "the {} is rate limiting (HTTP 429)", self.provider)?,
+            RetryReason::Status { status } => write!(f, "the {} answered HTTP {status}", self.provider)?,
+            RetryReason::Timeout { after } => {
+                write!(f, "the {} did not answer within {}", self.provider, secs(after.as_millis() as u64))?
+            }
+            RetryReason::Dropped => write!(f, "the {} dropped the connection", self.provider)?,
+        }
+        write!(f, " on attempt {} of {}; retrying in {}", self.failed_attempt, self.attempts, secs(self.wait_ms))?;
+        match self.retry_after_ms {
+            Some(asked) if self.capped => {
+                write!(f, " (it asked for {} in Retry-After; waits are capped at `max_backoff`)", secs(asked))
+            }
+            Some(_) => write!(f, " (as its Retry-After asked)"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Who wrote a [`ChatMessage`].
@@ -251,9 +319,9 @@ pub enum ProviderError {
     BadResponse { provider: String, detail: String },
 
     #[error(
-        "the {provider} did not answer within {} s; raise `timeout_secs` in skillhost.toml if the model is slow, or check that the server is not stuck", .after.as_secs_f64()
+        "the {provider} did not answer within {} s on all {attempts} attempts; raise `timeout_secs` in skillhost.toml if the model is slow, or check that the server is not stuck", .after.as_secs_f64()
     )]
-    Timeout { provider: String, after: Duration },
+    Timeout { provider: String, after: Duration, attempts: u32 },
 
     /// The service has no such endpoint (Anthropic embeddings).
     #[error("the {provider} cannot {what}; {hint}")]

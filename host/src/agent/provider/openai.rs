@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use super::http::{Endpoint, JsonClient, ModelRef};
 use super::{
-    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat, Role,
-    ToolCall, Usage,
+    ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
+    RetryObserver, Role, ToolCall, Usage,
 };
 
 pub struct OpenAiProvider {
@@ -26,6 +26,14 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: &ProviderConfig) -> Result<OpenAiProvider, ProviderError> {
+        OpenAiProvider::with_observer(config, None)
+    }
+
+    /// [`OpenAiProvider::new`], telling `on_retry` before every wait between attempts.
+    pub fn with_observer(
+        config: &ProviderConfig,
+        on_retry: Option<RetryObserver>,
+    ) -> Result<OpenAiProvider, ProviderError> {
         let endpoint = Endpoint {
             label: format!("OpenAI-compatible provider at {}", config.base_url),
             key_env: config.api_key_env.clone(),
@@ -34,7 +42,7 @@ impl OpenAiProvider {
                     .to_string(),
         };
         Ok(OpenAiProvider {
-            client: JsonClient::new(endpoint, config)?,
+            client: JsonClient::new(endpoint, config, on_retry)?,
             base_url: config.base_url.clone(),
             model: config.model.clone(),
             embedding_model: config.embedding_model.clone(),

@@ -34,6 +34,11 @@ pub struct StepReport {
     pub repaired: bool,
     /// The model was asked again once with the parse error.
     pub reasked: bool,
+    /// The model replied early and was asked once more with the output style.
+    pub styled: bool,
+    /// Tokens of the step's model requests, as the provider reported them (`None`: it did not).
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
     /// Notes the host adds for the next step (repeat rule, dropped memories).
     pub notes: Vec<String>,
 }
@@ -49,6 +54,11 @@ pub struct Outcome {
     pub question: Option<String>,
     /// The guardrail's findings for evidence-style profiles.
     pub evidence: Option<EvidenceReport>,
+    /// Tokens reported by the provider over this invocation's steps.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Wall time of this invocation, routing excluded.
+    pub elapsed_us: u64,
     /// Steps taken in this invocation.
     pub steps: Vec<StepReport>,
     pub total_steps: u32,

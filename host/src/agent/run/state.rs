@@ -30,6 +30,20 @@ pub struct AgentState {
     /// The repeat rule fired on the last call: the next step is the `Final` phase.
     #[serde(default)]
     pub repeat_rule: bool,
+    /// An early reply was already asked again with the output style (done once per run).
+    #[serde(default)]
+    pub output_style_given: bool,
+    /// The `$WORKSPACE` the run started with, so `--resume` continues in the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<RunWorkspace>,
+}
+
+/// Where a run's `$WORKSPACE` pointed, and how it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunWorkspace {
+    pub path: std::path::PathBuf,
+    /// Given with `--workspace` (over the policy's `[paths]`), not the current directory.
+    pub explicit: bool,
 }
 
 /// What the run has learned so far.

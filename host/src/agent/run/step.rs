@@ -10,7 +10,7 @@ use super::super::context::{self, Catalog, MemorySummary, StepInputs, one_line};
 use super::super::executor::{self, Executed};
 use super::super::guardrail::{EvidenceReport, check_evidence};
 use super::super::profile::{AgentProfile, Phase};
-use super::super::provider::{ChatMessage, ChatReply, ChatRequest, Provider, Purpose, ResponseFormat};
+use super::super::provider::{ChatMessage, ChatReply, ChatRequest, Provider, Purpose, ResponseFormat, ToolCall, Usage};
 use super::decision::{Action, Decision, interpret};
 use super::outcome::{Outcome, OutcomeStatus, StepReport};
 use super::state::{AgentState, DecisionRecord, StepAction, StepStatus};
@@ -27,6 +27,8 @@ pub(super) struct Agent<'a> {
     pub(super) memory: MemorySummary,
     pub(super) state: AgentState,
     pub(super) steps: Vec<StepReport>,
+    /// When this invocation started (the run's elapsed time in the outcome).
+    pub(super) started: Instant,
 }
 
 /// Why a step had no usable action.
@@ -36,8 +38,36 @@ struct Decided {
     decision: Result<Decision, Unusable>,
     repaired: bool,
     reasked: bool,
+    /// An early reply was asked again with the output style (the final role slice).
+    styled: bool,
+    /// A note for the progress line (e.g. why the styled re-ask did not happen).
+    note: Option<String>,
     model_us: u64,
     prompt_bytes: usize,
+    /// Summed over the step's requests; `None` when the provider reported none.
+    usage: Option<Usage>,
+}
+
+/// Most characters of an unusable reply echoed back in the re-ask: the model needs to see
+/// what it sent, not a second copy of a runaway reply (a 10 MB reply made a 10 MB request).
+pub(super) const REASK_ECHO_CHARS: usize = 2_000;
+
+fn add_usage(total: &mut Option<Usage>, more: Option<Usage>) {
+    if let Some(more) = more {
+        let sum = total.get_or_insert(Usage { prompt_tokens: 0, completion_tokens: 0 });
+        sum.prompt_tokens += more.prompt_tokens;
+        sum.completion_tokens += more.completion_tokens;
+    }
+}
+
+/// `text` cut to `max` characters, saying how much was cut.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => {
+            format!("{}… [{} more characters not repeated]", &text[..end], text[end..].chars().count())
+        }
+        None => text.to_string(),
+    }
 }
 
 impl<'a> Agent<'a> {
@@ -50,7 +80,17 @@ impl<'a> Agent<'a> {
     ) -> Result<Agent<'a>> {
         let catalog = Catalog::load(library, profile)?;
         let memory = MemorySummary::load(library, &state.session, &state.namespace, &state.goal)?;
-        Ok(Agent { library, provider, profile, options, catalog, memory, state, steps: Vec::new() })
+        Ok(Agent {
+            library,
+            provider,
+            profile,
+            options,
+            catalog,
+            memory,
+            state,
+            steps: Vec::new(),
+            started: Instant::now(),
+        })
     }
 
     pub(super) fn save(&self) -> Result<()> {
@@ -82,17 +122,20 @@ impl<'a> Agent<'a> {
             };
             self.state.feedback.clear();
             self.state.repeat_rule = false;
+            self.state.output_style_given |= decided.styled;
             let mut entry = StepEntry {
                 session: self.state.session.clone(),
                 step: self.state.step,
                 prompt_bytes: decided.prompt_bytes,
                 model_us: decided.model_us,
                 params: Value::Null,
+                prompt_tokens: decided.usage.map(|u| u.prompt_tokens),
+                completion_tokens: decided.usage.map(|u| u.completion_tokens),
                 ..Default::default()
             };
             let mut evidence = None;
             let mut end: Option<OutcomeStatus> = None;
-            let mut notes = Vec::new();
+            let mut notes: Vec<String> = decided.note.iter().cloned().collect();
             let mut called: Option<(String, Executed)> = None;
             let (action, status, summary) = match decided.decision {
                 Err(Unusable(message)) => {
@@ -128,7 +171,7 @@ impl<'a> Agent<'a> {
                         &executed.result,
                         new_facts,
                     );
-                    notes = self.notes_after_call(&skill, &executed);
+                    notes.extend(self.notes_after_call(&skill, &executed));
                     entry.skill = Some(skill.clone());
                     entry.skill_hash = executed.skill_hash.clone();
                     entry.elapsed_us = executed.elapsed_us;
@@ -197,6 +240,9 @@ impl<'a> Agent<'a> {
                 memories_stored,
                 repaired: decided.repaired,
                 reasked: decided.reasked,
+                styled: decided.styled,
+                prompt_tokens: decided.usage.map(|u| u.prompt_tokens),
+                completion_tokens: decided.usage.map(|u| u.completion_tokens),
                 notes,
             };
             entry.action = report.action.to_string();
@@ -233,8 +279,82 @@ impl<'a> Agent<'a> {
         }
     }
 
-    /// Ask for one action; repair, re-ask once, or give up with the reason.
+    /// Ask for one action; repair, re-ask once, or give up with the reason. An early reply
+    /// (before the final phase) is asked once more with the final role slice, so a model that
+    /// answers early still sees the output style.
     async fn decide(&self, phase: Phase) -> Result<Decided> {
+        let started = Instant::now();
+        let mut decided = self.decide_in(phase).await?;
+        let early_reply = matches!(decided.decision, Ok(Decision { action: Action::Reply { .. }, .. }));
+        if early_reply && phase != Phase::Final && !self.state.output_style_given && self.has_final_slice() {
+            let first = std::mem::replace(&mut decided.decision, Err(Unusable(String::new())));
+            let Ok(Decision { action: Action::Reply { message }, .. }) = &first else { unreachable!() };
+            let nudge = format!(
+                "Before this answer is accepted: the role above now has the output style{} for the final answer. Give your final answer again following it (reply), or take another step if you are not done.",
+                if self.profile.evidence { " and the evidence rule" } else { "" }
+            );
+            match self.decide_styled(message, &nudge).await {
+                Ok(styled) => {
+                    add_usage(&mut decided.usage, styled.usage);
+                    decided.prompt_bytes += styled.prompt_bytes;
+                    decided.repaired |= styled.repaired;
+                    decided.styled = true;
+                    // An unusable styled reply does not void the usable first one.
+                    decided.decision = match styled.decision {
+                        Ok(decision) => Ok(decision),
+                        Err(_) => first,
+                    };
+                }
+                Err(error) => {
+                    decided.decision = first;
+                    decided.note = Some(format!(
+                        "the output style could not be given before the reply ({error:#}); the reply stands as first given"
+                    ));
+                }
+            }
+        }
+        decided.model_us = started.elapsed().as_micros() as u64;
+        Ok(decided)
+    }
+
+    /// Whether the final phase adds anything to the role (an output style, the evidence rule).
+    fn has_final_slice(&self) -> bool {
+        !self.profile.output_style.trim().is_empty() || self.profile.evidence
+    }
+
+    /// The re-ask of an early reply: the final-phase context, the reply, and `nudge`.
+    async fn decide_styled(&self, reply: &str, nudge: &str) -> Result<Decided> {
+        let (mut messages, format, prompt_bytes) = self.request_parts(Phase::Final);
+        if self.options.tools {
+            let call = ToolCall {
+                id: "early-reply".to_string(),
+                name: super::super::context::REPLY_TOOL.to_string(),
+                arguments: serde_json::json!({ "message": clip(reply, REASK_ECHO_CHARS) }).to_string(),
+            };
+            messages.push(ChatMessage::assistant_tool_calls("", vec![call]));
+            messages.push(ChatMessage::tool_result("early-reply", nudge));
+        } else {
+            let echoed = serde_json::json!({"next_action": "reply", "message": clip(reply, REASK_ECHO_CHARS)});
+            messages.push(ChatMessage::assistant(echoed.to_string()));
+            messages.push(ChatMessage::user(nudge));
+        }
+        let reply = self.chat(Purpose::Decide, format, messages).await?;
+        let decision = interpret(&reply).map_err(Unusable);
+        let repaired = decision.as_ref().is_ok_and(|(_, repaired)| *repaired);
+        Ok(Decided {
+            decision: decision.map(|(d, _)| d),
+            repaired,
+            reasked: false,
+            styled: true,
+            note: None,
+            model_us: 0,
+            prompt_bytes,
+            usage: reply.usage,
+        })
+    }
+
+    /// The messages, format and prompt size of one decision in `phase`.
+    fn request_parts(&self, phase: Phase) -> (Vec<ChatMessage>, ResponseFormat, usize) {
         let inputs = StepInputs {
             profile: self.profile,
             catalog: &self.catalog,
@@ -242,7 +362,7 @@ impl<'a> Agent<'a> {
             phase,
             tools: self.options.tools,
         };
-        let mut messages = context::compose(&self.state, &inputs);
+        let messages = context::compose(&self.state, &inputs);
         let format = if self.options.tools {
             let shortlist = context::shortlist(&self.state, &self.catalog);
             ResponseFormat::Tools(self.catalog.tools(&shortlist.candidates))
@@ -254,14 +374,22 @@ impl<'a> Agent<'a> {
             _ => 0,
         };
         let prompt_bytes = messages.iter().map(|m| m.content.len()).sum::<usize>() + tool_bytes;
-        let started = Instant::now();
+        (messages, format, prompt_bytes)
+    }
+
+    /// One decision in `phase`, re-asked once with the parse error when unusable.
+    async fn decide_in(&self, phase: Phase) -> Result<Decided> {
+        let (mut messages, format, prompt_bytes) = self.request_parts(phase);
         let reply = self.chat(Purpose::Decide, format.clone(), messages.clone()).await?;
         let mut decided = Decided {
             decision: Err(Unusable(String::new())),
             repaired: false,
             reasked: false,
+            styled: false,
+            note: None,
             model_us: 0,
             prompt_bytes,
+            usage: reply.usage,
         };
         match interpret(&reply) {
             Ok((decision, repaired)) => {
@@ -278,19 +406,23 @@ impl<'a> Agent<'a> {
                         "Answer again with one JSON object in the action format, and nothing else."
                     }
                 );
+                let echoed = clip(reply.text.as_deref().unwrap_or_default(), REASK_ECHO_CHARS);
                 if reply.tool_calls.is_empty() {
-                    messages.push(ChatMessage::assistant(reply.text.clone().unwrap_or_default()));
+                    messages.push(ChatMessage::assistant(echoed));
                     messages.push(ChatMessage::user(again));
                 } else {
-                    messages.push(ChatMessage::assistant_tool_calls(
-                        reply.text.clone().unwrap_or_default(),
-                        reply.tool_calls.clone(),
-                    ));
-                    for call in &reply.tool_calls {
+                    let calls: Vec<ToolCall> = reply
+                        .tool_calls
+                        .iter()
+                        .map(|call| ToolCall { arguments: clip(&call.arguments, REASK_ECHO_CHARS), ..call.clone() })
+                        .collect();
+                    for call in &calls {
                         messages.push(ChatMessage::tool_result(call.id.clone(), again.clone()));
                     }
+                    messages.insert(messages.len() - calls.len(), ChatMessage::assistant_tool_calls(echoed, calls));
                 }
                 let second = self.chat(Purpose::Decide, format, messages).await?;
+                add_usage(&mut decided.usage, second.usage);
                 match interpret(&second) {
                     Ok((decision, repaired)) => {
                         decided.decision = Ok(decision);
@@ -300,7 +432,6 @@ impl<'a> Agent<'a> {
                 }
             }
         }
-        decided.model_us = started.elapsed().as_micros() as u64;
         Ok(decided)
     }
 
@@ -314,13 +445,15 @@ impl<'a> Agent<'a> {
         self.provider.chat(&request).await.map_err(|e| anyhow!("{e}"))
     }
 
-    /// Take in what a call taught; true when it added anything (lines, memories, a new output).
+    /// Take in what a call taught; true when what it returned added anything (new lines, a
+    /// new output). Memories it stored do not count: a repeated call's summary merges into
+    /// the memory of the previous one, which is no new fact.
     fn absorb(&mut self, skill: &str, executed: &Executed) -> bool {
         *self.state.attempts.entry(skill.to_string()).or_insert(0) += 1;
         let facts = &mut self.state.facts;
         let before = facts.lines.len();
         facts.lines.extend(executed.lines.iter().copied());
-        let mut new = facts.lines.len() > before || !executed.memories_stored.is_empty();
+        let mut new = facts.lines.len() > before;
         facts.memories.extend(executed.memories_stored.iter().copied());
         // An output that cites no log lines counts as new when it was not seen before; one
         // that does is judged by its lines (its header echoes the filters, so it always differs).
@@ -434,6 +567,9 @@ impl<'a> Agent<'a> {
             answer,
             question,
             evidence,
+            prompt_tokens: self.steps.iter().filter_map(|s| s.prompt_tokens).sum(),
+            completion_tokens: self.steps.iter().filter_map(|s| s.completion_tokens).sum(),
+            elapsed_us: self.started.elapsed().as_micros() as u64,
             steps: self.steps,
             total_steps: self.state.step,
         }

@@ -31,8 +31,12 @@ impl Agent<'_> {
             ChatMessage::user(format!("Goal: {}\n\nSteps taken:\n{history}", self.state.goal)),
         ];
         let prompt_bytes = messages.iter().map(|m| m.content.len()).sum();
+        let mut usage = None;
         let from_model = match self.chat(Purpose::Summarize, ResponseFormat::Text, messages).await {
-            Ok(reply) => reply.text.filter(|t| !t.trim().is_empty()),
+            Ok(reply) => {
+                usage = reply.usage;
+                reply.text.filter(|t| !t.trim().is_empty())
+            }
             Err(e) => {
                 eprintln!("warning: the summary could not be written by the model ({e}); summarizing without it");
                 None
@@ -57,6 +61,8 @@ impl Agent<'_> {
             status: StepStatus::StepLimit.to_string(),
             model_us: started.elapsed().as_micros() as u64,
             elapsed_us: started.elapsed().as_micros() as u64,
+            prompt_tokens: usage.map(|u| u.prompt_tokens),
+            completion_tokens: usage.map(|u| u.completion_tokens),
             ..Default::default()
         };
         let audited = self.audit(entry, evidence.as_ref());
