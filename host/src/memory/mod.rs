@@ -24,6 +24,7 @@
 //! back: nothing learned is lost to housekeeping.
 
 mod daily;
+pub mod embed;
 mod handle;
 mod index;
 mod lock;
