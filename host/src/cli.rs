@@ -21,6 +21,7 @@ mod agent;
 mod audit;
 mod mcp;
 mod memory;
+mod memory_model;
 mod output;
 mod policy;
 mod run;
