@@ -93,3 +93,109 @@ fn damaged_or_foreign_files_are_clear_errors() {
     let e = EmbedModel::load(&dir.path().join("absent.bin")).unwrap_err().to_string();
     assert!(e.contains("absent.bin"), "{e}");
 }
+
+mod store {
+    use super::common;
+    use std::sync::Arc;
+
+    use skillhost::memory::{
+        EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore, NewRecord, Provenance, SearchFilter,
+    };
+
+    fn config(model: EmbedModelChoice) -> MemoryConfig {
+        MemoryConfig { embed_model: model, ..MemoryConfig::default() }
+    }
+
+    fn rec(content: &str) -> NewRecord {
+        NewRecord {
+            namespace: "default".into(),
+            kind: MemoryKind::Fact,
+            content: content.into(),
+            priority: 3,
+            tags: vec![],
+            provenance: Provenance { skill: "user".into(), skill_hash: String::new(), session: "s".into(), step: 0 },
+        }
+    }
+
+    fn top(memory: &Memory, query: &str) -> Vec<String> {
+        memory
+            .search(query, &SearchFilter::namespace("default"), 5)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.record.content)
+            .collect()
+    }
+
+    #[test]
+    fn a_store_without_vectors_gets_them_on_open_and_loses_them_with_its_records() {
+        let Some(model) = common::embed_model() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let facts = [
+            "The user prefers tabs over spaces.",
+            "The billing service deploys on Fridays.",
+            "用户对花生过敏。",
+            "张伟是数据平台的负责人。",
+        ];
+        let before = {
+            let memory = Memory::open(dir.path(), config(EmbedModelChoice::Off)).unwrap();
+            for f in facts {
+                memory.add(rec(f)).unwrap();
+            }
+            assert!(top(&memory, "how does the user like their indentation?").is_empty(), "lexical finds no paraphrase");
+            memory.list("default").unwrap()
+        };
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::File(model.clone()))).unwrap();
+        assert_eq!(memory.list("default").unwrap(), before, "records unchanged by the vector migration");
+        let stats = memory.semantic_stats().unwrap();
+        assert_eq!(stats.vectors, facts.len());
+        assert!(stats.vector_bytes >= facts.len() * 384 * 4);
+        assert_eq!(top(&memory, "how does the user like their indentation?").first().map(String::as_str), Some(facts[0]));
+        assert_eq!(top(&memory, "who is in charge of the data platform?").first().map(String::as_str), Some(facts[3]));
+        assert_eq!(top(&memory, "用户不能吃什么？").first().map(String::as_str), Some(facts[2]));
+        // Nothing about the weather on Mars is stored: nothing comes back.
+        assert!(top(&memory, "what is the weather like on Mars?").is_empty());
+        let id = before.iter().find(|r| r.content == facts[1]).unwrap().id;
+        memory.forget(id).unwrap();
+        assert_eq!(memory.semantic_stats().unwrap().vectors, facts.len() - 1);
+        drop(memory);
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::File(model))).unwrap();
+        assert_eq!(memory.semantic_stats().unwrap().vectors, facts.len() - 1);
+        drop(memory);
+        // Lexical-only opening of a store that has vectors works as before.
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::Off)).unwrap();
+        assert_eq!(top(&memory, "tabs").len(), 1);
+    }
+
+    #[test]
+    fn concurrent_adds_and_searches_on_a_multi_threaded_runtime() {
+        let Some(model) = common::embed_model() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Arc::new(Memory::open(dir.path(), config(EmbedModelChoice::File(model))).unwrap());
+        let cities: [&'static str; 8] = ["Lisbon", "Nairobi", "Osaka", "Lima", "Oslo", "Hanoi", "Quito", "Dakar"];
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for (i, city) in cities.into_iter().enumerate() {
+                let memory1 = memory.clone();
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let fact = format!("The team offsite number {i} takes place in {city}.");
+                    let id = memory1.add(rec(&fact)).unwrap();
+                    let hits = memory1.search(&format!("offsite {city}"), &SearchFilter::namespace("default"), 3).unwrap();
+                    assert_eq!(hits.first().map(|h| h.record.id), Some(id), "{fact}");
+                    id
+                }));
+                let memory2 = memory.clone();
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let _ = memory2.search("where is the team retreat?", &SearchFilter::namespace("default"), 5).unwrap();
+                    0
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let stats = memory.semantic_stats().unwrap();
+        assert_eq!(stats.vectors, memory.list("default").unwrap().len());
+        assert_eq!(stats.vectors, cities.len());
+    }
+}
