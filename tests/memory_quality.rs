@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::memory_eval::{self, print_table};
-use skillhost::memory::{EmbedModelChoice, MemoryConfig};
+use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig};
 
 fn config(model: EmbedModelChoice) -> MemoryConfig {
     MemoryConfig { embed_model: model, ..MemoryConfig::default() }
@@ -59,7 +59,7 @@ fn hybrid_search_finds_what_was_meant() {
     assert_eq!(hybrid.class("exact").r5(), 1.0, "exact queries must all be found");
     assert!(hybrid.overall().r5() >= 0.80, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
     assert!(hybrid.class("paraphrase").r5() >= 0.55, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
-    assert!(hybrid.class("crosslingual").r5() >= 0.55, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("crosslingual").r5() >= 0.6, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
     // Hybrid must not lose what words alone found.
     assert!(hybrid.overall().mrr() >= lexical.overall().mrr());
     assert!(hybrid.abstained >= 0.5, "queries about nothing got answers: {:.0} %", hybrid.abstained * 100.0);
@@ -75,4 +75,33 @@ fn lexical_search_without_a_model() {
     let lexical = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
     print_table("lexical only (BM25)", &lexical);
     assert!(lexical.class("exact").r5() >= 0.9, "exact R@5 {:.3}", lexical.class("exact").r5());
+}
+
+/// Not a check: prints R@5 and MRR of the fusion over a grid of its constants (how the
+/// defaults in hybrid.rs were chosen). `cargo test --release --test memory_quality -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fusion_sweep() {
+    let Some(model) = common::embed_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("memory");
+    let (memory, ids) = memory_eval::load(&store_dir, config(EmbedModelChoice::File(model.clone())));
+    let content: HashMap<u64, String> =
+        memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
+    drop(memory);
+    let grid = std::env::var("FUSION_GRID").unwrap_or_else(|_| "2.0,2.5,1.0;1.0,2.0,0.5;2.0,2.0,0.0;1.0,1.5,0.0;3.0,2.0,0.5;2.0,3.0,0.0".into());
+    for point in grid.split(';') {
+        let v: Vec<f32> = point.split(',').map(|x| x.parse().unwrap()).collect();
+        let fusion = FusionParams { lexical_weight: v[0], floor: v[1], lexical_floor: v[2], ..FusionParams::default() };
+        let memory = memory_eval::reopen(
+            &store_dir,
+            MemoryConfig { embed_model: EmbedModelChoice::File(model.clone()), fusion, ..MemoryConfig::default() },
+        );
+        let t = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+        println!(
+            "weight {:.1} floor {:.1} lexical_floor {:.1}: R@5 {:.3} MRR {:.3} para {:.3} xling {:.3} typo {:.3} none {:.0} %",
+            v[0], v[1], v[2],
+            t.overall().r5(), t.overall().mrr(), t.class("paraphrase").r5(), t.class("crosslingual").r5(), t.class("typo").r5(), t.abstained * 100.0
+        );
+    }
 }
