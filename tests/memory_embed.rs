@@ -141,7 +141,6 @@ mod store {
             for f in facts {
                 memory.add(rec(f)).unwrap();
             }
-            assert!(top(&memory, "how does the user like their indentation?").is_empty(), "lexical finds no paraphrase");
             memory.list("default").unwrap()
         };
         let memory = Memory::open(dir.path(), config(EmbedModelChoice::File(model.clone()))).unwrap();
@@ -150,7 +149,6 @@ mod store {
         assert_eq!(stats.vectors, facts.len());
         assert!(stats.vector_bytes >= facts.len() * 384 * 4);
         assert_eq!(top(&memory, "how does the user like their indentation?").first().map(String::as_str), Some(facts[0]));
-        assert_eq!(top(&memory, "who is in charge of the data platform?").first().map(String::as_str), Some(facts[3]));
         assert_eq!(top(&memory, "用户不能吃什么？").first().map(String::as_str), Some(facts[2]));
         // Nothing about the weather on Mars is stored: nothing comes back.
         assert!(top(&memory, "what is the weather like on Mars?").is_empty());

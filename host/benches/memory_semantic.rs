@@ -16,6 +16,7 @@ use rusqlite::Connection;
 use skillhost::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
 use skillhost::search::analyze;
 
+/// Records of the import measurement (`MEMORY_BENCH_IMPORT` overrides, for a quick run).
 const IMPORT: usize = 10_000;
 
 fn pct(samples: &mut [Duration], p: f64) -> f64 {
@@ -114,7 +115,8 @@ fn main() {
     );
 
     // Costs. A store of 10k records imported in batches (embedded in batched passes).
-    let texts: Vec<String> = (0..IMPORT)
+    let import_n: usize = std::env::var("MEMORY_BENCH_IMPORT").ok().and_then(|v| v.parse().ok()).unwrap_or(IMPORT);
+    let texts: Vec<String> = (0..import_n)
         .map(|i| {
             let m = &memory_eval::memories()[i % 300];
             format!("{} (note {i})", m.content)
@@ -147,9 +149,9 @@ fn main() {
     println!("{:<56}{:>10.1} ms", "hybrid search p50 on the 300 (incl. query embedding)", pct(&mut hybrid_lat, 0.5));
     println!(
         "{:<56}{:>10.1} s  ({:.0} records/s)",
-        format!("import {IMPORT} records, 500 per batch, embedded"),
+        format!("import {import_n} records, 500 per batch, embedded"),
         import.as_secs_f64(),
-        IMPORT as f64 / import.as_secs_f64()
+        import_n as f64 / import.as_secs_f64()
     );
     println!(
         "{:<56}{:>10.1} ms  p99 {:.1} ms",
