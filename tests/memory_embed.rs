@@ -148,7 +148,10 @@ mod store {
         let stats = memory.semantic_stats().unwrap();
         assert_eq!(stats.vectors, facts.len());
         assert!(stats.vector_bytes >= facts.len() * 384 * 4);
-        assert_eq!(top(&memory, "how does the user like their indentation?").first().map(String::as_str), Some(facts[0]));
+        assert_eq!(
+            top(&memory, "how does the user like their indentation?").first().map(String::as_str),
+            Some(facts[0])
+        );
         assert_eq!(top(&memory, "用户不能吃什么？").first().map(String::as_str), Some(facts[2]));
         // Nothing about the weather on Mars is stored: nothing comes back.
         assert!(top(&memory, "what is the weather like on Mars?").is_empty());
@@ -178,13 +181,15 @@ mod store {
                 tasks.push(tokio::task::spawn_blocking(move || {
                     let fact = format!("The team offsite number {i} takes place in {city}.");
                     let id = memory1.add(rec(&fact)).unwrap();
-                    let hits = memory1.search(&format!("offsite {city}"), &SearchFilter::namespace("default"), 3).unwrap();
+                    let hits =
+                        memory1.search(&format!("offsite {city}"), &SearchFilter::namespace("default"), 3).unwrap();
                     assert_eq!(hits.first().map(|h| h.record.id), Some(id), "{fact}");
                     id
                 }));
                 let memory2 = memory.clone();
                 tasks.push(tokio::task::spawn_blocking(move || {
-                    let _ = memory2.search("where is the team retreat?", &SearchFilter::namespace("default"), 5).unwrap();
+                    let _ =
+                        memory2.search("where is the team retreat?", &SearchFilter::namespace("default"), 5).unwrap();
                     0
                 }));
             }

@@ -47,12 +47,11 @@ fn hybrid_search_finds_what_was_meant() {
     let started = std::time::Instant::now();
     let (memory, ids) = memory_eval::load(&store_dir, config(EmbedModelChoice::File(model.clone())));
     println!("loaded {} memories with embeddings in {:.1} s", ids.len(), started.elapsed().as_secs_f64());
-    let content: HashMap<u64, String> =
-        memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
-    let hybrid = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+    let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
+    let hybrid = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
     drop(memory);
     let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
-    let lexical = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+    let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
     drop(memory);
     print_table("lexical only (BM25)", &lexical);
     print_table("hybrid (BM25 + e5 cosine)", &hybrid);
@@ -73,9 +72,8 @@ fn lexical_search_without_a_model() {
     let dir = tempfile::tempdir().unwrap();
     let (memory, ids) = memory_eval::load(&dir.path().join("memory"), config(EmbedModelChoice::Off));
     assert!(memory.semantic_stats().is_none());
-    let content: HashMap<u64, String> =
-        memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
-    let lexical = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+    let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
+    let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
     print_table("lexical only (BM25)", &lexical);
     assert!(lexical.class("exact").r5() >= 0.9, "exact R@5 {:.3}", lexical.class("exact").r5());
 }
@@ -89,10 +87,10 @@ fn fusion_sweep() {
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("memory");
     let (memory, ids) = memory_eval::load(&store_dir, config(EmbedModelChoice::File(model.clone())));
-    let content: HashMap<u64, String> =
-        memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
+    let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
     drop(memory);
-    let grid = std::env::var("FUSION_GRID").unwrap_or_else(|_| "2.0,2.5,1.0;1.0,2.0,0.5;2.0,2.0,0.0;1.0,1.5,0.0;3.0,2.0,0.5;2.0,3.0,0.0".into());
+    let grid = std::env::var("FUSION_GRID")
+        .unwrap_or_else(|_| "2.0,2.5,1.0;1.0,2.0,0.5;2.0,2.0,0.0;1.0,1.5,0.0;3.0,2.0,0.5;2.0,3.0,0.0".into());
     for point in grid.split(';') {
         let v: Vec<f32> = point.split(',').map(|x| x.parse().unwrap()).collect();
         let fusion = FusionParams { lexical_weight: v[0], floor: v[1], lexical_floor: v[2], ..FusionParams::default() };
@@ -100,11 +98,18 @@ fn fusion_sweep() {
             &store_dir,
             MemoryConfig { embed_model: EmbedModelChoice::File(model.clone()), fusion, ..MemoryConfig::default() },
         );
-        let t = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+        let t = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
         println!(
             "weight {:.1} floor {:.1} lexical_floor {:.1}: R@5 {:.3} MRR {:.3} para {:.3} xling {:.3} typo {:.3} none {:.0} %",
-            v[0], v[1], v[2],
-            t.overall().r5(), t.overall().mrr(), t.class("paraphrase").r5(), t.class("crosslingual").r5(), t.class("typo").r5(), t.abstained * 100.0
+            v[0],
+            v[1],
+            v[2],
+            t.overall().r5(),
+            t.overall().mrr(),
+            t.class("paraphrase").r5(),
+            t.class("crosslingual").r5(),
+            t.class("typo").r5(),
+            t.abstained * 100.0
         );
     }
 }

@@ -66,7 +66,7 @@ fn main() {
     let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
     let mut hybrid_lat = Vec::new();
     let hybrid = memory_eval::evaluate(
-        &|q| {
+        &mut |q| {
             let t = Instant::now();
             let hits = memory.search(q, &SearchFilter::namespace("default"), 10).unwrap();
             hybrid_lat.push(t.elapsed());
@@ -77,7 +77,7 @@ fn main() {
     );
     drop(memory);
     let memory = memory_eval::reopen(&dir, config(EmbedModelChoice::Off));
-    let lexical = memory_eval::evaluate(&memory_eval::store_search(&memory), &ids, &content);
+    let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
     drop(memory);
 
     // SQLite FTS5 with bm25 on the same analyzed terms (rowid = our record id).
@@ -89,7 +89,7 @@ fn main() {
     }
     let mut stmt = db.prepare("SELECT rowid FROM f WHERE f MATCH ?1 ORDER BY bm25(f) LIMIT 10").unwrap();
     let fts = memory_eval::evaluate(
-        &|q| {
+        &mut |q| {
             let terms = analyze(q);
             if terms.is_empty() {
                 return Vec::new();
@@ -159,7 +159,12 @@ fn main() {
         pct(&mut search_lat, 0.5),
         pct(&mut search_lat, 0.99)
     );
-    println!("{:<56}{:>10.1} ms  p99 {:.1} ms", "memory add p50 (with its embedding)", pct(&mut add_lat, 0.5), pct(&mut add_lat, 0.99));
+    println!(
+        "{:<56}{:>10.1} ms  p99 {:.1} ms",
+        "memory add p50 (with its embedding)",
+        pct(&mut add_lat, 0.5),
+        pct(&mut add_lat, 0.99)
+    );
     println!(
         "footprint: model file {:.1} MB (mapped, shared), expanded weights {:.1} MB, vectors {:.1} MB for {} records ({:.0} B each); process RSS {:.0} -> {:.0} MB",
         stats.model_file_bytes as f64 / 1e6,

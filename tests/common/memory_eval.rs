@@ -141,7 +141,11 @@ impl Table {
 }
 
 /// Rank of the first relevant result, by `search` returning ranked ids (top 10).
-pub fn evaluate(search: &dyn Fn(&str) -> Vec<u64>, ids: &HashMap<String, u64>, content: &HashMap<u64, String>) -> Table {
+pub fn evaluate(
+    search: &mut dyn FnMut(&str) -> Vec<u64>,
+    ids: &HashMap<String, u64>,
+    content: &HashMap<u64, String>,
+) -> Table {
     let mut table = Table::default();
     let (mut none, mut none_empty) = (0, 0);
     for q in queries() {
@@ -154,8 +158,7 @@ pub fn evaluate(search: &dyn Fn(&str) -> Vec<u64>, ids: &HashMap<String, u64>, c
         let wanted: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
         let rank = got.iter().position(|id| wanted.contains(id));
         if rank.is_none_or(|r| r >= 5) {
-            let top: Vec<String> =
-                got.iter().take(3).map(|id| content.get(id).cloned().unwrap_or_default()).collect();
+            let top: Vec<String> = got.iter().take(3).map(|id| content.get(id).cloned().unwrap_or_default()).collect();
             table.misses.push(format!("[{}] {:?} -> {:?}", q.cls, q.query, top));
         }
         table.classes.entry(q.cls.clone()).or_default().add(rank);

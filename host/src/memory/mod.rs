@@ -43,12 +43,12 @@ mod writes;
 
 pub use daily::DailyEntry;
 pub use handle::{Memory, SemanticStats};
+pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, is_reserved_source,
 };
-pub use hybrid::FusionParams;
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};

@@ -302,7 +302,9 @@ impl Store {
     pub(super) fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
         use std::sync::atomic::Ordering;
         if let Err(e) = self.vectors.apply(&self.db, upserts, deletes) {
-            eprintln!("warning: memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open");
+            eprintln!(
+                "warning: memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
+            );
         }
         let stamp = self.current_stamp()?;
         let first = if self.index_dirty.load(Ordering::SeqCst) {

@@ -44,7 +44,8 @@ impl Script {
         let (mut cjk, mut letters) = (0usize, 0usize);
         for c in text.chars().filter(|c| c.is_alphanumeric()) {
             letters += 1;
-            if matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af | 0xf900..=0xfaff) {
+            if matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af | 0xf900..=0xfaff)
+            {
                 cjk += 1;
             }
         }
@@ -254,9 +255,6 @@ impl Vectors {
 
     /// Bytes the in-memory vectors take (for footprint reports).
     pub(super) fn footprint(&self) -> usize {
-        self.entries
-            .read()
-            .map(|e| e.values().map(|v| v.vector.len() * 4 + v.namespace.len() + 48).sum())
-            .unwrap_or(0)
+        self.entries.read().map(|e| e.values().map(|v| v.vector.len() * 4 + v.namespace.len() + 48).sum()).unwrap_or(0)
     }
 }

@@ -104,11 +104,7 @@ impl EmbedModel {
             let encoder = Encoder::load(&parsed, &map).map_err(fail)?;
             let tokenizer = Tokenizer::new(&parsed.tokenizer);
             let digest = Sha256::digest(&map[..parsed.header_len]);
-            let identity = format!(
-                "e5-small-q4:{}:{}",
-                hex::encode(&digest[..8]),
-                map.len()
-            );
+            let identity = format!("e5-small-q4:{}:{}", hex::encode(&digest[..8]), map.len());
             (encoder, tokenizer, words.offset, identity)
         };
         Ok(EmbedModel { map, words_offset, encoder, tokenizer, identity, path: path.to_path_buf() })

@@ -33,7 +33,8 @@ impl Tokenizer {
             let bytes = &data.blob[w[0] as usize..w[1] as usize];
             let id = id as u32;
             // Control pieces (<s>, </s>, <pad>, <unk>, <mask>) are never produced from text.
-            let control = specials.contains(&id) || (bytes.starts_with(b"<") && bytes.ends_with(b">") && data.scores[id as usize] == 0.0);
+            let control = specials.contains(&id)
+                || (bytes.starts_with(b"<") && bytes.ends_with(b">") && data.scores[id as usize] == 0.0);
             if bytes.is_empty() || control {
                 continue;
             }
