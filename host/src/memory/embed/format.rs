@@ -134,7 +134,12 @@ pub(super) fn parse(data: &[u8]) -> Result<Parsed<'_>> {
     if block != BLOCK {
         bail!("quantization block is {block}, expected {BLOCK}");
     }
-    if heads == 0 || hidden % heads != 0 || hidden % BLOCK != 0 || ffn % BLOCK != 0 || type_vocab == 0 {
+    if heads == 0
+        || !hidden.is_multiple_of(heads)
+        || !hidden.is_multiple_of(BLOCK)
+        || !ffn.is_multiple_of(BLOCK)
+        || type_vocab == 0
+    {
         bail!("inconsistent shape: hidden {hidden}, heads {heads}, ffn {ffn}");
     }
     if max_positions < 3 || !(ln_eps.is_finite() && ln_eps > 0.0) {
@@ -191,7 +196,7 @@ pub(super) fn parse(data: &[u8]) -> Result<Parsed<'_>> {
         let bytes = c.u64("a tensor byte size")? as usize;
         let expected = match dtype {
             DType::F32 => elements * 4,
-            DType::Q4 if elements % BLOCK == 0 => elements / BLOCK * BLOCK_BYTES,
+            DType::Q4 if elements.is_multiple_of(BLOCK) => elements / BLOCK * BLOCK_BYTES,
             DType::Q4 => bail!("4-bit tensor `{name}` has {elements} weights, not whole blocks of {BLOCK}"),
         };
         if bytes != expected || offset.checked_add(bytes).is_none_or(|end| end > data.len()) {
