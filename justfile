@@ -39,6 +39,8 @@ test: build-skills
 bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
+    bash .ci/embed-model
+    SKILLHOST_EMBED_MODEL="$PWD/target/models/multilingual-e5-small-q4.bin" cargo bench -p skillhost --bench memory_semantic
     cargo bench -p skillhost --bench agent
     cargo bench -p skillhost --bench mcp
     bash .ci/guest-toolchains

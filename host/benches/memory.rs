@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
-use skillhost::memory::{Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
+use skillhost::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
 use skillhost::search::analyze;
 
 const RECORDS: usize = 100_000;
@@ -237,7 +237,9 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
 
     // skillhost: redb + tantivy, bulk load in batches of 2000 (one transaction + one index commit each).
-    let memory = Memory::open(&tmp.path().join("memory"), MemoryConfig::default()).unwrap();
+    // Lexical only: the semantic side is measured by benches/memory_semantic.rs.
+    let lexical = MemoryConfig { embed_model: EmbedModelChoice::Off, ..MemoryConfig::default() };
+    let memory = Memory::open(&tmp.path().join("memory"), lexical).unwrap();
     let t = Instant::now();
     for (chunk_no, chunk) in texts.chunks(2000).enumerate() {
         let batch = chunk

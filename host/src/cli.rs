@@ -23,6 +23,7 @@ mod config;
 mod doctor;
 mod mcp;
 mod memory;
+mod memory_model;
 mod memory_records;
 mod output;
 mod params;

@@ -133,3 +133,14 @@ impl TestServer {
         self.hits.load(Ordering::SeqCst)
     }
 }
+
+/// The embedding model the memory tests use: `$SKILLHOST_EMBED_MODEL`, else the copy
+/// `.ci/run` caches under target/models/ (`skillhost memory model install --to` puts it there).
+pub mod memory_eval;
+
+pub fn embed_model() -> Option<PathBuf> {
+    let path = std::env::var_os("SKILLHOST_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/models/multilingual-e5-small-q4.bin"));
+    require_installed(path, "the embedding model", "`bash .ci/embed-model` (or `skillhost memory model install`)")
+}

@@ -144,6 +144,11 @@ pub(super) enum MemoryCmd {
         /// The record id (as `memory list` shows it).
         id: u64,
     },
+    /// The embedding model of semantic search: `install` it, or show its `status`.
+    Model {
+        #[command(subcommand)]
+        action: super::memory_model::ModelCmd,
+    },
     /// List what housekeeping removed, or put one entry back.
     Archive {
         /// Put this archived entry back (ids as listed without --restore).
@@ -168,6 +173,14 @@ fn print_records(title: &str, hits: &[(MemoryRecord, Option<f32>)]) {
 }
 
 pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode> {
+    let cmd = match cmd {
+        MemoryCmd::Model { action } => return super::memory_model::run(lib.home(), action, json),
+        MemoryCmd::Search { .. } if !json && crate::memory::embed::model_path(lib.home()).is_none() => {
+            eprintln!("{}", crate::memory::embed::lexical_only_notice());
+            cmd
+        }
+        cmd => cmd,
+    };
     let memory = lib.memory()?;
     match cmd {
         MemoryCmd::Show { namespace } => {
@@ -376,6 +389,8 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 println!("restored memory #{}: {}", record.id, record.content);
             }
         }
+        // Taken before the store is opened (above); kept here for the match to be complete.
+        MemoryCmd::Model { action } => return super::memory_model::run(lib.home(), action, json),
         MemoryCmd::Archive { restore: None } => {
             let entries = memory.archive()?;
             if json {

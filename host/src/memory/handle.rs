@@ -72,6 +72,17 @@ struct State {
     epoch: u64,
 }
 
+/// What semantic search holds in memory ([`Memory::semantic_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemanticStats {
+    pub model: String,
+    pub vectors: usize,
+    pub vector_bytes: usize,
+    /// The mapped model file, and the expanded weights on the heap.
+    pub model_file_bytes: usize,
+    pub model_heap_bytes: usize,
+}
+
 /// The memory system of one skillhost home.
 pub struct Memory {
     dir: PathBuf,
@@ -234,6 +245,26 @@ impl Memory {
         match self.state.read().as_deref() {
             Ok(State { backend: Backend::Owner(o), .. }) => o.store.now_ms(),
             _ => self.clock.as_ref().map(|c| c()).unwrap_or_else(system_now_ms),
+        }
+    }
+
+    /// The embedding model and the vectors of the store, when this process owns it and a
+    /// model is in use (None as a client of another process, or lexical only).
+    pub fn semantic_stats(&self) -> Option<SemanticStats> {
+        match self.state.read().as_deref() {
+            Ok(State { backend: Backend::Owner(o), .. }) => {
+                let model = o.store.embed_model()?;
+                let (vectors, vector_bytes) = o.store.vector_stats();
+                let (model_file_bytes, model_heap_bytes) = model.footprint();
+                Some(SemanticStats {
+                    model: model.identity().to_string(),
+                    vectors,
+                    vector_bytes,
+                    model_file_bytes,
+                    model_heap_bytes,
+                })
+            }
+            _ => None,
         }
     }
 

@@ -14,7 +14,8 @@
 //!
 //! Files: `handle.rs` ([`Memory`], owner or client), `remote.rs` (the owner's socket),
 //! `store.rs` (the open store, reads, caches), `writes.rs`, `schema.rs` (tables, migration,
-//! transactions), `merge.rs` (same-fact rules), `sessions.rs`, `view.rs`, `index.rs`,
+//! transactions), `embed/` (the in-process embedding model), `vectors.rs` (record
+//! embeddings), `hybrid.rs` (BM25 + cosine fusion), `merge.rs` (same-fact rules), `sessions.rs`, `view.rs`, `index.rs`,
 //! `daily.rs`, `lock.rs`.
 //!
 //! The sandbox talks only to the [`MemoryStore`] trait (search, insert, session working
@@ -24,7 +25,9 @@
 //! back: nothing learned is lost to housekeeping.
 
 mod daily;
+pub mod embed;
 mod handle;
+mod hybrid;
 mod index;
 mod lock;
 mod merge;
@@ -34,17 +37,19 @@ mod schema;
 mod sessions;
 mod store;
 mod tokens;
+mod vectors;
 mod view;
 mod writes;
 
 pub use daily::DailyEntry;
-pub use handle::Memory;
+pub use handle::{Memory, SemanticStats};
+pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, is_reserved_source,
 };
-pub use store::{MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
+pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
 pub use writes::{CompactReport, ImportReport, MaintainReport};

