@@ -14,7 +14,8 @@
 //!
 //! Files: `handle.rs` ([`Memory`], owner or client), `remote.rs` (the owner's socket),
 //! `store.rs` (the open store, reads, caches), `writes.rs`, `schema.rs` (tables, migration,
-//! transactions), `merge.rs` (same-fact rules), `sessions.rs`, `view.rs`, `index.rs`,
+//! transactions), `merge.rs` (same-fact and update rules), `statement.rs` (what a
+//! record states: numbers, negations), `sessions.rs`, `view.rs`, `index.rs`,
 //! `daily.rs`, `lock.rs`.
 //!
 //! The sandbox talks only to the [`MemoryStore`] trait (search, insert, session working
@@ -32,6 +33,7 @@ mod records;
 mod remote;
 mod schema;
 mod sessions;
+mod statement;
 mod store;
 mod tokens;
 mod view;
@@ -42,12 +44,12 @@ pub use handle::Memory;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
-    SearchHit, SearchOrder, is_reserved_source,
+    SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
 pub use store::{MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
-pub use writes::{CompactReport, ImportReport, MaintainReport};
+pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};
 
 use anyhow::Result;
 
