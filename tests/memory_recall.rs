@@ -50,7 +50,8 @@ fn a_query_made_only_of_question_words_finds_nothing() {
     ] {
         m.add(rec(t, MemoryKind::Fact, 3)).unwrap();
     }
-    for q in ["what does the user do?", "how?", "which one does he have", "什么呢？", "怎么样吗", "用户的是什么"] {
+    for q in ["what does the user do?", "how?", "which one does he have", "什么呢？", "怎么样吗", "用户的是什么"]
+    {
         assert!(search(&m, q, 5).is_empty(), "{q:?} is only question words: {:?}", search(&m, q, 5));
         assert!(m.recall("default", q).unwrap().len() <= 5, "only the recent ones for {q:?}");
     }
@@ -89,7 +90,11 @@ fn labelled(m: &Memory, clock: &AtomicU64) -> Vec<(&'static str, u64)> {
             "the release checklist requires a signed changelog entry",
             &["release", "checklist", "signed", "changelog"],
         ),
-        ("uart baud garbage mismatch", "uart garbage comes from a baud mismatch", &["uart", "baud", "garbage", "mismatch"]),
+        (
+            "uart baud garbage mismatch",
+            "uart garbage comes from a baud mismatch",
+            &["uart", "baud", "garbage", "mismatch"],
+        ),
         (
             "staging migration database deploy",
             "deploy to staging runs the database migration first",
@@ -112,14 +117,16 @@ fn labelled(m: &Memory, clock: &AtomicU64) -> Vec<(&'static str, u64)> {
             for _ in 0..2 {
                 k += 1;
                 clock.fetch_add(1000, Ordering::SeqCst);
-                m.add(rec(&format!("{w} is mentioned on wiki page #{k}"), MemoryKind::Fact, 4 + (k % 2) as u8)).unwrap();
+                m.add(rec(&format!("{w} is mentioned on wiki page #{k}"), MemoryKind::Fact, 4 + (k % 2) as u8))
+                    .unwrap();
             }
         }
     }
     // Recent filler, so that the 5 most recent records are none of the relevant ones.
     for i in 0..5 {
         clock.fetch_add(1000, Ordering::SeqCst);
-        m.add(rec(&format!("scratch observation number {i} about the coffee machine"), MemoryKind::General, 2)).unwrap();
+        m.add(rec(&format!("scratch observation number {i} about the coffee machine"), MemoryKind::General, 2))
+            .unwrap();
     }
     out
 }
@@ -152,15 +159,17 @@ fn recall_takes_the_highest_priority_among_the_truly_relevant() {
     let m = open_at(dir.path(), &clock);
     // Two relevant records of different priority, and strong records sharing one word.
     let low = m.add(rec("the release checklist requires a signed changelog entry", MemoryKind::Fact, 2)).unwrap();
-    let high =
-        m.add(rec("the release checklist requires a signed changelog entry and a tag", MemoryKind::Pitfall, 4)).unwrap();
+    let high = m
+        .add(rec("the release checklist requires a signed changelog entry and a tag", MemoryKind::Pitfall, 4))
+        .unwrap();
     let mut noise = Vec::new();
     for t in ["release notes go to the wiki", "release trains leave on tuesdays", "the release manager is Ana"] {
         noise.push(m.add(rec(t, MemoryKind::Fact, 5)).unwrap());
     }
     for i in 0..5 {
         clock.fetch_add(1000, Ordering::SeqCst);
-        m.add(rec(&format!("scratch observation number {i} about the coffee machine"), MemoryKind::General, 2)).unwrap();
+        m.add(rec(&format!("scratch observation number {i} about the coffee machine"), MemoryKind::General, 2))
+            .unwrap();
     }
     let recalled: Vec<u64> =
         m.recall("default", "release checklist signed changelog").unwrap().iter().skip(5).map(|r| r.id).collect();

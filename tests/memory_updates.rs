@@ -182,9 +182,7 @@ fn a_skill_update_of_a_user_record_is_stored_beside_it_and_ranks_after_it() {
     let m = open_at(dir.path(), &clock);
     let mine = m.add(user("The user prefers tabs for indentation")).unwrap();
     clock.fetch_add(HOUR, Ordering::SeqCst);
-    let theirs = m
-        .add(by("notes", "The user now prefers spaces for indentation", MemoryKind::Preference, 3))
-        .unwrap();
+    let theirs = m.add(by("notes", "The user now prefers spaces for indentation", MemoryKind::Preference, 3)).unwrap();
     assert_ne!(mine, theirs);
     let kept = m.get(mine).unwrap().unwrap();
     assert_eq!(kept.content, "The user prefers tabs for indentation", "a skill never rewrites the user's record");
@@ -305,7 +303,10 @@ fn a_store_written_before_updates_opens_unchanged() {
     let mut out = Vec::new();
     m.export(&mut out).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(!text.contains("superseded_by") && !text.contains("supersedes") && !text.contains("referenced_ms"), "{text}");
+    assert!(
+        !text.contains("superseded_by") && !text.contains("supersedes") && !text.contains("referenced_ms"),
+        "{text}"
+    );
     // The rebuilt index finds them, and an update of an old record supersedes it.
     assert_eq!(search_ids(&m, "package manager").len(), 1);
     let new = m.add(user("The user now prefers spaces for indentation")).unwrap();

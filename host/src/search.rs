@@ -111,17 +111,35 @@ pub fn analyze(text: &str) -> Vec<String> {
 /// subject. Not evidence that a text is relevant ("how does the user like X?" must not
 /// match every memory with "how" or "does" in it), so neither indexed nor searched.
 pub const QUESTION_WORDS: &[&str] = &[
-    "how", "what", "which", "who", "whom", "whose", "when", "where", "why", "does", "do", "did", "can", "could", "would",
-    "should", "shall", "might", "am", "been", "being", "has", "have", "had", "i", "me", "my", "mine", "we", "us", "our",
-    "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "its", "them", "theirs", "please", "tell",
-    "about",
+    "how", "what", "which", "who", "whom", "whose", "when", "where", "why", "does", "do", "did", "can", "could",
+    "would", "should", "shall", "might", "am", "been", "being", "has", "have", "had", "i", "me", "my", "mine", "we",
+    "us", "our", "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "its", "them", "theirs",
+    "please", "tell", "about",
 ];
 
 /// Chinese question words and particles: dropped from CJK runs (which split around them)
 /// before bigrams are formed, so 用户喜欢什么缩进 gives 用户 喜欢 缩进 and no 欢什 么缩.
 const CJK_QUESTION_WORDS: &[&str] = &[
-    "为什么", "怎么样", "是不是", "什么", "怎么", "怎样", "如何", "哪里", "哪儿", "哪个", "哪些", "为何", "是否", "请问",
-    "多少", "几个", "我们", "你们", "他们", "她们",
+    "为什么",
+    "怎么样",
+    "是不是",
+    "什么",
+    "怎么",
+    "怎样",
+    "如何",
+    "哪里",
+    "哪儿",
+    "哪个",
+    "哪些",
+    "为何",
+    "是否",
+    "请问",
+    "多少",
+    "几个",
+    "我们",
+    "你们",
+    "他们",
+    "她们",
 ];
 const CJK_PARTICLES: &[char] =
     &['的', '了', '吗', '呢', '吧', '啊', '呀', '嘛', '哪', '是', '我', '你', '您', '他', '她', '它'];

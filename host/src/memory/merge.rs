@@ -62,13 +62,11 @@ pub(crate) fn relation(old: &Statement, new: &Statement, threshold: f64) -> Rela
         shared.len() >= 2 && cover_min >= 0.6 && cover_max >= 0.5
     };
     let same_subject = ids_agree && (attribute || overlap);
-    let value_changed =
-        old.values != new.values || old.ids != new.ids || old.negated() != new.negated() || substituted;
+    let value_changed = old.values != new.values || old.ids != new.ids || old.negated() != new.negated() || substituted;
     if same_subject && value_changed {
         return Relation::Update;
     }
-    if !substituted && old.numbers() == new.numbers() && old.negations == new.negations && dice(old, new) >= threshold
-    {
+    if !substituted && old.numbers() == new.numbers() && old.negations == new.negations && dice(old, new) >= threshold {
         return Relation::Restatement;
     }
     Relation::Unrelated

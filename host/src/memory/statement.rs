@@ -26,14 +26,71 @@ const NEGATIONS: &[&str] = &[
 const CJK_NEGATIONS: &[char] = &['不', '没', '无', '别', '未', '非', '勿', '莫', '否'];
 /// Words that contain a negation character but do not negate the statement they are in.
 const CJK_NOT_NEGATIONS: &[&str] = &[
-    "非常", "除非", "莫非", "是非", "非洲", "无论", "无关", "无聊", "无线", "无数", "无疑", "无限", "无人机", "毫无疑问",
-    "不错", "不过", "不断", "不仅", "不但", "不管", "不论", "不久", "不少", "不得不", "不能不", "不如", "不同", "不然",
-    "要不", "差不多", "不禁", "不妨", "不止", "了不起", "是不是", "对不起", "别人", "特别", "区别", "分别", "别的",
-    "类别", "级别", "识别", "告别", "别名", "性别", "个别", "未来", "未知", "否则", "是否", "能否", "可否", "与否",
-    "莫名", "没关系", "有没有", "无所谓", "非得", "无非",
+    "非常",
+    "除非",
+    "莫非",
+    "是非",
+    "非洲",
+    "无论",
+    "无关",
+    "无聊",
+    "无线",
+    "无数",
+    "无疑",
+    "无限",
+    "无人机",
+    "毫无疑问",
+    "不错",
+    "不过",
+    "不断",
+    "不仅",
+    "不但",
+    "不管",
+    "不论",
+    "不久",
+    "不少",
+    "不得不",
+    "不能不",
+    "不如",
+    "不同",
+    "不然",
+    "要不",
+    "差不多",
+    "不禁",
+    "不妨",
+    "不止",
+    "了不起",
+    "是不是",
+    "对不起",
+    "别人",
+    "特别",
+    "区别",
+    "分别",
+    "别的",
+    "类别",
+    "级别",
+    "识别",
+    "告别",
+    "别名",
+    "性别",
+    "个别",
+    "未来",
+    "未知",
+    "否则",
+    "是否",
+    "能否",
+    "可否",
+    "与否",
+    "莫名",
+    "没关系",
+    "有没有",
+    "无所谓",
+    "非得",
+    "无非",
 ];
 /// Words that announce that a statement replaces an earlier one.
-const MARKERS: &[&str] = &["now", "currently", "instead", "anymore", "switched", "changed", "updated", "nowadays", "henceforth"];
+const MARKERS: &[&str] =
+    &["now", "currently", "instead", "anymore", "switched", "changed", "updated", "nowadays", "henceforth"];
 const CJK_MARKERS: &[&str] =
     &["现在", "目前", "如今", "改成", "改为", "改用", "换成", "换为", "换用", "不再", "已改", "变成", "变为", "从此"];
 /// Words that say nothing about which fact a memory is: its subject is always the user.
@@ -59,9 +116,46 @@ const CJK_DIGITS: &[(char, u64)] = &[
 ];
 const CJK_SCALES: &[(char, u64)] = &[('十', 10), ('百', 100), ('千', 1000), ('万', 10_000), ('亿', 100_000_000)];
 const CJK_NOT_NUMBERS: &[&str] = &[
-    "一起", "一些", "一直", "一定", "一样", "一般", "一切", "一致", "一下", "一点", "统一", "唯一", "万一", "十分",
-    "千万", "一旦", "一边", "同一", "逐一", "一律", "一向", "一概", "单一", "一会", "一再", "一同", "一度", "万能",
-    "千万别", "百分之", "一味", "一流", "一番", "不一", "一贯", "专一", "三思", "九州", "十足", "百度",
+    "一起",
+    "一些",
+    "一直",
+    "一定",
+    "一样",
+    "一般",
+    "一切",
+    "一致",
+    "一下",
+    "一点",
+    "统一",
+    "唯一",
+    "万一",
+    "十分",
+    "千万",
+    "一旦",
+    "一边",
+    "同一",
+    "逐一",
+    "一律",
+    "一向",
+    "一概",
+    "单一",
+    "一会",
+    "一再",
+    "一同",
+    "一度",
+    "万能",
+    "千万别",
+    "百分之",
+    "一味",
+    "一流",
+    "一番",
+    "不一",
+    "一贯",
+    "专一",
+    "三思",
+    "九州",
+    "十足",
+    "百度",
 ];
 const EN_UNITS: &[(&str, u64)] = &[
     ("zero", 0),
@@ -95,7 +189,8 @@ const EN_TENS: &[(&str, u64)] = &[
     ("eighty", 80),
     ("ninety", 90),
 ];
-const EN_SCALES: &[(&str, u64)] = &[("hundred", 100), ("thousand", 1000), ("million", 1_000_000), ("billion", 1_000_000_000)];
+const EN_SCALES: &[(&str, u64)] =
+    &[("hundred", 100), ("thousand", 1000), ("million", 1_000_000), ("billion", 1_000_000_000)];
 
 /// One memory's content as the update rules see it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -220,7 +315,10 @@ fn pieces(text: &str) -> Vec<Piece> {
             i = j;
         } else if c.is_alphanumeric() || c == '\'' {
             let mut j = i;
-            while j < chars.len() && (chars[j].is_alphanumeric() || chars[j] == '\'') && !is_cjk(chars[j]) && !chars[j].is_ascii_digit()
+            while j < chars.len()
+                && (chars[j].is_alphanumeric() || chars[j] == '\'')
+                && !is_cjk(chars[j])
+                && !chars[j].is_ascii_digit()
             {
                 j += 1;
             }
@@ -322,12 +420,15 @@ impl Statement {
                         i += 1;
                         continue;
                     }
-                    if w == "and" && en_current.is_some() && matches!(ps.get(i + 2), Some(Piece::Word(n)) if is_en_number_word(n))
+                    if w == "and"
+                        && en_current.is_some()
+                        && matches!(ps.get(i + 2), Some(Piece::Word(n)) if is_en_number_word(n))
                     {
                         i += 1;
                         continue;
                     }
-                    let unit_follows = !(NEGATIONS.contains(&w) || MARKERS.contains(&w)) && !stemmed(stemmer, w).is_empty();
+                    let unit_follows =
+                        !(NEGATIONS.contains(&w) || MARKERS.contains(&w)) && !stemmed(stemmer, w).is_empty();
                     if let Some((total, current)) = en_current.take() {
                         flush(&mut st, total + current, unit_follows);
                     }
@@ -535,10 +636,13 @@ mod tests {
 
     #[test]
     fn chinese_negation_is_read_by_words() {
-        for t in ["他不喜欢tabs", "没有用pnpm", "别用npm", "未配置代理", "并非默认", "不要提交", "无需重启"] {
+        for t in ["他不喜欢tabs", "没有用pnpm", "别用npm", "未配置代理", "并非默认", "不要提交", "无需重启"]
+        {
             assert!(Statement::of(t).negated(), "{t} is a negation");
         }
-        for t in ["他非常喜欢tabs", "无论如何用pnpm", "这个方案不错", "特别喜欢vim", "是否启用", "区别很小", "未来用rust"] {
+        for t in
+            ["他非常喜欢tabs", "无论如何用pnpm", "这个方案不错", "特别喜欢vim", "是否启用", "区别很小", "未来用rust"]
+        {
             assert!(!Statement::of(t).negated(), "{t} is not a negation: {:?}", Statement::of(t).negations);
         }
         assert_eq!(Statement::of("没有用pnpm").negations, Statement::of("没用pnpm").negations);

@@ -144,7 +144,10 @@ pub(super) fn render(
         });
         let mut misses = 0;
         for i in members {
-            if misses >= MAX_MISSES || section_used[section] + MIN_LINE_TOKENS > reserved || used + MIN_LINE_TOKENS > budget {
+            if misses >= MAX_MISSES
+                || section_used[section] + MIN_LINE_TOKENS > reserved
+                || used + MIN_LINE_TOKENS > budget
+            {
                 break;
             }
             let r = ranked[i].0;

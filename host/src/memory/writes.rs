@@ -10,14 +10,12 @@ use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use super::daily::{self, DailyEntry, PROMOTE_FLAG};
-use super::merge::{
-    Relation, dice, may_merge, may_supersede, merge_into, relation, round_importance, same_identity,
-};
+use super::merge::{Relation, dice, may_merge, may_supersede, merge_into, relation, round_importance, same_identity};
 use super::records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, archive_reason,
 };
-use super::statement::Statement;
 use super::schema::{ARCHIVE, BY_SKILL, MAX_ID, PROMOTED};
+use super::statement::Statement;
 use super::store::{Store, validate_namespace};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -433,7 +431,8 @@ impl Store {
                 }
                 // Bulk loads and imports are not compared on the way in: an older record
                 // updated by a newer one is archived as outdated here.
-                let (older, newer) = if (survivors[j].created_ms, j) < (survivors[i].created_ms, i) { (j, i) } else { (i, j) };
+                let (older, newer) =
+                    if (survivors[j].created_ms, j) < (survivors[i].created_ms, i) { (j, i) } else { (i, j) };
                 let rel = relation(&statements[older], &statements[newer], self.config.merge_similarity);
                 if rel == Relation::Update && may_supersede(&survivors[older], &survivors[newer]) {
                     let old = survivors[older].clone();
@@ -554,7 +553,9 @@ impl Store {
             return true;
         }
         let newest_of_a_tag = r.tags.iter().any(|t| {
-            live.newest_tag.get(&(r.namespace.as_str(), t.as_str())).is_some_and(|&(created, id)| (created, id) <= (r.created_ms, r.id))
+            live.newest_tag
+                .get(&(r.namespace.as_str(), t.as_str()))
+                .is_some_and(|&(created, id)| (created, id) <= (r.created_ms, r.id))
         });
         if newest_of_a_tag {
             return true;
@@ -564,7 +565,8 @@ impl Store {
         }
         // Newer records on the same subject are among the index's best candidates.
         let st = Statement::of(&r.content);
-        let candidates = self.index.search(&r.content, &SearchFilter::namespace(&r.namespace), now, 8).unwrap_or_default();
+        let candidates =
+            self.index.search(&r.content, &SearchFilter::namespace(&r.namespace), now, 8).unwrap_or_default();
         !candidates.iter().filter_map(|(id, _)| live.by_id.get(id)).any(|o| {
             o.id != r.id
                 && o.created_ms > r.created_ms
