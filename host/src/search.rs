@@ -273,8 +273,8 @@ impl Tokenizer for MixedScriptTokenizer {
                     if to - from == 1 {
                         push(chars[from].0, end_of(from));
                     } else {
-                        for k in from..to - 1 {
-                            push(chars[k].0, end_of(k + 1));
+                        for (k, (offset, _)) in chars.iter().enumerate().take(to - 1).skip(from) {
+                            push(*offset, end_of(k + 1));
                         }
                     }
                     a = b;

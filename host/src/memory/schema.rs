@@ -62,7 +62,7 @@ pub(super) fn decode_record(bytes: &[u8], id: u64) -> Result<MemoryRecord> {
 pub(super) type RecordCache = Mutex<HashMap<String, BTreeMap<u64, MemoryRecord>>>;
 
 pub(super) enum Change {
-    Upsert(MemoryRecord),
+    Upsert(Box<MemoryRecord>),
     Remove(String, u64),
 }
 
@@ -103,7 +103,7 @@ impl<'a> Txn<'a> {
     }
 
     pub(super) fn put(&self, r: &MemoryRecord) -> Result<()> {
-        self.changes.borrow_mut().push(Change::Upsert(r.clone()));
+        self.changes.borrow_mut().push(Change::Upsert(Box::new(r.clone())));
         self.txn.open_table(RECORDS)?.insert(r.id, encode(r)?.as_slice())?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.insert(r.namespace.as_str(), r.id)?;
         let mut protected = self.txn.open_multimap_table(PROTECTED)?;
@@ -227,7 +227,7 @@ impl<'a> Txn<'a> {
                 match change {
                     Change::Upsert(r) => {
                         if let Some(ns) = cache.get_mut(&r.namespace) {
-                            ns.insert(r.id, r);
+                            ns.insert(r.id, *r);
                         }
                     }
                     Change::Remove(namespace, id) => {

@@ -428,7 +428,7 @@ impl Statement {
                         continue;
                     }
                     let unit_follows =
-                        !(NEGATIONS.contains(&w) || MARKERS.contains(&w)) && !stemmed(stemmer, w).is_empty();
+                        !(NEGATIONS.contains(&w) || MARKERS.contains(&w) || stemmed(stemmer, w).is_empty());
                     if let Some((total, current)) = en_current.take() {
                         flush(&mut st, total + current, unit_follows);
                     }
