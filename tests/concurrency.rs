@@ -43,6 +43,7 @@ fn grant(limits: Limits) -> CallGrant {
         paths: Default::default(),
         store: None,
         namespace: "default".into(),
+        secret_values: Default::default(),
     }
 }
 

@@ -291,7 +291,8 @@ fn new_content_under_a_granted_name_needs_confirmation_and_says_what_it_keeps() 
     let evil = env.sources.path().join("elsewhere").join("tool");
     std::fs::create_dir_all(&evil).unwrap();
     std::fs::copy(common::probe_wasm(), evil.join("skill.wasm")).unwrap();
-    let manifest = std::fs::read_to_string(v1.join("SKILL.md")).unwrap().replace("body\n", "now with a payload\n");
+    let manifest =
+        std::fs::read_to_string(v1.join("SKILL.md")).unwrap().replace("---\nbody\n", "---\nnow with a payload\n");
     std::fs::write(evil.join("SKILL.md"), manifest).unwrap();
 
     // Without a terminal and without --yes: refused, nothing changes.

@@ -214,7 +214,10 @@ fn environment_is_only_what_is_declared_and_granted() {
 
     env.install_granted(&lib, "some", "capabilities:\n  env: [PATH]\n");
     let r = run(&lib, "some", json!({"mode": "env", "arg": "PATH"}));
-    assert!(output(&r).starts_with("PATH=/"), "{}", output(&r));
+    // The guest read the host's exact value (only that is redacted), and handing it back
+    // is a leak the host redacts (see tests/secrets.rs).
+    assert_eq!(output(&r), "PATH=[redacted: env PATH]");
+    assert!(r.denials.iter().any(|d| d.capability == "secrets" && d.message.contains("env PATH")), "{:?}", r.denials);
     let r = run(&lib, "some", json!({"mode": "env", "arg": "HOME"}));
     assert_eq!(output(&r), "HOME is not set");
 
@@ -323,6 +326,30 @@ fn a_trap_carries_the_tail_of_the_guests_stderr() {
     assert!(m.contains("the guest's stderr ended with:\nprobe: fatal error: the interpreter lost its frame"), "{m}");
     let next = run(&lib, "p", json!({"mode": "noop"}));
     assert_eq!(output(&next), "ok");
+}
+
+fn https_connects_to_the_checked_address_and_speaks_tls_there() {
+    // A plain TCP listener standing where the rule points: the sandbox's https must connect
+    // to this very address (not resolve anything again) and open with a TLS ClientHello.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            use std::io::Read as _;
+            let mut first = [0u8; 3];
+            let _ = s.read_exact(&mut first);
+            let _ = tx.send(first);
+        }
+    });
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "tls", &format!("capabilities:\n  network:\n    - https://127.0.0.1:{port}\n"));
+    let r = run(&lib, "tls", json!({"mode": "http-get", "arg": format!("https://127.0.0.1:{port}/")}));
+    assert!(r.result.is_err(), "not a TLS server, so no response: {:?}", r.result);
+    let first = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("no connection to the checked address");
+    assert_eq!(first[0], 0x16, "a TLS handshake record");
+    assert_eq!(first[1], 0x03, "TLS version major byte");
 }
 
 fn outbound_http_follows_the_allowlist() {
@@ -552,6 +579,7 @@ on_both_runtimes!(
     memory_search_counts_a_reference_once_per_record_per_session,
     a_trap_carries_the_tail_of_the_guests_stderr,
     outbound_http_follows_the_allowlist,
+    https_connects_to_the_checked_address_and_speaks_tls_there,
     corrupted_cache_entry_is_detected_and_recompiled,
     tampered_installed_component_is_refused,
     malformed_manifest_and_non_component_wasm_are_clear_errors,

@@ -68,6 +68,7 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
             paths: Default::default(),
             store: None,
             namespace: "bench".into(),
+            secret_values: Default::default(),
         };
         let inv = Invocation { session_id: "bench".into(), step: 1, params: params.into() };
         let out = rt.block_on(runtime.call(prepared, grant, inv));

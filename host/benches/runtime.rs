@@ -66,6 +66,7 @@ fn main() {
         paths: Default::default(),
         store: Some(store.clone()),
         namespace: "bench".into(),
+        secret_values: Default::default(),
     };
     let inv = Invocation { session_id: "bench".into(), step: 1, params: r#"{"mode":"noop"}"#.into() };
     let mut colds = time_n(20, || {

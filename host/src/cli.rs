@@ -24,6 +24,7 @@ mod memory;
 mod output;
 mod policy;
 mod run;
+mod secret;
 mod skill;
 
 use output::one_line;
@@ -67,6 +68,10 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the skills and memory to MCP clients (stdio; Streamable HTTP with --http).
     Mcp(mcp::McpArgs),
+    /// Secrets skills use without seeing them: the host adds them to requests to the hosts
+    /// a skill declares.
+    #[command(subcommand)]
+    Secret(secret::SecretCmd),
 }
 
 #[derive(Subcommand)]
@@ -239,6 +244,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit(cmd) => audit::run(&lib, cmd, json),
         Command::Agent(cmd) => agent::run(&home, cmd, json),
         Command::Mcp(args) => mcp::run(lib, &home, args),
+        Command::Secret(cmd) => secret::run(&lib, cmd, json),
     }
 }
 

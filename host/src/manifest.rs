@@ -351,6 +351,13 @@ impl Manifest {
         fm.capabilities.validate().map_err(|(f, m)| {
             err(at(f.split('.').next().unwrap_or(&f)).or(at("capabilities")), Some(&format!("capabilities.{f}")), m)
         })?;
+        if let Some((i, s)) = fm.capabilities.secrets.iter().enumerate().find(|(_, s)| s.hosts.is_empty()) {
+            return Err(err(
+                at("secrets").or(at("capabilities")),
+                Some(&format!("capabilities.secrets.{i}.hosts")),
+                format!("secret `{}` names no hosts: a secret is sent only to the hosts it lists", s.name),
+            ));
+        }
         fm.limits.validate().map_err(|(f, m)| err(at(&f).or(at("limits")), Some(&format!("limits.{f}")), m))?;
 
         let manifest = Manifest {

@@ -185,7 +185,7 @@ impl Policy {
     }
 }
 
-pub const GRANT_SYNTAX: &str = "use all | filesystem[=GUEST_PATH[:read|read-write]] | network[=URL_RULE] | env[=NAME] | memory[=read|write] | session | limits";
+pub const GRANT_SYNTAX: &str = "use all | filesystem[=GUEST_PATH[:read|read-write]] | network[=URL_RULE] | env[=NAME] | memory[=read|write] | session | secrets[=NAME] | limits";
 
 /// What the user consents to for one skill: capabilities, and limit caps above the defaults.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -316,6 +316,7 @@ mod tests {
             memory: MemoryAccess::Write,
             session: true,
             network: vec![NetRule::parse("https://api.example.com").unwrap()],
+            secrets: vec![],
         }
     }
 

@@ -68,7 +68,7 @@ impl Env {
         std::fs::write(
             dir.join("SKILL.md"),
             format!(
-                "---\nname: {name}\ndescription: probe under test\nversion: 0.1.0\nparameters:\n  - name: mode\n    type: string\n    required: true\n  - name: arg\n    type: string\n  - name: n\n    type: integer\n    minimum: 0\n{extra}---\nbody\n"
+                "---\nname: {name}\ndescription: probe under test\nversion: 0.1.0\nparameters:\n  - name: mode\n    type: string\n    required: true\n  - name: arg\n    type: string\n  - name: n\n    type: integer\n    minimum: 0\n  - name: body\n    type: string\n  - name: header\n    type: string\n{extra}---\nbody\n"
             ),
         )
         .unwrap();

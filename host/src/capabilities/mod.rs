@@ -6,7 +6,7 @@
 //! `sandbox/` (which imports it governs, what it links, how a call's context is prepared).
 //! [`with_capabilities!`] is the one list of capabilities: [`CapabilitySet`], the
 //! [`CapabilityKind`] enum, the grant syntax and the sandbox's per-call state are all
-//! generated from it, so adding a capability (next: `secrets`) is a module here, a module
+//! generated from it, so adding a capability (the latest: `secrets`) is a module here, a module
 //! in `sandbox/` and one list entry; a missing trait impl is a compile error.
 //!
 //! One type serves declaration, grant and effective rights so that "intersect" is defined
@@ -18,6 +18,7 @@ pub mod filesystem;
 mod limits;
 pub mod memory;
 pub mod network;
+pub mod secrets;
 pub mod session;
 
 use std::fmt;
@@ -30,6 +31,7 @@ pub use filesystem::{Access, Mount, expand_path};
 pub use limits::{Limits, LimitsRequest};
 pub use memory::MemoryAccess;
 pub use network::{NetRule, PortRule, default_port};
+pub use secrets::SecretUse;
 
 /// One kind of right. The declaration side: what SKILL.md and policy.toml say, and the
 /// algebra on it. Enforcement is `sandbox::Enforce`, implemented by the sandbox module of
@@ -71,6 +73,7 @@ macro_rules! with_capabilities {
             env: env::Env => Env,
             memory: memory::Memory => Memory,
             session: session::Session => Session,
+            secrets: secrets::Secrets => Secrets,
         }
     };
 }
@@ -257,9 +260,31 @@ mod tests {
         let r = NetRule::parse("http://127.0.0.1:8080/ok").unwrap();
         assert!(r.matches("http", "127.0.0.1", 8080, "/ok"));
         assert!(r.matches("http", "127.0.0.1", 8080, "/ok/sub"));
-        for bad in ["/okay-admin", "/ok/../admin", "/ok/%2e%2e/admin", "/ok%2F..%2Fadmin", "/ok/./x"] {
+        for bad in [
+            "/okay-admin",
+            "/ok/../admin",
+            "/ok/%2e%2e/admin",
+            "/ok/%2E%2e/admin",
+            "/ok%2F..%2Fadmin",
+            "/ok/..;/admin",
+            "/ok/.;x/../../admin",
+            "/ok/%252e%252e/admin",
+            "/ok/%5c../admin",
+            "/ok/x/../../admin",
+            "/ok/../../../ok",
+            "/ok/%00",
+            "/ok/%zz",
+            "/ok;jsessionid=1/../admin",
+            "/ok/..",
+        ] {
             assert!(!r.matches("http", "127.0.0.1", 8080, bad), "{bad}");
         }
+        // RFC 3986 normal form: what the server will read is what is matched.
+        for good in ["/ok/./x", "/%6Fk/x", "/ok/sub/../x", "/ok/x/..", "/ok/a%20b", "/ok/a%2cb"] {
+            assert!(r.matches("http", "127.0.0.1", 8080, good), "{good}");
+        }
+        assert_eq!(network::normalize_path("/a/%7e/./b/../c;p=1").as_deref(), Some("/a/~/c;p=1"));
+        assert_eq!(network::normalize_path("/a/%2c").as_deref(), Some("/a/%2C"));
         let v6 = NetRule::parse("http://[::1]:8080").unwrap();
         assert!(v6.matches("http", "::1", 8080, "/"));
         assert!(!v6.matches("http", "127.0.0.1", 8080, "/"));
@@ -276,6 +301,7 @@ mod tests {
             memory: MemoryAccess::Write,
             session: true,
             network: vec![NetRule::parse("http://127.0.0.1:8080").unwrap()],
+            secrets: vec![],
         }
     }
 
@@ -288,6 +314,7 @@ mod tests {
             memory: MemoryAccess::Read,
             session: false,
             network: vec![],
+            secrets: vec![],
         };
         let eff = declared.intersect(&granted);
         assert_eq!(eff.filesystem[0].access, Access::Read);
@@ -336,7 +363,9 @@ mod tests {
             assert!(grant_syntax().contains(kind.name()), "{kind} missing from the grant syntax");
             let mut set = CapabilitySet::default();
             assert!(!kind.held_by(&set));
-            set = declared().grant_spec(*kind, None).unwrap();
+            let mut full = declared();
+            full.secrets = vec![SecretUse { hosts: vec!["api.example.com".into()], ..SecretUse::named("TOKEN") }];
+            set = full.grant_spec(*kind, None).unwrap();
             assert!(kind.held_by(&set), "{kind}");
         }
         assert_eq!(CapabilityKind::from_name("sockets"), None);

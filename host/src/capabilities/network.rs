@@ -165,7 +165,8 @@ impl NetRule {
 
     /// Does a request to `scheme://host:port/path` fall under this rule? Wildcards never
     /// match IP literals; a path prefix matches whole segments only (`/v1` covers `/v1` and
-    /// `/v1/x`, not `/v1admin`), and a path with dot segments or encoded separators never
+    /// `/v1/x`, not `/v1admin`) after RFC 3986 normalisation ([`normalize_path`]), and a
+    /// path servers could read differently (encoded separators, double encoding, `..;`) never
     /// matches a rule that has a prefix, since the server may resolve it outside the prefix.
     pub fn matches(&self, scheme: &str, host: &str, port: u16, path: &str) -> bool {
         if !self.scheme.eq_ignore_ascii_case(scheme) {
@@ -191,20 +192,77 @@ impl NetRule {
     }
 
     fn path_ok(&self, path: &str) -> bool {
-        let prefix = self.path_prefix.as_str();
-        if prefix == "/" {
+        if self.path_prefix == "/" {
             return true;
         }
-        let lower = path.to_ascii_lowercase();
-        let suspicious = path.split('/').any(|seg| seg == "." || seg == "..")
-            || ["%2e", "%2f", "%5c", "\\"].iter().any(|p| lower.contains(p));
-        if suspicious {
+        let (Some(path), Some(prefix)) = (normalize_path(path), normalize_path(&self.path_prefix)) else {
             return false;
-        }
+        };
         path == prefix
-            || (prefix.ends_with('/') && path.starts_with(prefix))
-            || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/') || rest.starts_with('?'))
+            || (prefix.ends_with('/') && path.starts_with(&prefix))
+            || path.strip_prefix(&prefix).is_some_and(|rest| rest.starts_with('/'))
     }
+}
+
+/// A request path in RFC 3986 normal form (section 6.2.2: percent-escapes of unreserved
+/// characters decoded, the others upper-cased; dot segments removed as in 5.2.4), or `None`
+/// when servers could read it in ways that disagree with that form, so no prefixed rule
+/// should match it:
+/// - an escaped `/`, `\`, `%` (double encoding: `%252e%252e` is `..` to a server that
+///   decodes twice), a NUL or a control character, a raw `\`;
+/// - a segment that is a dot segment once its `;parameters` are cut (`..;x`: Tomcat and
+///   Jetty strip path parameters before routing, so `/ok/..;/admin` reaches `/admin`);
+/// - dot segments that climb above the root;
+/// - a malformed escape.
+pub fn normalize_path(path: &str) -> Option<String> {
+    let bytes = path.as_bytes();
+    let mut decoded = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hex = path.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(hex, 16).ok()?;
+            match v {
+                b'/' | b'\\' | b'%' | 0..=0x1f | 0x7f => return None,
+                _ if v.is_ascii_alphanumeric() || b"-._~".contains(&v) => decoded.push(v as char),
+                _ => decoded.push_str(&format!("%{v:02X}")),
+            }
+            i += 3;
+            continue;
+        }
+        if b == b'\\' || b < 0x20 || b == 0x7f {
+            return None;
+        }
+        let ch = path[i..].chars().next()?;
+        decoded.push(ch);
+        i += ch.len_utf8();
+    }
+    if !decoded.starts_with('/') {
+        return None;
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = decoded[1..].split('/').collect();
+    let last = segments.len() - 1;
+    for (n, seg) in segments.iter().enumerate() {
+        let name = seg.split(';').next().unwrap_or("");
+        let is_dot = name == "." || name == "..";
+        if is_dot && name != *seg {
+            return None;
+        }
+        match *seg {
+            "." => {}
+            ".." => {
+                out.pop()?;
+            }
+            s => out.push(s),
+        }
+        // A trailing dot segment leaves a directory path ("/a/b/.." is "/a/").
+        if is_dot && n == last {
+            out.push("");
+        }
+    }
+    Some(format!("/{}", out.join("/")))
 }
 
 pub fn default_port(scheme: &str) -> u16 {

@@ -51,6 +51,7 @@ mod history;
 mod install;
 pub mod record;
 mod run;
+pub mod secrets;
 
 pub use catalog::SkillInfo;
 pub use history::HistoryEntry;
@@ -168,6 +169,11 @@ impl Library {
     /// The skillhost home this library serves.
     pub fn home(&self) -> &Path {
         &self.root
+    }
+
+    /// The values of secrets (`skillhost secret ...`), in the home.
+    pub fn secrets(&self) -> secrets::SecretStore {
+        secrets::SecretStore::in_home(&self.root)
     }
 
     pub fn policy_files(&self) -> &PolicyFiles {

@@ -351,6 +351,18 @@ impl Library {
         for (k, v) in &self.default_paths {
             paths.entry(k.clone()).or_insert_with(|| v.clone());
         }
+        let secret_values = match if effective.secrets.is_empty() {
+            Ok(Default::default())
+        } else {
+            off_the_executor(|| self.secrets().values_for(&effective.secrets))
+        } {
+            Ok(v) => v,
+            Err(e) => {
+                report.result = Err(CallError::Setup(format!("{e:#}")));
+                self.audit_call(&report).await?;
+                return Ok(report);
+            }
+        };
         let needs_store = effective.memory != MemoryAccess::None || effective.session;
         let store = if needs_store { Some(self.store()?) } else { None };
         let grant = CallGrant {
@@ -361,6 +373,7 @@ impl Library {
             paths,
             store: store.clone(),
             namespace: opts.namespace.clone(),
+            secret_values,
         };
         let invocation = Invocation { session_id: opts.session.clone(), step: opts.step, params: params.to_string() };
         let call = self.runtime()?.call(prepared, grant, invocation);

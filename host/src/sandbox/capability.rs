@@ -18,6 +18,8 @@ pub(crate) struct CallSetup<'a> {
     pub invocation: &'a Invocation,
     /// Canonical host paths no mount may contain or lie inside (the home, the project policy).
     pub protected: &'a [std::path::PathBuf],
+    /// The call's secrets and leak scanner, shared by the capabilities that move data out.
+    pub secrets: &'a std::sync::Arc<super::secrets::CallSecrets>,
 }
 
 /// A capability as the sandbox enforces it.
@@ -45,9 +47,9 @@ pub(crate) trait Enforce: Capability {
         Vec::new()
     }
 
-    /// Remove from text the model reads what this capability must not leak (for example
-    /// secret values). Nothing today holds secrets.
-    fn redact(_state: &Self::State, _text: &mut String) {}
+    /// Remove from text the call hands back (`what`: "the output", "a log line"...) what
+    /// this capability must not leak (secret values; see `secrets`).
+    fn redact(_state: &Self::State, _what: &str, _text: &mut String) {}
 }
 
 macro_rules! define_states {
@@ -99,8 +101,8 @@ macro_rules! define_states {
                 out
             }
 
-            pub(crate) fn redact(&self, text: &mut String) {
-                $(<crate::capabilities::$module::$cap as Enforce>::redact(&self.$field, text);)*
+            pub(crate) fn redact(&self, what: &str, text: &mut String) {
+                $(<crate::capabilities::$module::$cap as Enforce>::redact(&self.$field, what, text);)*
             }
         }
     };

@@ -26,6 +26,7 @@ mod imports;
 mod log;
 mod memory;
 mod network;
+mod secrets;
 mod session;
 mod sockets;
 mod toolchain;
@@ -51,6 +52,7 @@ pub use cache::CompileOutcome;
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
+pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
 use crate::capabilities::{CapabilitySet, Limits};
@@ -312,25 +314,46 @@ impl Runtime {
         };
         let execute_end = Instant::now();
         let mut state = store.into_data();
-        denials.extend(state.caps.take_denials());
-        let redact = |mut text: String| {
-            state.caps.redact(&mut text);
+        // Everything handed back is scrubbed of held values (secrets, granted env values)
+        // before the denials are collected: a redaction is itself a denial.
+        let caps = &state.caps;
+        let redact = |what: &str, mut text: String| {
+            caps.redact(what, &mut text);
             text
         };
         let result = result.map(|mut out| {
-            out.output = redact(std::mem::take(&mut out.output));
+            out.output = redact("the output", std::mem::take(&mut out.output));
+            for (k, v) in &mut out.metadata {
+                *k = redact("a metadata key", std::mem::take(k));
+                *v = redact("metadata", std::mem::take(v));
+            }
+            for m in &mut out.new_memories {
+                m.content = redact("a proposed memory", std::mem::take(&mut m.content));
+                for t in &mut m.tags {
+                    *t = redact("a memory tag", std::mem::take(t));
+                }
+            }
             out
         });
-        let logs = std::mem::take(&mut state.logs.lines)
+        let result = result.map_err(|e| match e {
+            CallError::Failed(m) => CallError::Failed(redact("the error", m)),
+            CallError::InvalidParams(m) => CallError::InvalidParams(redact("the error", m)),
+            CallError::Trap(m) => CallError::Trap(redact("the error", m)),
+            other => other,
+        });
+        let logs: Vec<LogLine> = std::mem::take(&mut state.logs.lines)
             .into_iter()
-            .map(|l| LogLine { message: redact(l.message), ..l })
+            .map(|l| LogLine { message: redact("a log line", l.message), ..l })
             .collect();
+        let stdout = redact("stdout", String::from_utf8_lossy(&stdout.contents()).into_owned());
+        let stderr = redact("stderr", String::from_utf8_lossy(&stderr.contents()).into_owned());
+        denials.extend(state.caps.take_denials());
         CallOutcome {
             result,
             denials,
             logs,
-            stdout: redact(String::from_utf8_lossy(&stdout.contents()).into_owned()),
-            stderr: redact(String::from_utf8_lossy(&stderr.contents()).into_owned()),
+            stdout,
+            stderr,
             memory_peak_bytes: state.limiter.peak,
             cpu_time_us: meter.used().as_micros() as u64,
             elapsed_us: execute_end.duration_since(started).as_micros() as u64,
@@ -351,6 +374,8 @@ pub struct CallGrant {
     /// needs neither from opening (and locking) the store.
     pub store: Option<Arc<dyn MemoryStore>>,
     pub namespace: String,
+    /// Values of the effective `secrets` (the library reads them from the home's store).
+    pub secret_values: SecretValues,
 }
 
 /// The call's input.
@@ -406,7 +431,12 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let setup = capability::CallSetup { grant, invocation, protected };
+        let secrets = Arc::new(secrets::CallSecrets::new(
+            &grant.capabilities.secrets,
+            &grant.secret_values,
+            &grant.capabilities.env,
+        ));
+        let setup = capability::CallSetup { grant, invocation, protected, secrets: &secrets };
         let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),

@@ -4,20 +4,23 @@
 //!
 //! Private, loopback, link-local and metadata addresses are refused even when an allowed
 //! *name* resolves to them (DNS rebinding); they are reachable only when the rule names the
-//! address itself (`http://127.0.0.1:8080`). For plain http the checked address is the one
-//! connected to (the URI is pinned to it; the Host header keeps the name). For https the
-//! TLS connector resolves the name again, which leaves a short re-resolution window.
+//! address itself (`http://127.0.0.1:8080`). The checked address is the one connected to:
+//! for plain http the URI is pinned to it (the Host header keeps the name); for https the
+//! connection is made to it by [`send_https_pinned`], with the certificate verified for the
+//! name, so there is no second resolution to rebind.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
+use http_body_util::BodyExt;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpHooks};
 
 use super::capability::{CallSetup, Enforce};
+use super::secrets::{CallSecrets, OnFind, ScannedBody};
 use super::{CallState, Denial};
 use crate::capabilities::network::Network;
 use crate::capabilities::{NetRule, default_port};
@@ -47,7 +50,7 @@ impl Enforce for Network {
 
     fn prepare(
         rules: &Vec<NetRule>,
-        _: &CallSetup<'_>,
+        call: &CallSetup<'_>,
         _: &mut WasiCtxBuilder,
         _: &mut Vec<Denial>,
     ) -> Result<NetworkState> {
@@ -56,7 +59,11 @@ impl Enforce for Network {
         // most their product, whatever capabilities it has.
         let mut http = WasiHttpCtx::new();
         http.set_field_size_limit(FIELD_SIZE_LIMIT);
-        Ok(NetworkState { http, gate: NetworkGate::new(rules.clone()), sockets: Default::default() })
+        Ok(NetworkState {
+            http,
+            gate: NetworkGate::new(rules.clone(), call.secrets.clone()),
+            sockets: Default::default(),
+        })
     }
 
     fn take_denials(state: &mut NetworkState) -> Vec<Denial> {
@@ -69,6 +76,9 @@ impl Enforce for Network {
 pub(crate) struct NetworkGate {
     rules: Vec<NetRule>,
     denials: SharedDenials,
+    /// Injects the secrets meant for a request's host and scans every request and response
+    /// for held values (see `secrets`).
+    secrets: Arc<CallSecrets>,
 }
 
 #[derive(Clone, Default)]
@@ -87,8 +97,8 @@ impl SharedDenials {
 }
 
 impl NetworkGate {
-    fn new(rules: Vec<NetRule>) -> NetworkGate {
-        NetworkGate { rules, denials: SharedDenials::default() }
+    fn new(rules: Vec<NetRule>, secrets: Arc<CallSecrets>) -> NetworkGate {
+        NetworkGate { rules, denials: SharedDenials::default(), secrets }
     }
 }
 
@@ -157,6 +167,19 @@ impl WasiHttpHooks for NetworkGate {
                 .push(format!("HTTP request to {url} denied: not in the effective allowlist [{}]", allowed.join(", ")));
             return denied(HttpError::HttpRequestDenied);
         }
+        if let Err(e) = self.secrets.prepare_request(&mut request, &scheme, &host, &url) {
+            return denied(e);
+        }
+        let scanning = !self.secrets.scanner.is_empty();
+        let request = if scanning {
+            let secrets = self.secrets.clone();
+            let url = url.clone();
+            request.map(move |b| ScannedBody::new(b, secrets, OnFind::Block, url).boxed_unsync())
+        } else {
+            request
+        };
+        let mut request = request;
+        let secrets = self.secrets.clone();
         let literal_ip: Option<IpAddr> = host.parse().ok();
         let denials = self.denials.clone();
         let options = Some(options.unwrap_or(RequestOptions {
@@ -165,6 +188,9 @@ impl WasiHttpHooks for NetworkGate {
             between_bytes_timeout: Some(Duration::from_secs(30)),
         }));
         Box::new(async move {
+            // The address the checks below approve is the one connected to: a name is not
+            // resolved a second time (DNS rebinding).
+            let mut checked: Option<IpAddr> = literal_ip;
             if literal_ip.is_none() {
                 // A name: every address it resolves to must be public.
                 let addrs: Vec<IpAddr> = match tokio::net::lookup_host((host.as_str(), port)).await {
@@ -179,8 +205,9 @@ impl WasiHttpHooks for NetworkGate {
                     ));
                     return Err(HttpError::DestinationIpProhibited);
                 }
+                checked = addrs.first().copied();
                 if scheme == "http"
-                    && let Some(ip) = addrs.first()
+                    && let Some(ip) = checked
                 {
                     let authority = match ip {
                         IpAddr::V4(v4) => format!("{v4}:{port}"),
@@ -193,11 +220,73 @@ impl WasiHttpHooks for NetworkGate {
                     }
                 }
             }
-            use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((res.map(BodyExt::boxed_unsync), Box::new(io) as Box<dyn Future<Output = _> + Send>))
+            let (res, io): (http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>) =
+                match (scheme.as_str(), checked) {
+                    ("https", Some(ip)) => send_https_pinned(request, (ip, port).into(), &host, options).await?,
+                    ("https", None) => return Err(HttpError::DestinationNotFound),
+                    _ => {
+                        let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+                        (res.map(BodyExt::boxed_unsync), Box::new(io))
+                    }
+                };
+            let mut res = res;
+            if scanning {
+                secrets.mask_response_headers(&url, res.headers_mut());
+                res = res.map(|b| ScannedBody::new(b, secrets, OnFind::Mask, url).boxed_unsync());
+            }
+            Ok((res, io))
         })
     }
+}
+
+/// An https request over a connection to `addr`, the address the gate checked, with the
+/// certificate verified for `host` (webpki roots, rustls on ring, as wasi-http's default).
+/// wasi-http's own sender connects by name, which would resolve the name again.
+async fn send_https_pinned(
+    mut request: http::Request<WasiBody>,
+    addr: std::net::SocketAddr,
+    host: &str,
+    options: Option<RequestOptions>,
+) -> Result<(http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>), HttpError> {
+    use tokio_rustls::rustls;
+    let connect_timeout = options.and_then(|o| o.connect_timeout).unwrap_or(Duration::from_secs(10));
+    let first_byte_timeout = options.and_then(|o| o.first_byte_timeout).unwrap_or(Duration::from_secs(30));
+    let tcp = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(stream) => stream.map_err(HttpError::Connect)?,
+        Err(_) => return Err(HttpError::ConnectionTimeout),
+    };
+    let server_name = match host.parse::<IpAddr>() {
+        Ok(ip) => rustls::pki_types::ServerName::from(ip),
+        Err(_) => rustls::pki_types::ServerName::try_from(host.to_string()).map_err(HttpError::InvalidDnsNameError)?,
+    };
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| HttpError::InternalError(Some(e.to_string())))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tls =
+        tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server_name, tcp).await.map_err(HttpError::Tls)?;
+    let (mut sender, conn) =
+        tokio::time::timeout(connect_timeout, hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)))
+            .await
+            .map_err(|_| HttpError::ConnectionTimeout)??;
+    // On the wire the request line holds only the path; the Host header names the host.
+    let path = request.uri().path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+    *request.uri_mut() =
+        http::Uri::builder().path_and_query(path).build().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let mut conn = Box::pin(async move { conn.await.map_err(HttpError::from) });
+    let response = tokio::select! {
+        res = tokio::time::timeout(first_byte_timeout, sender.send_request(request)) => {
+            res.map_err(|_| HttpError::ConnectionReadTimeout)?.map_err(HttpError::from)?
+        }
+        ended = &mut conn => {
+            ended?;
+            return Err(HttpError::HttpResponseIncomplete);
+        }
+    };
+    let response = response.map(|body| body.map_err(HttpError::from).boxed_unsync());
+    Ok((response, Box::new(conn)))
 }
 
 #[cfg(test)]

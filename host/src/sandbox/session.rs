@@ -29,6 +29,9 @@ pub(crate) struct SessionState {
     store: Option<Arc<dyn MemoryStore>>,
     session_id: String,
     denials: Vec<Denial>,
+    /// Values the host holds: a session value carrying one is refused (it would outlive
+    /// the call and reach the next skill that reads the session).
+    secrets: Arc<super::secrets::CallSecrets>,
 }
 
 /// Links `skillhost:skill/session` to a call's [`SessionState`] only.
@@ -53,6 +56,7 @@ impl Enforce for Session {
             store: call.grant.store.clone(),
             session_id: call.invocation.session_id.clone(),
             denials: Vec::new(),
+            secrets: call.secrets.clone(),
         })
     }
 
@@ -97,6 +101,16 @@ impl Host for SessionState {
                 "value of {} bytes exceeds {MAX_VALUE_BYTES}; store a summary instead",
                 value.len()
             ))));
+        }
+        let scanner = &self.secrets.scanner;
+        let refused = match (scanner.find(key.as_bytes()), scanner.find(value.as_bytes())) {
+            (Some(leak), _) => Some(format!("session.set refused: its key carried {leak}")),
+            (None, Some(leak)) => Some(format!("session.set of `{key}` refused: its value carried {leak}")),
+            (None, None) => None,
+        };
+        if let Some(message) = refused {
+            self.denials.push(Denial { capability: "secrets".into(), message: message.clone() });
+            return Ok(Err(HostError::Denied(message)));
         }
         let session = self.session_id.clone();
         Ok(off_executor(self.store.as_ref(), move |s| {
