@@ -83,10 +83,12 @@ pub enum AddOutcome {
 }
 
 /// `new` replaces `old` as an update: it keeps the standing of the record it replaces (the
-/// higher priority, every tag) and links back to it; both provenances stay (the old one in
+/// higher priority if `new` is the user's, every tag) and links back to it; both provenances stay (the old one in
 /// the archive entry).
 fn supersede(new: &mut MemoryRecord, old: &MemoryRecord) {
-    if old.priority > new.priority {
+    // Only the user's own update inherits: a skill's priority stays what the policy capped
+    // it to (`memory.max_skill_priority`), whatever its earlier record had.
+    if old.priority > new.priority && new.is_user_written() {
         new.priority = old.priority;
         if new.priority > 1 {
             new.expires_ms = None;
