@@ -107,12 +107,67 @@ pub fn analyze(text: &str) -> Vec<String> {
     out
 }
 
+/// Question words, auxiliaries and pronouns: what a question is made of besides its
+/// subject. Not evidence that a text is relevant ("how does the user like X?" must not
+/// match every memory with "how" or "does" in it), so neither indexed nor searched.
+pub const QUESTION_WORDS: &[&str] = &[
+    "how", "what", "which", "who", "whom", "whose", "when", "where", "why", "does", "do", "did", "can", "could",
+    "would", "should", "shall", "might", "am", "been", "being", "has", "have", "had", "i", "me", "my", "mine", "we",
+    "us", "our", "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "its", "them", "theirs",
+    "please", "tell", "about",
+];
+
+/// Chinese question words and particles: dropped from CJK runs (which split around them)
+/// before bigrams are formed, so 用户喜欢什么缩进 gives 用户 喜欢 缩进 and no 欢什 么缩.
+const CJK_QUESTION_WORDS: &[&str] = &[
+    "为什么",
+    "怎么样",
+    "是不是",
+    "什么",
+    "怎么",
+    "怎样",
+    "如何",
+    "哪里",
+    "哪儿",
+    "哪个",
+    "哪些",
+    "为何",
+    "是否",
+    "请问",
+    "多少",
+    "几个",
+    "我们",
+    "你们",
+    "他们",
+    "她们",
+];
+const CJK_PARTICLES: &[char] =
+    &['的', '了', '吗', '呢', '吧', '啊', '呀', '嘛', '哪', '是', '我', '你', '您', '他', '她', '它'];
+
 pub(crate) fn analyzer() -> TextAnalyzer {
-    let builder = TextAnalyzer::builder(MixedScriptTokenizer).filter(LowerCaser);
+    let questions = StopWordFilter::remove(QUESTION_WORDS.iter().map(|w| w.to_string()));
+    let builder = TextAnalyzer::builder(MixedScriptTokenizer).filter(LowerCaser).filter(questions);
     match StopWordFilter::new(Language::English) {
         Some(stop) => builder.filter(stop).filter(Stemmer::new(Language::English)).build(),
         None => builder.filter(Stemmer::new(Language::English)).build(),
     }
+}
+
+/// Which characters of a CJK run are question words or particles (not indexed).
+fn cjk_noise(run: &[char]) -> Vec<bool> {
+    let mut noise: Vec<bool> = run.iter().map(|c| CJK_PARTICLES.contains(c)).collect();
+    for w in CJK_QUESTION_WORDS {
+        let w: Vec<char> = w.chars().collect();
+        if w.len() > run.len() {
+            continue;
+        }
+        for start in 0..=run.len() - w.len() {
+            if run[start..start + w.len()] == w[..] {
+                noise[start..start + w.len()].iter_mut().for_each(|n| *n = true);
+            }
+        }
+    }
+    noise
 }
 
 /// Is `c` a letter of a script written without spaces between words: CJK ideographs (all
@@ -201,12 +256,28 @@ impl Tokenizer for MixedScriptTokenizer {
                 while j < chars.len() && is_cjk(chars[j].1) {
                     j += 1;
                 }
-                if j - i == 1 {
-                    push(start, end_of(i));
-                } else {
-                    for (k, (from, _)) in chars.iter().enumerate().take(j - 1).skip(i) {
-                        push(*from, end_of(k + 1));
+                let run: Vec<char> = chars[i..j].iter().map(|(_, c)| *c).collect();
+                let noise = cjk_noise(&run);
+                // Each stretch between question words and particles is bigrammed on its own.
+                let mut a = 0;
+                while a < run.len() {
+                    if noise[a] {
+                        a += 1;
+                        continue;
                     }
+                    let mut b = a;
+                    while b < run.len() && !noise[b] {
+                        b += 1;
+                    }
+                    let (from, to) = (i + a, i + b);
+                    if to - from == 1 {
+                        push(chars[from].0, end_of(from));
+                    } else {
+                        for (k, (offset, _)) in chars.iter().enumerate().take(to - 1).skip(from) {
+                            push(*offset, end_of(k + 1));
+                        }
+                    }
+                    a = b;
                 }
                 i = j;
             } else if c.is_alphanumeric() {
@@ -243,6 +314,14 @@ mod tests {
         assert_eq!(tokens("Publishing the packages"), vec!["publish", "packag"]);
         assert_eq!(tokens("串口乱码"), vec!["串口", "口乱", "乱码"]);
         assert_eq!(tokens("把CSV转成JSON"), vec!["把", "csv", "转成", "json"]);
+    }
+
+    #[test]
+    fn question_words_and_particles_are_not_terms() {
+        assert!(tokens("how does it do that? what, which, when, why?").is_empty());
+        assert_eq!(tokens("用户喜欢什么缩进吗"), vec!["用户", "户喜", "喜欢", "缩进"]);
+        assert!(tokens("什么呢？怎么了吗").is_empty());
+        assert_eq!(tokens("串口乱码是波特率导致的"), vec!["串口", "口乱", "乱码", "波特", "特率", "率导", "导致"]);
     }
 
     #[test]

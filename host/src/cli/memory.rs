@@ -214,6 +214,10 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 print_json(&json!({ "merged": merged, "record": record }))?;
             } else if merged {
                 println!("merged into memory #{id} (the same fact was already stored)");
+            } else if let Some(old) = record.supersedes.last() {
+                println!(
+                    "stored memory #{id}; it updates #{old}, now archived as outdated (`skillhost memory archive` shows it)"
+                );
             } else {
                 println!("stored memory #{id}");
             }
@@ -387,6 +391,12 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 print_json(&record)?;
             } else {
                 println!("restored memory #{}: {}", record.id, record.content);
+                if let Some(successor) = record.superseded_by {
+                    println!(
+                        "note: #{} was superseded by #{successor}, which is still live: both are live now and search ranks #{successor} first; forget #{successor} (`skillhost memory forget {successor}`) if the old value holds again",
+                        record.id
+                    );
+                }
             }
         }
         // Taken before the store is opened (above); kept here for the match to be complete.
@@ -397,7 +407,11 @@ pub(super) fn run(lib: &Library, cmd: MemoryCmd, json: bool) -> Result<ExitCode>
                 print_json(&entries)?;
             } else {
                 for e in &entries {
-                    let into = e.merged_into.map(|m| format!(" into #{m}")).unwrap_or_default();
+                    let into = match (e.merged_into, e.superseded_by) {
+                        (_, Some(s)) => format!(", superseded by #{s}"),
+                        (Some(m), None) => format!(" into #{m}"),
+                        (None, None) => String::new(),
+                    };
                     println!("  {} {}{into}: #{} {}", e.id, e.reason, e.record.id, clean_line(&e.record.content));
                 }
                 println!("{} archive entries", entries.len());

@@ -289,7 +289,9 @@ impl Memory {
     }
 
     /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
-    /// incoming version, and the stored one when its wording changes), else as a new
+    /// incoming version, and the stored one when its wording changes); the live record when
+    /// it updates an older one (same subject, new value: the older one is archived as
+    /// outdated, linked to it, and listed in the new record's `supersedes`); else a new
     /// record. Returns the id that holds the fact.
     pub fn add(&self, r: NewRecord) -> Result<u64> {
         Ok(self.add_detailed(r)?.0)

@@ -27,7 +27,7 @@ use crate::search::analyze;
 
 const ANALYZER: &str = "memory_text";
 /// Bump when the schema or the analyzer changes: a different version forces a rebuild.
-const INDEX_VERSION: u32 = 2;
+const INDEX_VERSION: u32 = 3;
 const WRITER_HEAP: usize = 32_000_000;
 
 struct Fields {
@@ -81,6 +81,23 @@ fn schema() -> (Schema, Fields) {
         note: s.add_text_field("note", STORED),
     };
     (s.build(), f)
+}
+
+/// Words that name the one the memories are about: nearly every preference says "the user",
+/// so in a query they are no evidence of relevance.
+const QUERY_NOISE: &[&str] = &["user", "用户"];
+
+/// The terms a memory query searches for: the analyzed query (question words and particles
+/// are already gone, see [`crate::search::QUESTION_WORDS`]) without [`QUERY_NOISE`], unless
+/// the query is nothing but such a word (a search for "user" itself). A query made only of
+/// question words has no terms and finds nothing.
+pub(super) fn query_terms(query: &str) -> Vec<String> {
+    let terms = analyze(query);
+    let bare = query.trim().trim_end_matches(['?', '？', '.', '。']).to_lowercase();
+    if terms.len() == 1 && (bare == terms[0] || bare == "users") {
+        return terms;
+    }
+    terms.into_iter().filter(|t| !QUERY_NOISE.contains(&t.as_str())).collect()
 }
 
 /// What the index must have been committed with to match the store.
@@ -224,7 +241,7 @@ impl MemoryIndex {
     }
 
     fn text_query(&self, query: &str) -> Option<Box<dyn Query>> {
-        let terms = analyze(query);
+        let terms = query_terms(query);
         if terms.is_empty() {
             return None;
         }

@@ -1,22 +1,110 @@
-//! When two records state the same fact, and how they are folded into one: Dice
-//! similarity over analyzed terms, with numbers and negations that must agree.
+//! When two records state the same fact (a restatement: folded into one), when a new
+//! record updates an older one (same subject, new value: the new one becomes the live
+//! record, the old one is archived with a link to it), and how search prefers the newer of
+//! two live records about the same subject. The comparison works on [`Statement`]s:
+//! content units, numbers read as numbers, negations read as words.
 
 use std::collections::BTreeSet;
 
-use super::records::MemoryRecord;
+use super::records::{MemoryRecord, SearchHit};
+use super::statement::Statement;
 
-pub(super) fn numbers(terms: &[String]) -> BTreeSet<&str> {
-    terms.iter().filter(|t| t.chars().any(|c| c.is_ascii_digit())).map(String::as_str).collect()
+/// How a new record relates to an older one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Relation {
+    /// Same subject, same value, in other words: merge.
+    Restatement,
+    /// Same subject, a new value (another value, unit, name, or the opposite polarity).
+    Update,
+    /// Something else.
+    Unrelated,
 }
 
-/// Dice coefficient over analyzed terms; texts that mention different numbers are never
-/// the same fact ("512 errors" vs "513 errors").
-pub(super) fn similarity(a: &[String], b: &[String]) -> f64 {
-    if a.is_empty() || b.is_empty() || numbers(a) != numbers(b) {
+/// Nouns (and one verb) that name a single-valued attribute: one shared attribute is enough
+/// to say that two short statements are about the same thing ("the user's editor is vim" /
+/// "the user's editor is helix"), where one shared ordinary word is not ("prefers tabs" /
+/// "prefers dark mode").
+const ATTRIBUTES: &[&str] = &[
+    "name", "editor", "citi", "timezon", "shell", "email", "phone", "address", "browser", "theme", "font", "locat",
+    "live", "birthday", "role", "titl", "employ", "compani", "manag", "ide", "os", "terminal", "laptop", "host", "住",
+    "叫", "名",
+];
+
+/// Dice coefficient over the statements' terms (content units and numbers).
+pub(crate) fn dice(a: &Statement, b: &Statement) -> f64 {
+    let (ta, tb) = (a.terms(), b.terms());
+    if ta.is_empty() || tb.is_empty() {
         return 0.0;
     }
-    let shared = a.iter().filter(|t| b.contains(t)).count();
-    2.0 * shared as f64 / (a.len() + b.len()) as f64
+    let shared = ta.intersection(&tb).count();
+    2.0 * shared as f64 / (ta.len() + tb.len()) as f64
+}
+
+/// How `new` relates to `old`. `threshold` is the Dice similarity a restatement needs.
+pub(crate) fn relation(old: &Statement, new: &Statement, threshold: f64) -> Relation {
+    let shared: BTreeSet<&String> = old.units.intersection(&new.units).collect();
+    let only_old = old.units.len() - shared.len();
+    let only_new = new.units.len() - shared.len();
+    let (min, max) = (old.units.len().min(new.units.len()), old.units.len().max(new.units.len()));
+    if min == 0 {
+        return Relation::Unrelated;
+    }
+    let cover_min = shared.len() as f64 / min as f64;
+    let cover_max = shared.len() as f64 / max as f64;
+    let substituted = only_old > 0 && only_new > 0;
+    let attribute = shared.iter().any(|u| ATTRIBUTES.contains(&u.as_str())) && only_old <= 2 && only_new <= 2;
+    // Numbers that name things ("rule 3", "ticket 42") are part of the subject, unless the
+    // new record says it changes something ("now version 3.12").
+    let ids_agree = old.ids == new.ids || new.marker;
+    let overlap = if new.marker {
+        !shared.is_empty() && cover_min >= 0.5 && cover_max >= 0.34
+    } else {
+        shared.len() >= 2 && cover_min >= 0.6 && cover_max >= 0.5
+    };
+    let same_subject = ids_agree && (attribute || overlap);
+    let value_changed = old.values != new.values || old.ids != new.ids || old.negated() != new.negated() || substituted;
+    if same_subject && value_changed {
+        return Relation::Update;
+    }
+    if !substituted && old.numbers() == new.numbers() && old.negations == new.negations && dice(old, new) >= threshold {
+        return Relation::Restatement;
+    }
+    Relation::Unrelated
+}
+
+/// May `new` supersede `old`? Never a user-written record by one a skill proposed (a
+/// skill's "update" of the user's fact is stored beside it); the user may update anything.
+pub(super) fn may_supersede(old: &MemoryRecord, new: &MemoryRecord) -> bool {
+    !old.is_user_written() || new.is_user_written()
+}
+
+/// Search post-processing: of two hits about the same subject with different values, the
+/// newer ranks where the older was (and a record superseded by another hit ranks after it).
+/// A skill's newer record never outranks the user's this way (the rule of [`may_supersede`]).
+/// Runs after relevance (and fusion) ranking; only the first `window` hits are compared.
+pub(super) fn prefer_newer(hits: &mut Vec<SearchHit>, threshold: f64, window: usize) {
+    let n = hits.len().min(window);
+    if n < 2 {
+        return;
+    }
+    let mut statements: Vec<Statement> = hits[..n].iter().map(|h| Statement::of(&h.record.content)).collect();
+    for j in 1..n {
+        let newer = &hits[j].record;
+        let target = (0..j).find(|&i| {
+            let older = &hits[i].record;
+            older.superseded_by == Some(newer.id)
+                || (older.created_ms < newer.created_ms
+                    && older.superseded_by.is_none()
+                    && may_supersede(older, newer)
+                    && relation(&statements[i], &statements[j], threshold) == Relation::Update)
+        });
+        if let Some(i) = target {
+            let hit = hits.remove(j);
+            hits.insert(i, hit);
+            let st = statements.remove(j);
+            statements.insert(i, st);
+        }
+    }
 }
 
 /// May these two records be folded into one? Never a user-written record with one a
@@ -66,31 +154,8 @@ pub(super) fn round_importance(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-const NEGATIONS: [&str; 14] = [
-    "no", "not", "never", "none", "nothing", "cannot", "can't", "don't", "doesn't", "isn't", "won't", "without", "nor",
-    "neither",
-];
-const CJK_NEGATIONS: [char; 6] = ['不', '没', '无', '未', '非', '别'];
-
-/// Negation words present in `text`: "X" and "not X" are different facts even though
-/// their analyzed terms (stop words removed) are the same.
-pub(super) fn negations(text: &str) -> BTreeSet<String> {
-    let lower = text.to_lowercase();
-    let mut out: BTreeSet<String> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
-        .filter(|w| NEGATIONS.contains(w) || w.ends_with("n't"))
-        .map(str::to_string)
-        .collect();
-    out.extend(lower.chars().filter(|c| CJK_NEGATIONS.contains(c)).map(String::from));
-    out
-}
-
 /// Two records are the same memory when what was written, where and by whom match.
 pub(super) fn same_identity(a: &MemoryRecord, b: &MemoryRecord) -> bool {
     (a.id, &a.namespace, &a.content, a.kind, a.created_ms, &a.provenance)
         == (b.id, &b.namespace, &b.content, b.kind, b.created_ms, &b.provenance)
-}
-
-pub(super) fn same_fact(a_text: &str, a: &[String], b_text: &str, b: &[String], threshold: f64) -> bool {
-    similarity(a, b) >= threshold && negations(a_text) == negations(b_text)
 }

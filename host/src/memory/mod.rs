@@ -15,7 +15,9 @@
 //! Files: `handle.rs` ([`Memory`], owner or client), `remote.rs` (the owner's socket),
 //! `store.rs` (the open store, reads, caches), `writes.rs`, `schema.rs` (tables, migration,
 //! transactions), `embed/` (the in-process embedding model), `vectors.rs` (record
-//! embeddings), `hybrid.rs` (BM25 + cosine fusion), `merge.rs` (same-fact rules), `sessions.rs`, `view.rs`, `index.rs`,
+//! embeddings), `hybrid.rs` (BM25 + cosine fusion), `merge.rs` (same-fact and update
+//! rules), `statement.rs` (what a record states: numbers, negations), `sessions.rs`,
+//! `view.rs`, `index.rs`,
 //! `daily.rs`, `lock.rs`.
 //!
 //! The sandbox talks only to the [`MemoryStore`] trait (search, insert, session working
@@ -35,6 +37,7 @@ mod records;
 mod remote;
 mod schema;
 mod sessions;
+mod statement;
 mod store;
 mod tokens;
 mod vectors;
@@ -47,12 +50,12 @@ pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
-    SearchHit, SearchOrder, is_reserved_source,
+    SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
-pub use writes::{CompactReport, ImportReport, MaintainReport};
+pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};
 
 use anyhow::Result;
 

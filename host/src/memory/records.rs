@@ -112,6 +112,18 @@ pub struct MemoryRecord {
     /// How many times the record was handed to a model or a skill.
     pub references: u32,
     pub provenance: Vec<Provenance>,
+    /// When it was last handed to a model or a skill (recall, search): a record in use does
+    /// not decay as unused. Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub referenced_ms: Option<u64>,
+    /// Ids of the records this one replaced as an update (they are in the archive, each
+    /// with `superseded_by` naming this one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub supersedes: Vec<u64>,
+    /// Set on a record an update replaced: the id of its successor. A restored outdated
+    /// record keeps it while the successor is live, and search ranks it after that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u64>,
 }
 
 const DAY_MS: f64 = 86_400_000.0;
@@ -119,9 +131,10 @@ const HALF_LIFE_DAYS: f64 = 30.0;
 
 impl MemoryRecord {
     /// Importance at `now_ms`: category weight x priority x recency (30-day half-life since
-    /// the last update) x reference boost. Used to choose what the MEMORY.md view keeps.
+    /// the last update or reference) x reference boost. Used to choose what the MEMORY.md view keeps.
     pub fn importance_at(&self, now_ms: u64) -> f64 {
-        let age_days = now_ms.saturating_sub(self.updated_ms) as f64 / DAY_MS;
+        let last_used = self.updated_ms.max(self.referenced_ms.unwrap_or(0));
+        let age_days = now_ms.saturating_sub(last_used) as f64 / DAY_MS;
         let recency = 0.5f64.powf(age_days / HALF_LIFE_DAYS);
         let priority = (1.0 + f64::from(self.priority)) / 6.0;
         let references = 1.0 + (1.0 + f64::from(self.references)).ln();
@@ -161,12 +174,26 @@ pub struct NewRecord {
 pub struct ArchiveEntry {
     pub id: u64,
     pub at_ms: u64,
-    /// merged, expired, deprecated, demoted, forgotten
+    /// merged, superseded (a merge replaced its wording), outdated (an update replaced
+    /// it: see `superseded_by`), expired, deprecated, demoted, forgotten
     pub reason: String,
     /// The record as it was before removal (for a merge: the version that was folded in).
     pub record: MemoryRecord,
     /// For a merge: the record that absorbed it.
     pub merged_into: Option<u64>,
+    /// For an outdated record: the update that replaced it (its successor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u64>,
+}
+
+/// Archive reasons (the `reason` of an [`ArchiveEntry`]).
+pub mod archive_reason {
+    /// Folded into a record stating the same fact.
+    pub const MERGED: &str = "merged";
+    /// The wording a merge replaced (same fact).
+    pub const SUPERSEDED: &str = "superseded";
+    /// Replaced by an update (same subject, new value).
+    pub const OUTDATED: &str = "outdated";
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

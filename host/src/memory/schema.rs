@@ -27,7 +27,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use super::merge::round_importance;
-use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, Provenance};
+use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, Provenance, archive_reason};
 
 pub(super) const SCHEMA_VERSION: u64 = 2;
 
@@ -62,7 +62,7 @@ pub(super) fn decode_record(bytes: &[u8], id: u64) -> Result<MemoryRecord> {
 pub(super) type RecordCache = Mutex<HashMap<String, BTreeMap<u64, MemoryRecord>>>;
 
 pub(super) enum Change {
-    Upsert(MemoryRecord),
+    Upsert(Box<MemoryRecord>),
     Remove(String, u64),
 }
 
@@ -103,7 +103,7 @@ impl<'a> Txn<'a> {
     }
 
     pub(super) fn put(&self, r: &MemoryRecord) -> Result<()> {
-        self.changes.borrow_mut().push(Change::Upsert(r.clone()));
+        self.changes.borrow_mut().push(Change::Upsert(Box::new(r.clone())));
         self.txn.open_table(RECORDS)?.insert(r.id, encode(r)?.as_slice())?;
         self.txn.open_multimap_table(BY_NAMESPACE)?.insert(r.namespace.as_str(), r.id)?;
         let mut protected = self.txn.open_multimap_table(PROTECTED)?;
@@ -139,7 +139,23 @@ impl<'a> Txn<'a> {
         merged_into: Option<u64>,
     ) -> Result<u64> {
         let id = self.next("next_archive_id")?;
-        let entry = ArchiveEntry { id, at_ms, reason: reason.to_string(), record, merged_into };
+        let entry = ArchiveEntry { id, at_ms, reason: reason.to_string(), record, merged_into, superseded_by: None };
+        self.txn.open_table(ARCHIVE)?.insert(id, encode(&entry)?.as_slice())?;
+        Ok(id)
+    }
+
+    /// Archive `record` as outdated: `successor` is the update that replaced it.
+    pub(super) fn archive_outdated(&self, at_ms: u64, mut record: MemoryRecord, successor: u64) -> Result<u64> {
+        let id = self.next("next_archive_id")?;
+        record.superseded_by = Some(successor);
+        let entry = ArchiveEntry {
+            id,
+            at_ms,
+            reason: archive_reason::OUTDATED.to_string(),
+            record,
+            merged_into: None,
+            superseded_by: Some(successor),
+        };
         self.txn.open_table(ARCHIVE)?.insert(id, encode(&entry)?.as_slice())?;
         Ok(id)
     }
@@ -211,7 +227,7 @@ impl<'a> Txn<'a> {
                 match change {
                     Change::Upsert(r) => {
                         if let Some(ns) = cache.get_mut(&r.namespace) {
-                            ns.insert(r.id, r);
+                            ns.insert(r.id, *r);
                         }
                     }
                     Change::Remove(namespace, id) => {
@@ -292,6 +308,9 @@ pub(super) fn migrate(db: &Database, now: u64) -> Result<()> {
                 deprecated: None,
                 references: 0,
                 provenance: vec![o.provenance],
+                referenced_ms: None,
+                supersedes: Vec::new(),
+                superseded_by: None,
             };
             r.importance = round_importance(r.importance_at(now));
             next = next.max(r.id + 1);

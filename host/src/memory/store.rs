@@ -24,7 +24,7 @@ use super::embed::{self, EmbedModel};
 use super::hybrid::FusionParams;
 use super::index::{self, DailyHit, MemoryIndex};
 use super::lock::StoreLock;
-use super::merge::{round_importance, same_fact, similarity};
+use super::merge::{self, round_importance};
 use super::records::{ArchiveEntry, MemoryRecord, NewRecord, SearchFilter, SearchHit, SearchOrder};
 use super::schema::{
     ARCHIVE, BY_NAMESPACE, META, RECORDS, RecordCache, SESSION_KV, Txn, WriteGuard, decode_record, encode, migrate,
@@ -33,10 +33,15 @@ use super::sessions;
 use super::tokens::count_tokens;
 use super::vectors::Vectors;
 use super::view::{self, MemoryView};
-use crate::search::analyze;
 
 /// Most results one search returns.
 pub const MAX_SEARCH_LIMIT: usize = 1000;
+/// Search hits compared for "the newer of two records about the same subject first".
+const PREFER_NEWER_WINDOW: usize = 32;
+/// Recall: a hit is relevant when its score is at least this share of the best hit's.
+const RECALL_RELATIVE_SCORE: f32 = 0.5;
+/// Recall: how many of the best-ranked hits may be relevant at all.
+const RECALL_RANKS: usize = 20;
 /// Sessions whose references are remembered (oldest forgotten first): bounded memory for a
 /// server that lives for days.
 const MAX_TRACKED_SESSIONS: usize = 4096;
@@ -426,35 +431,6 @@ impl Store {
         )
     }
 
-    /// The live record of `namespace` that states the same fact as `text`, if any.
-    pub(super) fn duplicate_of(
-        &self,
-        namespace: &str,
-        text: &str,
-        except: Option<u64>,
-    ) -> Result<Option<MemoryRecord>> {
-        let terms = analyze(text);
-        if terms.is_empty() {
-            return Ok(None);
-        }
-        let now = self.now_ms();
-        let candidates = self.index.search(text, &SearchFilter::namespace(namespace), now, 8)?;
-        let mut best: Option<(f64, MemoryRecord)> = None;
-        for r in self.load(candidates.into_iter().map(|(id, _)| id))? {
-            if Some(r.id) == except || !r.is_live(now) {
-                continue;
-            }
-            let other = analyze(&r.content);
-            let s = similarity(&terms, &other);
-            if same_fact(text, &terms, &r.content, &other, self.config.merge_similarity)
-                && best.as_ref().is_none_or(|(b, _)| s > *b)
-            {
-                best = Some((s, r));
-            }
-        }
-        Ok(best.map(|(_, r)| r))
-    }
-
     pub(super) fn new_record(&self, id: u64, r: NewRecord, now: u64) -> MemoryRecord {
         let mut tags = Vec::new();
         for t in r.tags {
@@ -477,6 +453,9 @@ impl Store {
             deprecated: None,
             references: 0,
             provenance: vec![r.provenance],
+            referenced_ms: None,
+            supersedes: Vec::new(),
+            superseded_by: None,
         };
         record.importance = round_importance(record.importance_at(now));
         record
@@ -507,6 +486,8 @@ impl Store {
             hits.sort_by(|a, b| {
                 b.record.priority.cmp(&a.record.priority).then(b.record.created_ms.cmp(&a.record.created_ms))
             });
+        } else {
+            merge::prefer_newer(&mut hits, self.config.merge_similarity, PREFER_NEWER_WINDOW);
         }
         hits.truncate(limit);
         Ok(hits)
@@ -518,7 +499,10 @@ impl Store {
     }
 
     /// What goes into a prompt besides MEMORY.md: the 5 most recent records of the
-    /// namespace plus the 5 highest-priority records relevant to `query`, without repeats.
+    /// namespace plus the 5 highest-priority records among those truly relevant to `query`,
+    /// without repeats. Relevant = among the best [`RECALL_RANKS`] hits of [`Store::search`]
+    /// (lexical or fused, newer-first applied) and scoring at least [`RECALL_RELATIVE_SCORE`]
+    /// of the best hit; the best hit itself is always in. Sharing one word is not enough.
     /// Counts as a reference for each returned record.
     pub fn recall(&self, session: &str, namespace: &str, query: &str) -> Result<Vec<MemoryRecord>> {
         let now = self.now_ms();
@@ -539,15 +523,11 @@ impl Store {
                 }
             }
         }
-        let filter = SearchFilter {
-            namespace: Some(namespace.to_string()),
-            order: SearchOrder::PriorityThenRecency,
-            ..SearchFilter::default()
-        };
+        let hits = self.search(query, &SearchFilter::namespace(namespace), RECALL_RANKS)?;
         let mut out = recent;
-        for hit in self.search(query, &filter, 5)? {
-            if !out.iter().any(|r| r.id == hit.record.id) {
-                out.push(hit.record);
+        for r in relevant_by_priority(hits, 5) {
+            if !out.iter().any(|o| o.id == r.id) {
+                out.push(r);
             }
         }
         self.touch_in_session(session, &out.iter().map(|r| r.id).collect::<Vec<_>>())?;
@@ -577,6 +557,7 @@ impl Store {
                 let found = t.get(id)?.map(|v| decode_record(v.value(), id)).transpose()?;
                 if let Some(mut r) = found {
                     r.references = r.references.saturating_add(1);
+                    r.referenced_ms = Some(self.now_ms());
                     t.insert(id, encode(&r)?.as_slice())?;
                     touched.push(r);
                 }
@@ -705,6 +686,29 @@ impl Store {
         }
         Ok(keys)
     }
+}
+
+/// The recall rule's relevant part: of `hits` (best first), those scoring at least
+/// [`RECALL_RELATIVE_SCORE`] of the best, the `n` of highest priority (rank breaks ties), and
+/// always the best hit.
+fn relevant_by_priority(hits: Vec<SearchHit>, n: usize) -> Vec<MemoryRecord> {
+    let Some(best) = hits.first().map(|h| h.score) else { return Vec::new() };
+    let mut relevant: Vec<(usize, SearchHit)> = hits
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, h)| *rank == 0 || best <= 0.0 || h.score >= best * RECALL_RELATIVE_SCORE)
+        .collect();
+    relevant.sort_by(|a, b| b.1.record.priority.cmp(&a.1.record.priority).then(a.0.cmp(&b.0)));
+    if let Some(top) = relevant.iter().position(|(rank, _)| *rank == 0)
+        && top >= n
+        && n > 0
+    {
+        // Outranked by priority: the best hit takes the last place.
+        let best_hit = relevant.remove(top);
+        relevant.insert(n - 1, best_hit);
+    }
+    relevant.truncate(n);
+    relevant.into_iter().map(|(_, h)| h.record).collect()
 }
 
 /// A new store is created aside and renamed into place, so `store.redb` is never a

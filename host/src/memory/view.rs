@@ -1,8 +1,10 @@
 //! The MEMORY.md view: the most valuable live records of a namespace, grouped in sections,
 //! within a hard token budget (counted with the real tokenizer on the rendered text).
 //!
-//! Priority-5 records are always in. The rest are taken by importance score (see
-//! [`MemoryRecord::importance_at`]) while they fit. Writes that would make the priority-5
+//! Priority-5 records are always in. Then each section gets its reserved share of the
+//! budget, filled by priority then importance (so standing preferences and a project's
+//! facts are not crowded out by a burst of fresh task results), and the rest is taken by
+//! importance score (see [`MemoryRecord::importance_at`]) while it fits. Writes that would make the priority-5
 //! records alone overflow the budget are refused by the store, so the view never has to
 //! drop one silently.
 
@@ -81,8 +83,23 @@ fn render_text(namespace: &str, chosen: &[&MemoryRecord]) -> (String, Vec<ViewSe
     (text, sections)
 }
 
+/// Share of the budget (after the frame) held for each section, in [`SECTIONS`] order; the
+/// rest (20%) and whatever a section does not use go to the best remaining records of any
+/// section. Without it, recent task results (high category weight, fresh) fill the view
+/// and standing preferences and a project's base facts never make it in.
+const SECTION_SHARE: [f64; 4] = [0.25, 0.30, 0.15, 0.10];
+
+/// Within a section's reserved room: higher priority first; in project knowledge, facts
+/// before task results and snapshots; then importance.
+fn reserved_rank(r: &MemoryRecord, importance: f64) -> (u8, bool, f64) {
+    (r.priority, r.kind == MemoryKind::Fact, importance)
+}
+
 /// Render `live` records within `budget` tokens. `line_tokens` counts one bullet (callers
 /// cache it); the final text is always counted in full.
+///
+/// Priority 5 first, then each section's reserved room (see [`SECTION_SHARE`]), then the
+/// rest by importance while it fits.
 pub(super) fn render(
     namespace: &str,
     live: &[&MemoryRecord],
@@ -103,24 +120,68 @@ pub(super) fn render(
         count_tokens(&header(namespace)) + SECTIONS.iter().map(|t| count_tokens(&format!("\n## {t}\n"))).sum::<usize>();
     let mut used = frame;
     let mut chosen: Vec<&MemoryRecord> = Vec::new();
-    let mut omitted = 0;
-    // Once the budget is nearly full, what is left rarely fits: stop trying after a run of
-    // misses instead of tokenizing every remaining record (priority 5 is always taken).
-    let mut misses = 0;
-    for (r, _) in &ranked {
-        if r.priority < 5 && (misses >= MAX_MISSES || used + MIN_LINE_TOKENS > budget) {
-            omitted += 1;
-            continue;
-        }
-        let cost = line_tokens(r);
-        if r.priority == 5 || used + cost <= budget {
+    let mut taken = vec![false; ranked.len()];
+    let mut section_used = [0usize; 4];
+    // Priority 5 is always in.
+    for (i, (r, _)) in ranked.iter().enumerate() {
+        if r.priority == 5 {
+            let cost = line_tokens(r);
             used += cost;
+            section_used[section_of(r.kind)] += cost;
             chosen.push(r);
-        } else {
-            misses += 1;
-            omitted += 1;
+            taken[i] = true;
         }
     }
+    // Each section's reserved room, filled by its own ranking.
+    let room = budget.saturating_sub(frame) as f64;
+    for (section, share) in SECTION_SHARE.iter().enumerate() {
+        let reserved = (room * share) as usize;
+        let mut members: Vec<usize> =
+            (0..ranked.len()).filter(|&i| !taken[i] && section_of(ranked[i].0.kind) == section).collect();
+        members.sort_by(|&a, &b| {
+            let (ra, rb) = (reserved_rank(ranked[a].0, ranked[a].1), reserved_rank(ranked[b].0, ranked[b].1));
+            rb.0.cmp(&ra.0).then(rb.1.cmp(&ra.1)).then(rb.2.total_cmp(&ra.2)).then(a.cmp(&b))
+        });
+        let mut misses = 0;
+        for i in members {
+            if misses >= MAX_MISSES
+                || section_used[section] + MIN_LINE_TOKENS > reserved
+                || used + MIN_LINE_TOKENS > budget
+            {
+                break;
+            }
+            let r = ranked[i].0;
+            let cost = line_tokens(r);
+            if section_used[section] + cost <= reserved && used + cost <= budget {
+                used += cost;
+                section_used[section] += cost;
+                chosen.push(r);
+                taken[i] = true;
+            } else {
+                misses += 1;
+            }
+        }
+    }
+    // The rest by importance while it fits. Once the budget is nearly full, what is left
+    // rarely fits: stop trying after a run of misses instead of tokenizing every record.
+    let mut misses = 0;
+    for (i, (r, _)) in ranked.iter().enumerate() {
+        if taken[i] {
+            continue;
+        }
+        if misses >= MAX_MISSES || used + MIN_LINE_TOKENS > budget {
+            break;
+        }
+        let cost = line_tokens(r);
+        if used + cost <= budget {
+            used += cost;
+            chosen.push(r);
+            taken[i] = true;
+        } else {
+            misses += 1;
+        }
+    }
+    let mut omitted = taken.iter().filter(|t| !**t).count();
     loop {
         let (text, sections) = render_text(namespace, &chosen);
         let tokens = count_tokens(&text);

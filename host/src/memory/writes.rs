@@ -10,15 +10,20 @@ use redb::{ReadableDatabase, ReadableMultimapTable, ReadableTable};
 use serde::{Deserialize, Serialize};
 
 use super::daily::{self, DailyEntry, PROMOTE_FLAG};
-use super::merge::{may_merge, merge_into, round_importance, same_fact, same_identity};
-use super::records::{ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter};
+use super::merge::{Relation, dice, may_merge, may_supersede, merge_into, relation, round_importance, same_identity};
+use super::records::{
+    ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter, archive_reason,
+};
 use super::schema::{ARCHIVE, BY_SKILL, MAX_ID, PROMOTED};
+use super::statement::Statement;
 use super::store::{Store, validate_namespace};
-use crate::search::analyze;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CompactReport {
     pub merged: Vec<(u64, u64)>,
+    /// (outdated id, id of the update that replaced it).
+    #[serde(default)]
+    pub superseded: Vec<(u64, u64)>,
     pub expired: Vec<u64>,
     pub deprecated_removed: Vec<u64>,
     /// Archive ids of everything removed (`memory restore ID` undoes one).
@@ -43,16 +48,80 @@ pub struct ImportReport {
     pub renumbered: Vec<(u64, u64)>,
 }
 
+/// Live records by id, and the newest (created, id) per (namespace, tag): what
+/// [`Store::newest_on_subject`] looks up.
+pub(super) struct LiveIndex<'a> {
+    by_id: HashMap<u64, &'a MemoryRecord>,
+    newest_tag: HashMap<(&'a str, &'a str), (u64, u64)>,
+}
+
+impl<'a> LiveIndex<'a> {
+    fn of(all: &'a [MemoryRecord], now: u64) -> LiveIndex<'a> {
+        let mut by_id = HashMap::new();
+        let mut newest_tag: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+        for r in all.iter().filter(|r| r.is_live(now)) {
+            by_id.insert(r.id, r);
+            for t in &r.tags {
+                let e = newest_tag.entry((r.namespace.as_str(), t.as_str())).or_insert((r.created_ms, r.id));
+                *e = (*e).max((r.created_ms, r.id));
+            }
+        }
+        LiveIndex { by_id, newest_tag }
+    }
+}
+
+/// What [`Store::add_outcome`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AddOutcome {
+    /// Stored as a new record.
+    Stored,
+    /// Folded into a record stating the same fact.
+    Merged,
+    /// Stored as the update of this (older) record, which was archived as outdated.
+    Superseded(u64),
+}
+
+/// `new` replaces `old` as an update: it keeps the standing of the record it replaces (the
+/// higher priority if `new` is the user's, every tag) and links back to it; both provenances stay (the old one in
+/// the archive entry).
+fn supersede(new: &mut MemoryRecord, old: &MemoryRecord) {
+    // Only the user's own update inherits: a skill's priority stays what the policy capped
+    // it to (`memory.max_skill_priority`), whatever its earlier record had.
+    if old.priority > new.priority && new.is_user_written() {
+        new.priority = old.priority;
+        if new.priority > 1 {
+            new.expires_ms = None;
+        }
+    }
+    for t in &old.tags {
+        if !new.tags.contains(t) {
+            new.tags.push(t.clone());
+        }
+    }
+    new.supersedes.push(old.id);
+    new.importance = round_importance(new.importance_at(new.updated_ms));
+}
+
 impl Store {
     /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
-    /// incoming version, and the stored one when its wording changes), else as a new
-    /// record. Returns the id that holds the fact.
+    /// incoming version, and the stored one when its wording changes); stored as the live
+    /// record when it updates an older one (same subject, new value: the older one is
+    /// archived as outdated with a link to it, unless it is the user's and `r` is not);
+    /// else stored as a new record. Returns the id that holds the fact.
     pub fn add(&self, r: NewRecord) -> Result<u64> {
         Ok(self.add_detailed(r)?.0)
     }
 
     /// [`Store::add`], also saying whether the record was merged into an existing one.
     pub fn add_detailed(&self, r: NewRecord) -> Result<(u64, bool)> {
+        let (id, outcome) = self.add_outcome(r)?;
+        Ok((id, outcome == AddOutcome::Merged))
+    }
+
+    /// [`Store::add`], saying what became of the record: stored, merged into a restatement,
+    /// or stored as the update of an older record (archived as outdated, linked to it).
+    pub fn add_outcome(&self, r: NewRecord) -> Result<(u64, AddOutcome)> {
         self.check_new(&r)?;
         self.vectors.prepare(&r.content);
         let now = self.now_ms();
@@ -60,27 +129,34 @@ impl Store {
         // Under the write guard: a concurrent add of the same fact is either seen here
         // (and merged) or waits for this one to be indexed.
         let txn = self.begin()?;
-        let dup = self.duplicate_of(&namespace, &r.content, None)?;
+        let mut incoming = self.new_record(txn.new_id()?, r, now);
+        let related = self.related_of(&namespace, &incoming, None)?;
         // Re-read inside the transaction: the index may lag the store after a failed update.
-        let dup = match dup {
-            Some(d) => txn.get(d.id)?.filter(|d| d.is_live(now)),
+        let related = match related {
+            Some((d, rel)) => txn.get(d.id)?.filter(|d| d.is_live(now)).map(|d| (d, rel)),
             None => None,
         };
-        let incoming = self.new_record(txn.new_id()?, r, now);
-        let dup = dup.filter(|d| may_merge(d, &incoming));
-        let (stored, merged) = match dup {
-            Some(mut existing) => {
+        let (stored, outcome) = match related {
+            Some((mut existing, Relation::Restatement)) if may_merge(&existing, &incoming) => {
                 let superseded = merge_into(&mut existing, &incoming, now);
                 txn.put(&existing)?;
                 if let Some(old) = superseded {
-                    txn.archive(now, "superseded", old, Some(existing.id))?;
+                    txn.archive(now, archive_reason::SUPERSEDED, old, Some(existing.id))?;
                 }
-                txn.archive(now, "merged", incoming, Some(existing.id))?;
-                (existing, true)
+                txn.archive(now, archive_reason::MERGED, incoming, Some(existing.id))?;
+                (existing, AddOutcome::Merged)
             }
-            None => {
+            Some((old, Relation::Update)) if may_supersede(&old, &incoming) => {
+                supersede(&mut incoming, &old);
                 txn.put(&incoming)?;
-                (incoming, false)
+                txn.delete(&old)?;
+                let old_id = old.id;
+                txn.archive_outdated(now, old, incoming.id)?;
+                (incoming, AddOutcome::Superseded(old_id))
+            }
+            _ => {
+                txn.put(&incoming)?;
+                (incoming, AddOutcome::Stored)
             }
         };
         if stored.priority == 5 {
@@ -88,8 +164,44 @@ impl Store {
         }
         txn.bump_generation()?;
         let _written = txn.commit()?;
-        self.reindex(&[&stored], &[], &[])?;
-        Ok((stored.id, merged))
+        let deletes: Vec<u64> = match outcome {
+            AddOutcome::Superseded(old) => vec![old],
+            _ => vec![],
+        };
+        self.reindex(&[&stored], &deletes, &[])?;
+        Ok((stored.id, outcome))
+    }
+
+    /// The live record of `namespace` that `record` restates or updates, if any: the most
+    /// similar of the index's best candidates that is one or the other.
+    pub(super) fn related_of(
+        &self,
+        namespace: &str,
+        record: &MemoryRecord,
+        except: Option<u64>,
+    ) -> Result<Option<(MemoryRecord, Relation)>> {
+        let new = Statement::of(&record.content);
+        if new.units.is_empty() && new.numbers().is_empty() {
+            return Ok(None);
+        }
+        let now = self.now_ms();
+        let candidates = self.index.search(&record.content, &SearchFilter::namespace(namespace), now, 8)?;
+        let mut best: Option<(f64, MemoryRecord, Relation)> = None;
+        for r in self.load(candidates.into_iter().map(|(id, _)| id))? {
+            if Some(r.id) == except || r.id == record.id || !r.is_live(now) {
+                continue;
+            }
+            let old = Statement::of(&r.content);
+            let rel = relation(&old, &new, self.config.merge_similarity);
+            if rel == Relation::Unrelated {
+                continue;
+            }
+            let s = dice(&old, &new);
+            if best.as_ref().is_none_or(|(b, _, _)| s > *b) {
+                best = Some((s, r, rel));
+            }
+        }
+        Ok(best.map(|(_, r, rel)| (r, rel)))
     }
 
     /// Store many records in one transaction, without merging (bulk loads and benchmarks;
@@ -199,7 +311,9 @@ impl Store {
         Ok(archive_id)
     }
 
-    /// Put an archived record back (same id). Fails if that id is in use again.
+    /// Put an archived record back (same id). Fails if that id is in use again. An outdated
+    /// record whose successor is still live keeps `superseded_by` (both are live then; the
+    /// caller must say so).
     pub fn restore(&self, archive_id: u64) -> Result<MemoryRecord> {
         let now = self.now_ms();
         let txn = self.begin()?;
@@ -212,7 +326,7 @@ impl Store {
         };
         let mut record = entry.record;
         if txn.get(record.id)?.is_some() {
-            if entry.reason != "superseded" {
+            if entry.reason != archive_reason::SUPERSEDED {
                 bail!("memory #{} exists again; forget it first, then restore", record.id);
             }
             // A superseded wording shares the id of the record that absorbed it: it comes
@@ -221,6 +335,13 @@ impl Store {
         }
         record.deprecated = None;
         record.expires_ms = record.expires_ms.map(|_| now + self.config.low_priority_ttl_ms);
+        // An outdated record comes back still marked as superseded while its successor is
+        // live: search ranks it after that one, and `memory archive --restore` says so.
+        if let Some(successor) = record.superseded_by
+            && !txn.get(successor)?.is_some_and(|s| s.is_live(now))
+        {
+            record.superseded_by = None;
+        }
         txn.put(&record)?;
         if record.priority == 5 {
             self.check_protected(&record.namespace, &txn.protected(&record.namespace, now)?)?;
@@ -298,47 +419,57 @@ impl Store {
             }
         }
         let position: HashMap<u64, usize> = survivors.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let statements: Vec<Statement> = survivors.iter().map(|r| Statement::of(&r.content)).collect();
         let mut gone = vec![false; survivors.len()];
         let mut updated: Vec<usize> = Vec::new();
         for i in 0..survivors.len() {
             if gone[i] {
                 continue;
             }
-            let terms = analyze(&survivors[i].content);
             let filter = SearchFilter::namespace(&survivors[i].namespace);
             for (id, _) in self.index.search(&survivors[i].content, &filter, now, 8)? {
                 let Some(&j) = position.get(&id) else { continue };
-                if j <= i || gone[j] {
+                if j == i || gone[i] || gone[j] {
                     continue;
                 }
-                if !may_merge(&survivors[i], &survivors[j]) {
+                // Bulk loads and imports are not compared on the way in: an older record
+                // updated by a newer one is archived as outdated here.
+                let (older, newer) =
+                    if (survivors[j].created_ms, j) < (survivors[i].created_ms, i) { (j, i) } else { (i, j) };
+                let rel = relation(&statements[older], &statements[newer], self.config.merge_similarity);
+                if rel == Relation::Update && may_supersede(&survivors[older], &survivors[newer]) {
+                    let old = survivors[older].clone();
+                    let successor = survivors[newer].id;
+                    supersede(&mut survivors[newer], &old);
+                    gone[older] = true;
+                    txn.delete(&old)?;
+                    removed.push(old.id);
+                    report.superseded.push((old.id, successor));
+                    report.archived.push(txn.archive_outdated(now, old, successor)?);
+                    if !updated.contains(&newer) {
+                        updated.push(newer);
+                    }
                     continue;
                 }
-                let other_terms = analyze(&survivors[j].content);
-                if !same_fact(
-                    &survivors[i].content,
-                    &terms,
-                    &survivors[j].content,
-                    &other_terms,
-                    self.config.merge_similarity,
-                ) {
+                if j <= i || rel != Relation::Restatement || !may_merge(&survivors[i], &survivors[j]) {
                     continue;
                 }
                 let other = survivors[j].clone();
                 let keep_id = survivors[i].id;
                 if let Some(old) = merge_into(&mut survivors[i], &other, now) {
-                    report.archived.push(txn.archive(now, "superseded", old, Some(keep_id))?);
+                    report.archived.push(txn.archive(now, archive_reason::SUPERSEDED, old, Some(keep_id))?);
                 }
                 gone[j] = true;
                 txn.delete(&other)?;
                 removed.push(other.id);
                 report.merged.push((other.id, keep_id));
-                report.archived.push(txn.archive(now, "merged", other, Some(keep_id))?);
+                report.archived.push(txn.archive(now, archive_reason::MERGED, other, Some(keep_id))?);
                 if !updated.contains(&i) {
                     updated.push(i);
                 }
             }
         }
+        updated.retain(|&i| !gone[i]);
         for &i in &updated {
             txn.put(&survivors[i])?;
         }
@@ -351,6 +482,9 @@ impl Store {
 
     /// The weekly job: compact, archive records whose importance decayed below the
     /// threshold, archive daily notes older than 90 days, promote `#promote` entries.
+    /// Never demoted: priority 4 and 5, and a record that is the newest on its subject (see
+    /// [`Store::newest_on_subject`]); a record recently handed out by recall or search does
+    /// not decay (its importance counts from its last reference).
     pub fn maintain(&self, namespace: &str) -> Result<MaintainReport> {
         validate_namespace(namespace)?;
         let compact = self.compact(None)?;
@@ -358,10 +492,13 @@ impl Store {
         let mut report = MaintainReport { compact, ..MaintainReport::default() };
 
         let txn = self.begin()?;
-        let decayed: Vec<MemoryRecord> = txn
-            .all()?
-            .into_iter()
-            .filter(|r| r.priority < 5 && r.importance_at(now) < self.config.demote_below)
+        let all = txn.all()?;
+        let live = LiveIndex::of(&all, now);
+        let decayed: Vec<MemoryRecord> = all
+            .iter()
+            .filter(|r| r.priority < 4 && r.importance_at(now) < self.config.demote_below)
+            .filter(|r| !self.newest_on_subject(r, &live, now))
+            .cloned()
             .collect();
         if decayed.is_empty() {
             txn.abort()?;
@@ -407,6 +544,37 @@ impl Store {
             self.rebuild_index()?;
         }
         Ok(report)
+    }
+
+    /// Is `r` the newest live record on its subject? For standing knowledge (preferences,
+    /// facts, pitfalls) that is true unless a newer live record updates it (same subject,
+    /// another value); an updated fact (one that superseded another) and the newest live
+    /// record carrying one of its tags (a project's latest fact) are, too. Task results,
+    /// snapshots and general notes are events: they age out as before.
+    pub(super) fn newest_on_subject(&self, r: &MemoryRecord, live: &LiveIndex<'_>, now: u64) -> bool {
+        if !r.supersedes.is_empty() {
+            return true;
+        }
+        let newest_of_a_tag = r.tags.iter().any(|t| {
+            live.newest_tag
+                .get(&(r.namespace.as_str(), t.as_str()))
+                .is_some_and(|&(created, id)| (created, id) <= (r.created_ms, r.id))
+        });
+        if newest_of_a_tag {
+            return true;
+        }
+        if !matches!(r.kind, MemoryKind::Preference | MemoryKind::Fact | MemoryKind::Pitfall) {
+            return false;
+        }
+        // Newer records on the same subject are among the index's best candidates.
+        let st = Statement::of(&r.content);
+        let candidates =
+            self.index.search(&r.content, &SearchFilter::namespace(&r.namespace), now, 8).unwrap_or_default();
+        !candidates.iter().filter_map(|(id, _)| live.by_id.get(id)).any(|o| {
+            o.id != r.id
+                && o.created_ms > r.created_ms
+                && relation(&st, &Statement::of(&o.content), self.config.merge_similarity) == Relation::Update
+        })
     }
 
     /// Append to today's daily note.
