@@ -95,7 +95,10 @@ fn matches(r: &MemoryRecord, filter: &SearchFilter, now: u64) -> bool {
 impl Store {
     /// Ids of the records relevant to `query` under `filter`, best first, with their scores.
     pub(super) fn ranked(&self, query: &str, filter: &SearchFilter, now: u64, limit: usize) -> Result<Vec<(u64, f32)>> {
-        let Some(model) = self.vectors.model.as_ref().filter(|_| !query.trim().is_empty()) else {
+        // A query with no terms (only question words, particles, "the user") asks about
+        // nothing: the vectors of such a question sit near every record, so none is evidence.
+        let has_terms = !super::index::query_terms(query).is_empty();
+        let Some(model) = self.vectors.model.as_ref().filter(|_| has_terms) else {
             return self.index.search(query, filter, now, limit);
         };
         let p = self.config.fusion;
