@@ -95,6 +95,12 @@ const CJK_MARKERS: &[&str] =
     &["现在", "目前", "如今", "改成", "改为", "改用", "换成", "换为", "换用", "不再", "已改", "变成", "变为", "从此"];
 /// Words that say nothing about which fact a memory is: its subject is always the user.
 const GENERIC: &[&str] = &["user", "users"];
+/// Nouns whose number names which one, not how much: "offsite number 1", "ticket 42",
+/// "room 3" are about different things however the sentence goes on.
+const ID_NOUNS: &[&str] = &[
+    "number", "no", "ticket", "issue", "rule", "step", "room", "pr", "bug", "case", "item", "chapter", "section",
+    "line", "page", "id", "floor", "gate", "phase", "stage", "sprint", "batch", "team", "group", "task", "shard",
+];
 const CJK_GENERIC: &[&str] = &["用户", "我们", "他们"];
 /// Chinese characters dropped from the content units: particles, copulas, pronouns.
 const CJK_PARTICLES: &[char] =
@@ -371,6 +377,9 @@ impl Statement {
         let mut pending: Option<f64> = None;
         let mut en_current: Option<(f64, f64)> = None; // (total, current) of English number words
         let mut i = 0;
+        // The pending number follows an identifier noun (see ID_NOUNS): it is an id.
+        let mut pending_is_id = false;
+        let mut prev_word: Option<String> = None;
         let flush = |st: &mut Statement, value: f64, unit_follows: bool| {
             if unit_follows {
                 st.values.insert(canonical(value));
@@ -397,6 +406,7 @@ impl Statement {
                         }
                     }
                     pending = Some(*n);
+                    pending_is_id = prev_word.take().is_some_and(|w| ID_NOUNS.contains(&w.as_str()));
                 }
                 Piece::Word(w) => {
                     let w = w.as_str();
@@ -433,18 +443,20 @@ impl Statement {
                         flush(&mut st, total + current, unit_follows);
                     }
                     if let Some(p) = pending.take() {
-                        flush(&mut st, p, unit_follows);
+                        flush(&mut st, p, unit_follows && !pending_is_id);
                     }
                     st.word(stemmer, w, ps.get(i + 1), ps.get(i + 2));
+                    prev_word = Some(w.to_string());
                 }
                 Piece::Cjk(run) => {
                     if let Some((total, current)) = en_current.take() {
                         flush(&mut st, total + current, true);
                     }
                     let first_is_particle = run.chars().next().is_some_and(|c| CJK_PARTICLES.contains(&c));
+                    prev_word = None;
                     let carried = pending.take();
                     if let Some(p) = carried
-                        && first_is_particle
+                        && (first_is_particle || pending_is_id)
                     {
                         flush(&mut st, p, false);
                         st.cjk(run, None);
@@ -455,6 +467,7 @@ impl Statement {
                 Piece::Gap(c) => {
                     // A space may separate a number from its unit; other separators end it.
                     if !c.is_whitespace() && *c != '-' {
+                        prev_word = None;
                         if let Some((total, current)) = en_current.take() {
                             flush(&mut st, total + current, false);
                         }
@@ -656,5 +669,14 @@ mod tests {
         assert!(Statement::of("用户现在用空格").marker);
         assert!(Statement::of("no longer uses npm").negated() && Statement::of("no longer uses npm").marker);
         assert!(!Statement::of("takes longer than 2 s").marker);
+    }
+
+    #[test]
+    fn a_number_after_an_identifier_noun_names_which_one() {
+        let s = Statement::of("The team offsite number 1 takes place in Nairobi.");
+        assert!(s.ids.contains("1") && s.values.is_empty(), "{s:?}");
+        assert!(Statement::of("Ticket 42 is assigned to Bob").ids.contains("42"));
+        let v = Statement::of("the build takes 10 minutes");
+        assert!(v.values.contains("10") && v.ids.is_empty(), "{v:?}");
     }
 }
