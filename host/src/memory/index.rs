@@ -311,6 +311,9 @@ impl MemoryIndex {
                 out.push((id, score));
             }
         }
+        // Equal scores come back in segment order, which background merges change: break
+        // ties by id (as the hybrid ranking does) so the same store answers the same way.
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok(out)
     }
 
