@@ -48,7 +48,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
-pub use cache::CompileOutcome;
+pub use cache::{CompileOutcome, ComponentBytes};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
@@ -218,8 +218,25 @@ impl Runtime {
         progress: &dyn Fn(&str),
     ) -> Result<(PreparedSkill, CompileOutcome)> {
         check_is_component(wasm)?;
+        self.prepare_cached(sha256, &|| Ok(wasm.to_vec()), progress)
+    }
+
+    /// [`Runtime::prepare`] that reads the component only when the cache must compile it:
+    /// a warm start maps the compiled entry and never touches the component's bytes.
+    /// `wasm()` must return the bytes whose sha256 is `sha256` (verified by the caller).
+    pub fn prepare_cached(
+        &self,
+        sha256: &str,
+        wasm: cache::ComponentBytes<'_>,
+        progress: &dyn Fn(&str),
+    ) -> Result<(PreparedSkill, CompileOutcome)> {
+        let checked = || {
+            let bytes = wasm()?;
+            check_is_component(&bytes)?;
+            Ok(bytes)
+        };
         let (component, outcome) =
-            self.cache.load(&self.engine, wasm, sha256, progress).map_err(explain_compile_error)?;
+            self.cache.load(&self.engine, &checked, sha256, progress).map_err(explain_compile_error)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             anyhow::anyhow!("the component cannot be linked against the skill world: {e:#}\nRebuild it against wit/ (package skillhost:skill@0.1.0).")
         })?;
