@@ -538,6 +538,71 @@ fn a_cache_entry_of_the_previous_format_is_verified_and_migrated() {
     assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
 }
 
+/// Recursion this deep needs about 2 MiB of wasm stack (~100 bytes a frame): it overflows
+/// the default 512 KiB and fits in 4 MiB.
+const DEEP_RECURSION: u64 = 20_000;
+
+fn a_skill_gets_the_stack_it_asks_for_within_the_policy() {
+    let env = Env::new();
+    let lib = env.library();
+    let asks = "limits:\n  stack_kb: 4096\n";
+    env.install_granted(&lib, "deep", asks);
+    env.install_ungranted(&lib, "deep-ungranted", asks);
+    let capped = env.probe_as("deep-capped", asks);
+    let cap = skillhost::capabilities::LimitsRequest { stack_kb: Some(1024), ..Default::default() };
+    lib.install(&capped, &|_| Ok(Some(skillhost::policy::Grant { capabilities: Default::default(), limits: cap })))
+        .unwrap();
+    env.install_granted(&lib, "shallow", "");
+    let deep = json!({"mode": "recurse", "n": DEEP_RECURSION});
+
+    let r = run(&lib, "deep", deep.clone());
+    assert_eq!(r.limits.stack_kb, 4096);
+    assert!(output(&r).starts_with(&format!("depth {DEEP_RECURSION}")), "{:?}", r.result);
+    // The default stack, for a skill that did not ask and one whose ask was not granted.
+    for (name, stack) in [("shallow", 512), ("deep-ungranted", 512), ("deep-capped", 1024)] {
+        let r = run(&lib, name, deep.clone());
+        assert_eq!(r.limits.stack_kb, stack, "{name}");
+        match &r.result {
+            Err(CallError::Trap(m)) => {
+                assert!(m.contains("stack overflow") && m.contains(&format!("{stack} KiB")), "{name}: {m}")
+            }
+            other => panic!("{name} should overflow its {stack} KiB stack: {other:?}"),
+        }
+    }
+    // Calls on both stack sizes at once, each on its own engine, each with its own result.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let results = rt.block_on(async {
+        let lib = std::sync::Arc::new(lib);
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let lib = lib.clone();
+                let (name, n) = if i % 2 == 0 { ("deep", DEEP_RECURSION) } else { ("shallow", 100 + i) };
+                tokio::spawn(async move {
+                    (name, n, lib.run(name, json!({"mode": "recurse", "n": n}), &RunOptions::default()).await.unwrap())
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for c in calls {
+            out.push(c.await.unwrap());
+        }
+        out
+    });
+    for (name, n, r) in results {
+        assert!(output(&r).starts_with(&format!("depth {n} ")), "{name} {n}: {:?}", r.result);
+    }
+}
+
+fn a_stack_request_outside_the_sizes_is_refused_at_install() {
+    let env = Env::new();
+    let lib = env.library();
+    for kb in [0, 100, 65_536] {
+        let dir = env.probe_as("greedy", &format!("limits:\n  stack_kb: {kb}\n"));
+        let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+        assert!(err.contains("stack_kb") && err.contains("between 512 and 8192"), "{kb}: {err}");
+    }
+}
+
 fn tampered_installed_component_is_refused() {
     let env = Env::new();
     {
@@ -705,6 +770,8 @@ on_both_runtimes!(
     a_cache_entry_with_a_forged_seal_is_recompiled,
     a_copied_home_loads_its_compiled_skills_without_recompiling,
     a_cache_entry_of_the_previous_format_is_verified_and_migrated,
+    a_skill_gets_the_stack_it_asks_for_within_the_policy,
+    a_stack_request_outside_the_sizes_is_refused_at_install,
     tampered_installed_component_is_refused,
     malformed_manifest_and_non_component_wasm_are_clear_errors,
     a_broken_installed_skill_does_not_hide_the_others,
