@@ -74,9 +74,36 @@ def rust_debug(s):
 
 
 def _printable(c):
+    """Whether Rust's str Debug shows `c` as itself: not a control, format, separator or
+    unassigned character, and not Grapheme_Extend (combining marks are escaped too)."""
     if c == " ":
         return True
-    return unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs")
+    cat = unicodedata.category(c)
+    if cat in ("Mn", "Me") or ord(c) in OTHER_GRAPHEME_EXTEND:
+        return False
+    return cat not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs")
+
+
+# Grapheme_Extend beyond the Mn and Me categories (Unicode's Other_Grapheme_Extend).
+OTHER_GRAPHEME_EXTEND = frozenset(
+    [0x09BE, 0x09D7, 0x0B3E, 0x0B57, 0x0BBE, 0x0BD7, 0x0CC2, 0x0CD5, 0x0CD6, 0x0D3E, 0x0D57, 0x0DCF, 0x0DDF]
+    + [0x1B35, 0x200C, 0x302E, 0x302F, 0xFF9E, 0xFF9F, 0x1133E, 0x11357, 0x114B0, 0x114BD, 0x115AF, 0x11930]
+    + [0x1D165] + list(range(0x1D16E, 0x1D173)) + list(range(0xE0020, 0xE0080)) + list(range(0x1F3FB, 0x1F400))
+)
+
+# Marks that Unicode counts as Alphabetic (Other_Alphabetic: vowel signs and the like),
+# which Rust's `is_alphanumeric` accepts and Python's `isalnum` does not; by name, as
+# Python's unicodedata has no property lookup.
+_OTHER_ALPHABETIC_NAMES = ("VOWEL SIGN", "SIGN ANUSVARA", "SIGN VISARGA", "SIGN CANDRABINDU", "LENGTH MARK", "CIRCLED LATIN")
+
+
+def _is_alphabetic(c):
+    if c.isalpha() or unicodedata.category(c) == "Nl":
+        return True
+    if unicodedata.category(c) in ("Mn", "Mc", "So"):
+        name = unicodedata.name(c, "")
+        return any(part in name for part in _OTHER_ALPHABETIC_NAMES)
+    return False
 
 
 def json_text(v):
@@ -569,7 +596,8 @@ def stem(w):
 
 
 def _is_alphanumeric(c):
-    return c.isalnum() or unicodedata.category(c) in ("Nl", "No")
+    """Rust's `char::is_alphanumeric`: Alphabetic or Numeric (Nd, Nl, No)."""
+    return c.isalnum() or unicodedata.category(c) in ("Nl", "No") or _is_alphabetic(c)
 
 
 def push_word(word, out):
@@ -582,7 +610,7 @@ def push_word(word, out):
         return
     stemmed = stem(lower)
     base = stemmed.rstrip("0123456789")
-    if _blen(base) >= 3 and _blen(base) < _blen(stemmed) and any(c.isalpha() for c in base):
+    if _blen(base) >= 3 and _blen(base) < _blen(stemmed) and any(_is_alphabetic(c) for c in base):
         out.append(base)
     out.append(stemmed)
 
