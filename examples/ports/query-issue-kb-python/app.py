@@ -238,6 +238,8 @@ class _Reader:
             if self.peek() == "]":
                 self.i += 1
                 return items
+            if self.peek() is None:
+                raise self.eof("a list")
             while True:
                 items.append(self.value())
                 c = self.peek()
@@ -258,10 +260,12 @@ class _Reader:
             if self.peek() == "}":
                 self.i += 1
                 return obj
+            first = True
             while True:
                 c = self.peek()
                 if c is None:
-                    raise self.eof("an object")
+                    raise self.eof("an object" if first else "a value")
+                first = False
                 if c != '"':
                     raise self.peek_error("key must be a string")
                 self.i += 1
@@ -352,7 +356,10 @@ class _Reader:
             v = int(text)
             if -(2**63) <= v < 2**64:
                 return v
-        return float(text)
+        f = float(text)
+        if math.isinf(f):
+            raise self.error("number out of range")
+        return f
 
     def string(self):
         s = self.s
@@ -379,14 +386,22 @@ class _Reader:
                 elif e == "u":
                     code = self._hex4(i + 1)
                     i += 5
-                    if 0xD800 <= code < 0xDC00 and s[i : i + 2] == "\\u":
-                        low = self._hex4(i + 2)
-                        if 0xDC00 <= low < 0xE000:
-                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                            i += 6
-                    if 0xD800 <= code < 0xE000:
-                        self.i = i
-                        raise self.error("lone leading surrogate in hex escape" if code < 0xDC00 else "unexpected end of hex escape")
+                    if 0xDC00 <= code < 0xE000:
+                        raise self.error("lone leading surrogate in hex escape", i)
+                    if 0xD800 <= code < 0xDC00:
+                        # serde_json consumes the character that should start `\\u` of the pair.
+                        for want in "\\u":
+                            if i >= len(s):
+                                self.i = i
+                                raise self.eof("a string")
+                            if s[i] != want:
+                                raise self.error("unexpected end of hex escape", i + 1)
+                            i += 1
+                        low = self._hex4(i)
+                        i += 4
+                        if not 0xDC00 <= low < 0xE000:
+                            raise self.error("lone leading surrogate in hex escape", i)
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     out.append(chr(code))
                 else:
                     raise self.error("invalid escape", i + 1)
@@ -401,9 +416,9 @@ class _Reader:
             self.i = len(self.s)
             raise self.eof("a string")
         digits = self.s[at : at + 4]
-        for j, d in enumerate(digits):
-            if d not in "0123456789abcdefABCDEF":
-                raise self.error("invalid escape", at + j + 1)
+        if any(d not in "0123456789abcdefABCDEF" for d in digits):
+            # serde_json takes the four bytes first, then says they were not hex.
+            raise self.error("invalid escape", at + 4)
         return int(digits, 16)
 
     def end(self):
@@ -414,7 +429,7 @@ class _Reader:
 def _unexpected(v):
     """serde's `Unexpected` wording for a JSON value of the wrong type."""
     if v is None:
-        return "unit value"
+        return "null"
     if isinstance(v, bool):
         return f"boolean `{json_text(v)}`"
     if isinstance(v, int):
@@ -491,12 +506,16 @@ def parse_kb(text):
             r.i += 1
             break
         if c is None:
-            raise r.eof("a list")
-        if c != "{":
+            raise r.eof("a list" if first else "a value")
+        if c == "[":
+            r.i += 1
+            entries.append(_entry_seq(r))
+        elif c != "{":
             v = r.value()
             raise r.error(f"invalid type: {_unexpected(v)}, expected struct Entry")
-        r.i += 1
-        entries.append(_entry(r))
+        else:
+            r.i += 1
+            entries.append(_entry(r))
         first = False
         c = r.peek()
         if c == ",":
@@ -522,16 +541,68 @@ def _entry_error(r, msg):
     return r.error(msg)
 
 
+ENTRY_FIELDS = ("id", "title", "symptom", "cause", "fix", "tags")
+
+
+def _set_field(entry, key, v):
+    entry[key] = _tag_list(v) if key == "tags" else _text_or_number(v)
+
+
+def _entry_seq(r):
+    """An entry written as a JSON array: serde fills the fields in declaration order."""
+    entry = {"id": "", "title": "", "symptom": "", "cause": "", "fix": "", "tags": []}
+
+    def close_error(msg):
+        # serde_json ends the list (`end_seq`) before it places the error.
+        if r.peek() == "]":
+            r.i += 1
+        return r.error(msg)
+
+    for k, key in enumerate(ENTRY_FIELDS):
+        c = r.peek()
+        if c == "]":
+            break
+        if k > 0:
+            if c is None:
+                raise r.peek_error("EOF while parsing a list")
+            if c != ",":
+                raise r.peek_error("expected `,` or `]`")
+            r.i += 1
+            c = r.peek()
+            if c == "]":
+                raise r.peek_error("trailing comma")
+        if c is None:
+            raise r.eof("a list" if k == 0 else "a value")
+        v = r.value()
+        try:
+            _set_field(entry, key, v)
+        except ValueError as e:
+            raise close_error(str(e)) from None
+    c = r.peek()
+    if c == "]":
+        r.i += 1
+        return entry
+    if c is None:
+        raise r.eof("a list")
+    if c == ",":
+        r.i += 1
+        if r.peek() == "]":
+            raise r.peek_error("trailing comma")
+    raise r.peek_error("trailing characters")
+
+
 def _entry(r):
     entry = {"id": "", "title": "", "symptom": "", "cause": "", "fix": "", "tags": []}
     seen = set()
     if r.peek() == "}":
         r.i += 1
         return entry
+    first = True
     while True:
         c = r.peek()
         if c is None:
-            raise r.eof("an object")
+            raise r.eof("an object" if first else "a value")
+        first = False
         if c != '"':
             raise r.peek_error("key must be a string")
         r.i += 1
@@ -548,7 +619,7 @@ def _entry(r):
         if key in entry:
             seen.add(key)
             try:
-                entry[key] = _tag_list(v) if key == "tags" else _text_or_number(v)
+                _set_field(entry, key, v)
             except ValueError as e:
                 raise _entry_error(r, str(e)) from None
         c = r.peek()
