@@ -374,6 +374,7 @@ impl Library {
                 return Ok(report);
             }
         };
+        let secret_values = secret_values.on_leak(policy.secrets.on_leak());
         let needs_store = effective.memory != MemoryAccess::None || effective.session;
         let store = if needs_store { Some(self.store()?) } else { None };
         let grant = CallGrant {

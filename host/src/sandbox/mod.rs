@@ -55,7 +55,7 @@ pub use memory::{Absorbed, absorb};
 pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
-use crate::capabilities::{CapabilitySet, Limits};
+use crate::capabilities::{CapabilitySet, LeakAction, Limits};
 use crate::memory::MemoryStore;
 
 mod bindings {
@@ -420,8 +420,13 @@ impl Runtime {
         // Everything handed back is scrubbed of held values (secrets, granted env values)
         // before the denials are collected: a redaction is itself a denial.
         let caps = &state.caps;
+        let leaked = std::cell::Cell::new(false);
         let redact = |what: &str, mut text: String| {
+            let original = text.clone();
             caps.redact(what, &mut text);
+            if text != original {
+                leaked.set(true);
+            }
             text
         };
         let result = result.map(|mut out| {
@@ -451,6 +456,18 @@ impl Runtime {
         let stdout = redact("stdout", String::from_utf8_lossy(&stdout.contents()).into_owned());
         let stderr = redact("stderr", String::from_utf8_lossy(&stderr.contents()).into_owned());
         denials.extend(state.caps.take_denials());
+        // The policy may fail a call that tried to hand back a held value at all, rather
+        // than pass on its (redacted) result.
+        let result = match result {
+            Ok(_) | Err(CallError::Failed(_)) | Err(CallError::InvalidParams(_)) | Err(CallError::Trap(_))
+                if leaked.get() && grant.secret_values.leak_action() == LeakAction::Fail =>
+            {
+                Err(CallError::Failed(
+                    "the skill tried to hand back a value the host holds for it (a secret or a granted environment value; it is redacted everywhere), and the policy fails such calls ([secrets] on_leak = \"fail\")".into(),
+                ))
+            }
+            other => other,
+        };
         CallOutcome {
             result,
             denials,
