@@ -412,6 +412,18 @@ mod tests {
     }
 
     #[test]
+    fn a_project_can_make_leaks_fail_calls_never_pass_again() {
+        let plain: Policy = toml::from_str("[skills.s]\nsession = true\n").unwrap();
+        assert_eq!(plain.secrets.on_leak(), LeakAction::Redact);
+        assert!(!toml::to_string(&plain).unwrap().contains("[secrets]"), "nothing written for the default");
+        let failing: Policy = toml::from_str("[secrets]\non_leak = \"fail\"\n").unwrap();
+        let redacting: Policy = toml::from_str("[secrets]\non_leak = \"redact\"\n").unwrap();
+        assert_eq!(plain.clone().narrowed_by(failing.clone()).secrets.on_leak(), LeakAction::Fail);
+        assert_eq!(failing.narrowed_by(redacting).secrets.on_leak(), LeakAction::Fail, "a project cannot loosen it");
+        assert!(toml::from_str::<Policy>("[secrets]\non_leak = \"ignore\"\n").is_err());
+    }
+
+    #[test]
     fn the_grant_syntax_names_every_capability() {
         assert_eq!(GRANT_SYNTAX, crate::capabilities::grant_syntax());
     }
