@@ -51,7 +51,9 @@ impl Lang {
     fn tools(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Lang::Python => &[("SKILLHOST_COMPONENTIZE_PY", "target/guest-toolchains/python/bin/componentize-py")],
-            Lang::Js => &[("SKILLHOST_COMPONENTIZE_JS", "target/guest-toolchains/js/node_modules/.bin/componentize-js")],
+            Lang::Js => {
+                &[("SKILLHOST_COMPONENTIZE_JS", "target/guest-toolchains/js/node_modules/.bin/componentize-js")]
+            }
             Lang::C => &[
                 ("SKILLHOST_ZIG", "target/guest-toolchains/native/bin/python-zig"),
                 ("SKILLHOST_WASM_TOOLS", "target/guest-toolchains/native/bin/wasm-tools"),
@@ -90,8 +92,12 @@ fn toolchain(lang: Lang) -> Option<Vec<(&'static str, PathBuf)>> {
     lang.tools()
         .iter()
         .map(|(env, path)| {
-            common::require_installed(repo().join(path), &format!("the {} toolchain", lang.flag()), ".ci/guest-toolchains")
-                .map(|p| (*env, p))
+            common::require_installed(
+                repo().join(path),
+                &format!("the {} toolchain", lang.flag()),
+                ".ci/guest-toolchains",
+            )
+            .map(|p| (*env, p))
         })
         .collect()
 }
@@ -136,11 +142,7 @@ fn scaffold_builds_installs_and_passes_its_cases(lang: Lang) {
     let env = Env::new();
     let (home, parent) = (env.home.path(), env.sources.path());
     let name = format!("{}-hello", lang.flag());
-    skillhost(home, tool)
-        .args(["skill", "new", &name, "--lang", lang.flag(), "--dir"])
-        .arg(parent)
-        .assert()
-        .success();
+    skillhost(home, tool).args(["skill", "new", &name, "--lang", lang.flag(), "--dir"]).arg(parent).assert().success();
     let dir = parent.join(&name);
     assert!(dir.join("SKILL.md").is_file() && dir.join("cases.json").is_file());
     skillhost(home, tool).args(["skill", "build"]).arg(&dir).assert().success();
@@ -161,7 +163,8 @@ fn scaffold_builds_installs_and_passes_its_cases(lang: Lang) {
     assert!(results.as_array().unwrap().iter().all(|r| r["passed"] == true), "{results:#}");
 
     // Without the toolchain, the build says what to install.
-    let missing: Vec<(&str, PathBuf)> = tool.iter().map(|(env, _)| (*env, PathBuf::from("/nonexistent/tool"))).collect();
+    let missing: Vec<(&str, PathBuf)> =
+        tool.iter().map(|(env, _)| (*env, PathBuf::from("/nonexistent/tool"))).collect();
     let out = skillhost(home, &missing).args(["skill", "build"]).arg(&dir).assert().failure();
     let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(err.contains("is not installed") && err.contains("install"), "{err}");
@@ -249,12 +252,7 @@ fn an_async_quickjs_component_is_refused_with_the_way_to_rebuild_it() {
     // componentize-qjs's default output uses the component-model async ABI.
     build(false);
     let js_tools = [("SKILLHOST_COMPONENTIZE_JS", componentize_js.clone())];
-    let out = skillhost(home, &js_tools)
-        .args(["skill", "install"])
-        .arg(&dir)
-        .arg("--yes")
-        .assert()
-        .failure();
+    let out = skillhost(home, &js_tools).args(["skill", "install"]).arg(&dir).arg("--yes").assert().failure();
     let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(err.contains("component-model async ABI") && err.contains("add `--sync`"), "{err}");
     build(true);
@@ -339,16 +337,15 @@ fn the_checked_in_c_and_go_bindings_match_the_wit() {
     ];
     for (lang, flags, checked_in) in cases {
         let out = tmp.path().join(lang);
-        let status = std::process::Command::new(&wit_bindgen)
+        let run = std::process::Command::new(&wit_bindgen)
             .arg(lang)
             .args(flags)
             .arg("--out-dir")
             .arg(&out)
             .arg(repo().join("wit"))
-            .stdout(std::process::Stdio::null())
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "wit-bindgen {lang} failed");
+        assert!(run.status.success(), "wit-bindgen {lang} failed: {}", String::from_utf8_lossy(&run.stderr));
         let files = generated_files(&out);
         assert!(files.len() >= 2, "{lang}: {files:?}");
         for file in files {
@@ -378,7 +375,11 @@ fn the_checked_in_c_and_go_bindings_match_the_wit() {
                     rel = format!("{to}{rest}");
                 }
             }
-            assert!(embedded.iter().any(|(p, _)| *p == rel), "{root}/{} is not embedded in skill build", file.display());
+            assert!(
+                embedded.iter().any(|(p, _)| *p == rel),
+                "{root}/{} is not embedded in skill build",
+                file.display()
+            );
         }
     }
 }
@@ -392,7 +393,16 @@ fn the_c_sdk_json_reader_never_reads_past_its_input() {
     let tmp = tempfile::tempdir().unwrap();
     let exe = tmp.path().join("json_test");
     let out = match std::process::Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I"])
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+        ])
         .arg(repo().join("sdk/c"))
         .arg(repo().join("tests/guests/c/json_test.c"))
         .arg(repo().join("sdk/c/skillhost_json.c"))
@@ -411,5 +421,9 @@ fn the_c_sdk_json_reader_never_reads_past_its_input() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let run = std::process::Command::new(&exe).output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success() && stdout.contains("all checks passed"), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success() && stdout.contains("all checks passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }

@@ -206,18 +206,54 @@ pub const GO_SDK_FILES: &[(&str, &str)] = &[
     ("pkg/wit/types/stream.go", include_str!("../../sdk/go/pkg/wit/types/stream.go")),
     ("pkg/wit/types/tuple.go", include_str!("../../sdk/go/pkg/wit/types/tuple.go")),
     ("pkg/wit/types/unit.go", include_str!("../../sdk/go/pkg/wit/types/unit.go")),
-    ("sdk/bindings/exports/export_wit_world/execute.go", include_str!("../../sdk/go/skillhost/bindings/exports/export_wit_world/execute.go")),
-    ("sdk/bindings/exports/wit_exports/wit_exports.go", include_str!("../../sdk/go/skillhost/bindings/exports/wit_exports/wit_exports.go")),
-    ("sdk/bindings/imports/skillhost_skill_log/empty.s", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/empty.s")),
-    ("sdk/bindings/imports/skillhost_skill_log/wit_bindings.go", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/wit_bindings.go")),
-    ("sdk/bindings/imports/skillhost_skill_memory/empty.s", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/empty.s")),
-    ("sdk/bindings/imports/skillhost_skill_memory/wit_bindings.go", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/wit_bindings.go")),
-    ("sdk/bindings/imports/skillhost_skill_session/empty.s", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/empty.s")),
-    ("sdk/bindings/imports/skillhost_skill_session/wit_bindings.go", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/wit_bindings.go")),
-    ("sdk/bindings/imports/skillhost_skill_types/empty.s", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/empty.s")),
-    ("sdk/bindings/imports/skillhost_skill_types/wit_bindings.go", include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/wit_bindings.go")),
-    ("sdk/bindings/imports/wit_world/empty.s", include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/empty.s")),
-    ("sdk/bindings/imports/wit_world/wit_bindings.go", include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/wit_bindings.go")),
+    (
+        "sdk/bindings/exports/export_wit_world/execute.go",
+        include_str!("../../sdk/go/skillhost/bindings/exports/export_wit_world/execute.go"),
+    ),
+    (
+        "sdk/bindings/exports/wit_exports/wit_exports.go",
+        include_str!("../../sdk/go/skillhost/bindings/exports/wit_exports/wit_exports.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_log/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_log/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_memory/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_memory/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_session/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_session/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_types/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_types/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/wit_world/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/wit_world/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/wit_bindings.go"),
+    ),
     ("sdk/go.mod", include_str!("../../sdk/go/skillhost/go.mod")),
     ("sdk/skillhost.go", include_str!("../../sdk/go/skillhost/skillhost.go")),
 ];
@@ -261,7 +297,12 @@ fn componentize_module(dir: &Path, tools: &Path, module: &Path, source: &Path) -
     let wasm_tools = GuestTool::WASM_TOOLS;
     let embedded = tools.join("embedded.wasm");
     let mut cmd = wasm_tools.command();
-    cmd.args(["component", "embed"]).arg(tools.join("wit")).args(["--world", "skill"]).arg(module).arg("-o").arg(&embedded);
+    cmd.args(["component", "embed"])
+        .arg(tools.join("wit"))
+        .args(["--world", "skill"])
+        .arg(module)
+        .arg("-o")
+        .arg(&embedded);
     wasm_tools.run(cmd, source)?;
     let out = dir.join("skill.wasm");
     let mut cmd = wasm_tools.command();
@@ -516,7 +557,10 @@ pub fn toolchain_checks() -> Vec<ToolchainCheck> {
             version: {
                 let mut c = GuestTool::GO.command();
                 c.arg("version");
-                c.output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                c.output()
+                    .ok()
+                    .filter(|o| o.status.success())
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             },
             install: GuestTool::GO.install,
         },

@@ -41,8 +41,8 @@ import (
 	"runtime"
 	"strings"
 
-	_ "skillhost.dev/sdk/bindings/exports/wit_exports" // the `execute` export itself
 	"skillhost.dev/sdk/bindings/exports/export_wit_world"
+	_ "skillhost.dev/sdk/bindings/exports/wit_exports" // the `execute` export itself
 	"skillhost.dev/sdk/bindings/imports/skillhost_skill_log"
 	"skillhost.dev/sdk/bindings/imports/skillhost_skill_memory"
 	"skillhost.dev/sdk/bindings/imports/skillhost_skill_session"
@@ -100,7 +100,9 @@ func Success(output string) *Result { return &Result{Output: output, Status: Sta
 func Failure(output string) *Result { return &Result{Output: output, Status: StatusFailure} }
 
 // RequireMore: the skill needs more input from the user; question is what to ask.
-func RequireMore(question string) *Result { return &Result{Output: question, Status: StatusRequireMore} }
+func RequireMore(question string) *Result {
+	return &Result{Output: question, Status: StatusRequireMore}
+}
 
 // Meta adds a machine-readable key/value fact: a string as it is, anything else as JSON.
 func (r *Result) Meta(key string, value any) *Result {

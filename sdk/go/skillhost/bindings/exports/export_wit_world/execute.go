@@ -3,8 +3,8 @@
 package export_wit_world
 
 import (
-	"skillhost.dev/sdk/bindings/imports/skillhost_skill_types"
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	"skillhost.dev/sdk/bindings/imports/skillhost_skill_types"
 )
 
 // Handler runs one call; skillhost.Handle sets it.
