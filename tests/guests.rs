@@ -370,10 +370,10 @@ fn the_checked_in_c_and_go_bindings_match_the_wit() {
             if rel.ends_with(".md") {
                 continue;
             }
-            if let Some((from, to)) = strip {
-                if let Some(rest) = rel.strip_prefix(from) {
-                    rel = format!("{to}{rest}");
-                }
+            if let Some((from, to)) = strip
+                && let Some(rest) = rel.strip_prefix(from)
+            {
+                rel = format!("{to}{rest}");
             }
             assert!(
                 embedded.iter().any(|(p, _)| *p == rel),

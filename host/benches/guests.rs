@@ -155,7 +155,8 @@ fn main() {
         None => println!("JavaScript: skipped (componentize-js not installed; run .ci/guest-toolchains)"),
     }
     // C and Go: each needs its compiler and wasm-tools.
-    let native: [(&str, &str, &str, &str, fn(&Path, &str) -> anyhow::Result<PathBuf>); 2] = [
+    type Scaffold = fn(&Path, &str) -> anyhow::Result<PathBuf>;
+    let native: [(&str, &str, &str, &str, Scaffold); 2] = [
         (
             "C (scaffold)",
             "c-hello",
