@@ -91,7 +91,7 @@ pub(super) fn migrate_from_store(db: &Database, dir: &Path) -> Result<()> {
             let name = match file_name(id) {
                 Ok(n) => n,
                 Err(e) => {
-                    eprintln!("warning: agent session `{id}` not migrated: {e:#}");
+                    tracing::warn!(session = %id, "agent session not migrated: {e:#}");
                     continue;
                 }
             };

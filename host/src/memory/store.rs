@@ -248,8 +248,15 @@ impl Store {
             _lock: lock,
         };
         if !fresh {
+            tracing::info!(index = %dir.join("index").display(), "the memory search index lags the store; rebuilding it");
             store.rebuild_index()?;
         }
+        tracing::info!(
+            store = %store.path.display(),
+            generation,
+            semantic = store.vectors.model.as_ref().map(|m| m.identity()).unwrap_or("off (lexical only)"),
+            "memory store opened"
+        );
         Ok(store)
     }
 
@@ -307,8 +314,8 @@ impl Store {
     pub(super) fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
         use std::sync::atomic::Ordering;
         if let Err(e) = self.vectors.apply(&self.db, upserts, deletes) {
-            eprintln!(
-                "warning: memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
+            tracing::warn!(
+                "memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
             );
         }
         let stamp = self.current_stamp()?;
@@ -326,8 +333,8 @@ impl Store {
                 // Patching later writes onto an index that misses this one would stamp it
                 // as current; stay dirty so every write rebuilds until one succeeds.
                 self.index_dirty.store(true, Ordering::SeqCst);
-                eprintln!(
-                    "warning: memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next write or open"
+                tracing::warn!(
+                    "memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next write or open"
                 );
             }
         }
@@ -490,6 +497,7 @@ impl Store {
             merge::prefer_newer(&mut hits, self.config.merge_similarity, PREFER_NEWER_WINDOW);
         }
         hits.truncate(limit);
+        tracing::debug!(hits = hits.len(), limit, order = ?filter.order, "memory search");
         Ok(hits)
     }
 
@@ -764,7 +772,7 @@ fn load_model(dir: &Path, choice: &EmbedModelChoice) -> Option<std::sync::Arc<Em
     match EmbedModel::shared(&path) {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!("warning: {e:#}; memory search is lexical only");
+            tracing::warn!("{e:#}; memory search is lexical only");
             None
         }
     }

@@ -122,6 +122,7 @@ impl JsonClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            tracing::debug!(url = %url, attempt, attempts, "provider request");
             let outcome =
                 tokio::time::timeout(self.policy.timeout, self.attempt(&url, headers.clone(), body.clone())).await;
             let (reason, wait, asked) = match outcome {
