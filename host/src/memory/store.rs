@@ -193,6 +193,8 @@ impl Store {
     /// Open the store of `dir` (`<home>/memory`); `lock` proves this process owns it.
     pub(super) fn open(dir: &Path, config: MemoryConfig, lock: StoreLock, clock: Clock) -> Result<Store> {
         let path = dir.join("store.redb");
+        // Before the index opens: tantivy must not be writing its own temp files yet.
+        sweep_stale_temp_files(dir);
         // The first runtime kept a schema-1 store at <home>/memory.redb: adopt it.
         if let Some(legacy) = dir.parent().map(|p| p.join("memory.redb"))
             && legacy.exists()
@@ -747,6 +749,27 @@ fn open_db(path: &Path) -> Result<Database> {
         }
         other => damaged(path, &other.to_string()),
     })
+}
+
+/// Remove what killed writes left under `dir` (`<home>/memory`): the temp files of atomic
+/// writes no live process owns (see [`crate::fsutil::sweep_temp_files`]). The index
+/// directory is written only by the store's owner, whose lock this process holds, so every
+/// temp file there (tantivy's, without a pid) is a leftover; session files are saved by any
+/// process, so there a temp file must name a dead pid or be old. Tantivy's own files
+/// (segments, meta.json, .managed.json, locks) are never touched: its GC owns them.
+fn sweep_stale_temp_files(dir: &Path) {
+    use crate::fsutil::{TempWriters, sweep_temp_files};
+    let now = SystemTime::now();
+    let dirs = [
+        (dir.to_path_buf(), TempWriters::Anyone),
+        (dir.join("index"), TempWriters::LockHolderOnly),
+        (dir.join("sessions"), TempWriters::Anyone),
+    ];
+    for (swept, writers) in dirs {
+        for (path, because) in sweep_temp_files(&swept, writers, now) {
+            tracing::info!(path = %path.display(), because = ?because, "removed the temp file of an interrupted write");
+        }
+    }
 }
 
 /// A redb corruption error is a damaged store; anything else keeps its own message.
