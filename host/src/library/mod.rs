@@ -53,7 +53,7 @@ pub mod record;
 mod run;
 pub mod secrets;
 
-pub use catalog::SkillInfo;
+pub use catalog::{SkillInfo, SkillSearch};
 pub use history::HistoryEntry;
 pub use install::{ImportResult, InstallOptions, InstallReport, Replacement, SkillKind};
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
