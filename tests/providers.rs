@@ -854,9 +854,12 @@ fn an_unknown_table_is_named_with_the_known_ones() {
     );
 }
 
+/// What a streaming provider showed, one string per event.
+type Shown = Arc<Mutex<Vec<String>>>;
+
 /// A provider for `config` that streams, with the pieces it showed and its retry notices.
-fn streaming(config: &ProviderConfig) -> (Arc<dyn Provider>, Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<RetryNotice>>>) {
-    let shown: Arc<Mutex<Vec<String>>> = Arc::default();
+fn streaming(config: &ProviderConfig) -> (Arc<dyn Provider>, Shown, Arc<Mutex<Vec<RetryNotice>>>) {
+    let shown: Shown = Arc::default();
     let notices: Arc<Mutex<Vec<RetryNotice>>> = Arc::default();
     let (show, notice) = (shown.clone(), notices.clone());
     let on_stream: StreamObserver = Arc::new(move |event: StreamEvent<'_>| {
