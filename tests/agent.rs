@@ -903,3 +903,119 @@ async fn ctrl_c_on_a_terminal_saves_the_session_and_resume_continues_in_its_work
     assert_eq!(outcome["steps"][0]["status"], "success", "{outcome:#}");
     assert!(outcome["steps"][0]["summary"].as_str().unwrap().contains("lines"), "{outcome:#}");
 }
+
+/// The streamed form of `action` (a JSON-mode reply), split before `split_at`, with the
+/// second part held back until `gate` opens when one is given.
+fn streamed_action(action: &Value, split_at: &str, gate: Option<Arc<tokio::sync::Notify>>) -> Reply {
+    let text = action.to_string();
+    let cut = text.find(split_at).expect("split point in the action");
+    let mut parts = llm_mock::openai_stream_text(&[&text[..cut], &text[cut..]]);
+    if let Some(gate) = gate {
+        // After the role chunk and the first piece.
+        parts.insert(2, llm_mock::StreamPart::Wait(gate));
+    }
+    Reply::Stream(parts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_the_reply_appears_while_it_arrives() {
+    let env = common::Env::new();
+    drop(log_home(&env));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let answer = reply("The UART baud rate is wrong [L1243].");
+    let server = MockServer::start(vec![
+        streamed_action(&answer, "baud rate", Some(gate.clone())),
+        streamed_action(&answer, "baud rate", None),
+        streamed_action(&answer, "baud rate", None),
+    ])
+    .await;
+    std::fs::write(
+        env.home.path().join("skillhost.toml"),
+        format!("[provider]\nkind = \"openai\"\nbase_url = \"{}/v1\"\ntool_calling = false\n", server.base),
+    )
+    .unwrap();
+    let bin = assert_cmd::cargo::cargo_bin("skillhost");
+    let command = format!("exec '{}' run --agent general 'why does the UART print garbage?'", bin.display());
+    let mut child = std::process::Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env("SKILLHOST_HOME", env.home.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("SKILLHOST_PROVIDER")
+        .env_remove("RUST_LOG")
+        .current_dir(env.workspace.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux script");
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = seen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    // The first half of the reply is on the terminal while the rest is still held back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !seen.lock().unwrap().contains("\"The UART ") {
+        assert!(std::time::Instant::now() < deadline, "the first piece never showed: {}", seen.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let early = seen.lock().unwrap().clone();
+    assert!(early.contains("  model: {"), "{early}");
+    assert!(!early.contains("baud rate"), "the held-back piece cannot be there yet: {early}");
+    gate.notify_one();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    reader.join().unwrap();
+    let shown = seen.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(0), "{shown}");
+    assert!(shown.contains("baud rate is wrong [L1243].\""), "the rest followed: {shown}");
+    assert!(server.requests()[0].body["stream"] == true, "a terminal streams by default");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_flag_shows_replies_off_a_terminal_but_never_under_json() {
+    let env = common::Env::new();
+    drop(log_home(&env));
+    let answer = reply("The UART baud rate is wrong [L1243].");
+    // A server streams only when asked; otherwise it answers with the whole JSON.
+    let replies = |streams: bool| {
+        (0..3)
+            .map(|_| match streams {
+                true => streamed_action(&answer, "baud", None),
+                false => Reply::ok(llm_mock::openai_text(&answer.to_string())),
+            })
+            .collect::<Vec<_>>()
+    };
+    for (args, streams) in
+        [(&["run", "--stream"][..], true), (&["--json", "run", "--stream"][..], false), (&["run"][..], false)]
+    {
+        let server = MockServer::start(replies(streams)).await;
+        std::fs::write(
+            env.home.path().join("skillhost.toml"),
+            format!("[provider]\nkind = \"openai\"\nbase_url = \"{}/v1\"\ntool_calling = false\n", server.base),
+        )
+        .unwrap();
+        let (home, cwd) = (env.home.path().to_path_buf(), env.workspace.path().to_path_buf());
+        let out = tokio::task::spawn_blocking(move || {
+            bare_cli(&home, &cwd).args(args).args(["--agent", "general", "why?"]).output().unwrap()
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr.contains("  model: {\"message\":\"The UART baud rate"), streams, "{args:?}: {stderr}");
+        assert_eq!(server.requests()[0].body.get("stream").is_some(), streams, "{args:?}");
+        if args[0] == "--json" {
+            let outcome: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(outcome["answer"], "The UART baud rate is wrong [L1243].");
+        } else {
+            assert!(String::from_utf8_lossy(&out.stdout).contains("The UART baud rate is wrong [L1243]."));
+        }
+    }
+}

@@ -995,3 +995,43 @@ fn doctor_checks_toolchains_home_stores_and_the_provider() {
     let human = text(&out.stdout);
     assert!(human.contains("FAIL provider:") && human.contains("     fix: start the server"), "{human}");
 }
+
+#[test]
+fn verbosity_and_rust_log_choose_the_diagnostics_on_stderr_and_stdout_stays_clean() {
+    let env = Env::new();
+    let stderr_of = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
+    let search = |extra: &[&str], rust_log: Option<&str>| {
+        let mut c = skillhost(&env);
+        c.env("SKILLHOST_EMBED_MODEL", "off");
+        if let Some(filter) = rust_log {
+            c.env("RUST_LOG", filter);
+        }
+        c.args(extra).args(["memory", "search", "anything"]).output().unwrap()
+    };
+    // The default level hides info lines; -v shows them, but no debug lines.
+    let quiet = search(&[], None);
+    assert!(quiet.status.success(), "{}", stderr_of(&quiet));
+    assert!(!stderr_of(&quiet).contains("memory store opened"), "{}", stderr_of(&quiet));
+    let verbose = search(&["-v"], None);
+    let shown = stderr_of(&verbose);
+    assert!(shown.contains("info: memory store opened store="), "{shown}");
+    assert!(shown.contains("semantic=\"off (lexical only)\""), "{shown}");
+    assert!(!shown.contains("debug:"), "{shown}");
+    // RUST_LOG picks the level per module and wins over -v.
+    let debug = stderr_of(&search(&[], Some("skillhost=debug")));
+    assert!(debug.contains("debug: [skillhost::memory::store] memory search hits=0"), "{debug}");
+    let off = stderr_of(&search(&["-vv"], Some("off")));
+    assert!(!off.contains("info:") && !off.contains("debug:"), "{off}");
+    // --json with -vv: the diagnostics go to stderr, stdout is the one JSON value.
+    let json = search(&["--json", "-vv"], None);
+    assert!(stderr_of(&json).contains("debug: [skillhost::memory::store] memory search"), "{}", stderr_of(&json));
+    assert_eq!(json_of(&json.stdout), serde_json::json!([]));
+
+    // Warnings of the library still show at the default level (a model file that is not one).
+    let bogus = env.workspace.path().join("not-a-model.bin");
+    std::fs::write(&bogus, b"definitely not a model").unwrap();
+    let out = skillhost(&env).env("SKILLHOST_EMBED_MODEL", &bogus).args(["memory", "search", "x"]).output().unwrap();
+    let warned = stderr_of(&out);
+    assert!(out.status.success(), "{warned}");
+    assert!(warned.contains("warning: ") && warned.contains("memory search is lexical only"), "{warned}");
+}

@@ -256,3 +256,43 @@ fn scratch_directories_are_named_with_pid_and_randomness_and_recovered_after_a_c
     let parsed = skillhost::fsutil::ScratchName::parse(a.file_name().unwrap().to_str().unwrap()).unwrap();
     assert_eq!((parsed.kind.as_str(), parsed.name.as_str(), parsed.pid), ("staging", "tool", std::process::id()));
 }
+
+#[test]
+fn library_open_sweeps_temp_files_of_killed_atomic_writes_in_the_home() {
+    let env = Env::new();
+    let home = env.home.path();
+    std::fs::create_dir_all(home.join("cache")).unwrap();
+    std::fs::create_dir_all(home.join("audit")).unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let mut live = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let swept = [
+        home.join(format!(".policy.toml.{dead}-abcdefABCDEF.tmp")),
+        home.join(format!(".secrets.json.{dead}-abcdefABCDEF.tmp")),
+        home.join("cache").join(format!(".x.cwasm.{dead}-abcdefABCDEF.tmp")),
+        home.join("audit").join(format!(".seal.json.{dead}-abcdefABCDEF.tmp")),
+    ];
+    let kept = [home.join(format!(".policy.toml.{}-abcdefABCDEF.tmp", live.id())), home.join("notes.tmp")];
+    for path in swept.iter().chain(&kept) {
+        std::fs::write(path, b"half-written").unwrap();
+    }
+    let lib = env.library();
+    for path in &swept {
+        assert!(!path.exists(), "{} should be swept", path.display());
+    }
+    for path in &kept {
+        assert!(path.exists(), "{} should be kept", path.display());
+    }
+    // The home still works: a policy write goes through its own temp file and leaves none.
+    let dir = env.probe_as("tool", "capabilities:\n  session: true\n");
+    lib.install(&dir, &|m| Ok(Some(Grant::everything(m)))).unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && n.contains(&format!(".{}-", std::process::id())))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    live.kill().unwrap();
+    live.wait().unwrap();
+}

@@ -746,3 +746,92 @@ fn a_crash_between_the_store_commit_and_the_index_commit_is_repaired_on_open() {
     let hits = m.search("oscillator", &SearchFilter::namespace("default"), 5).unwrap();
     assert_eq!(hits.iter().map(|h| h.record.id).collect::<Vec<_>>(), vec![2]);
 }
+
+/// A pid no process has: a child that already exited (and was reaped).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+fn plant(path: &Path, age: Duration) {
+    std::fs::write(path, b"half-written").unwrap();
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - age).unwrap();
+}
+
+#[test]
+fn temp_files_of_killed_writes_are_swept_on_open_and_live_ones_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    {
+        let m = open_at(dir.path(), &clock);
+        m.add(rec("the parity bit is even on port 3", MemoryKind::Fact, 3)).unwrap();
+        m.save_agent_session("s-1", &serde_json::json!({"step": 2})).unwrap();
+    }
+    let (index, sessions) = (dir.path().join("index"), dir.path().join("sessions"));
+    let listing = |d: &Path| {
+        let mut names: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let tantivy_files = listing(&index);
+    assert!(tantivy_files.iter().any(|n| n == "meta.json"), "{tantivy_files:?}");
+    let dead = dead_pid();
+    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
+    let (fresh, old) = (Duration::ZERO, Duration::from_secs(2 * 3600));
+    let removed = [
+        // tantivy's atomic write (no pid) in the index only the store owner writes: a leftover at any age.
+        index.join(".tmpAb3dE9"),
+        index.join(format!(".meta.json.{dead}-abcdefABCDEF.tmp")),
+        sessions.join(format!(".s-2.json.{dead}-abcdefABCDEF.tmp")),
+        // A live pid, but older than any atomic write takes: the pid was reused.
+        sessions.join(format!(".s-4.json.{}-ABCDEFabcdef.tmp", live.id())),
+        sessions.join(".tmpOld123"),
+        dir.path().join(format!(".store.redb.{dead}-abcdefABCDEF.tmp")),
+    ];
+    let kept = [
+        // A live writer's file, and a pid-less one in a directory any process writes, both fresh.
+        sessions.join(format!(".s-3.json.{}-abcdefABCDEF.tmp", live.id())),
+        sessions.join(".tmpQwErTy"),
+        // Not temp files of ours at all.
+        index.join("notes.tmp"),
+        sessions.join(format!("s-5.json.{dead}-abcdefABCDEF.tmp")),
+    ];
+    for (i, path) in removed.iter().enumerate() {
+        plant(path, if i == 3 || i == 4 { old } else { fresh });
+    }
+    for path in &kept {
+        plant(path, fresh);
+    }
+    std::fs::create_dir(index.join(".tmpDir123")).unwrap();
+
+    let m = open_at(dir.path(), &clock);
+    for path in &removed {
+        assert!(!path.exists(), "{} should be swept", path.display());
+    }
+    for path in &kept {
+        assert!(path.exists(), "{} should be kept", path.display());
+    }
+    assert!(index.join(".tmpDir123").is_dir(), "directories are never swept");
+    // Tantivy's own files are all still there, and the data is intact.
+    let after = listing(&index);
+    for name in &tantivy_files {
+        assert!(after.contains(name), "tantivy's {name} was removed: {after:?}");
+    }
+    assert_eq!(m.search("parity", &SearchFilter::namespace("default"), 5).unwrap().len(), 1);
+    assert_eq!(m.agent_session("s-1").unwrap(), Some(serde_json::json!({"step": 2})));
+    // Writes after the sweep work, and leave no temp file behind.
+    m.add(rec("the baud rate is 115200", MemoryKind::Fact, 3)).unwrap();
+    m.save_agent_session("s-1", &serde_json::json!({"step": 3})).unwrap();
+    assert_eq!(m.search("baud", &SearchFilter::namespace("default"), 5).unwrap().len(), 1);
+    let stray: Vec<String> = listing(&sessions)
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp") && n.contains(&format!(".{}-", std::process::id())))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+    live.kill().unwrap();
+    live.wait().unwrap();
+}

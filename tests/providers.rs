@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use skillhost::agent::provider::config::{DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_ANTHROPIC_MODEL, DEFAULT_TIMEOUT};
 use skillhost::agent::provider::{
     ChatMessage, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderKind, Purpose, ResponseFormat,
-    RetryNotice, RetryReason, ToolCall, ToolSpec, Usage, open, open_with, resolve,
+    RetryNotice, RetryObserver, RetryReason, StreamEvent, StreamFault, StreamObserver, ToolCall, ToolSpec, Usage, open,
+    open_streaming, open_with, resolve,
 };
 use skillhost::http::ProxySettings;
 
@@ -851,4 +852,158 @@ fn an_unknown_table_is_named_with_the_known_ones() {
         message,
         format!("{} has an unknown table `mpc` (line 4); the known tables are: [provider]", file.display())
     );
+}
+
+/// What a streaming provider showed, one string per event.
+type Shown = Arc<Mutex<Vec<String>>>;
+
+/// A provider for `config` that streams, with the pieces it showed and its retry notices.
+fn streaming(config: &ProviderConfig) -> (Arc<dyn Provider>, Shown, Arc<Mutex<Vec<RetryNotice>>>) {
+    let shown: Shown = Arc::default();
+    let notices: Arc<Mutex<Vec<RetryNotice>>> = Arc::default();
+    let (show, notice) = (shown.clone(), notices.clone());
+    let on_stream: StreamObserver = Arc::new(move |event: StreamEvent<'_>| {
+        show.lock().unwrap().push(match event {
+            StreamEvent::Text(t) => format!("text:{t}"),
+            StreamEvent::ToolCall { name } => format!("call:{name}"),
+            StreamEvent::ToolArguments(a) => format!("args:{a}"),
+            StreamEvent::End => "end".to_string(),
+        })
+    });
+    let on_retry: RetryObserver = Arc::new(move |n: &RetryNotice| notice.lock().unwrap().push(n.clone()));
+    (open_streaming(config, Some(on_retry), Some(on_stream)).unwrap(), shown, notices)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn openai_streamed_replies_equal_unstreamed_ones_and_every_piece_is_shown() {
+    let arguments = r#"{"path":"/workspace/uart.log","max_lines":5}"#;
+    let pieces = [r#"{"path":"/work"#, r#"space/uart.log","#, r#""max_lines":5}"#];
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::openai_tool_call("call_7", "read-log-file", arguments)),
+        Reply::Stream(llm_mock::openai_stream_tool_call("call_7", "read-log-file", &pieces)),
+        Reply::ok(llm_mock::openai_text("The baud rate is wrong [L12].")),
+        Reply::Stream(llm_mock::openai_stream_text(&["The baud ", "rate is wrong", " [L12]."])),
+    ])
+    .await;
+    let config = openai_config(&server);
+    let plain = open(&config).unwrap();
+    let (streamed, shown, notices) = streaming(&config);
+    let whole = plain.chat(&decide_tools()).await.unwrap();
+    let arrived = streamed.chat(&decide_tools()).await.unwrap();
+    assert_eq!(arrived, whole, "tool call, usage and model as unstreamed");
+    assert_eq!(arrived.usage, Some(Usage { prompt_tokens: 20, completion_tokens: 8 }));
+    assert_eq!(arrived.tool_calls[0].arguments, arguments);
+    let whole = plain.chat(&decide_json()).await.unwrap();
+    let arrived = streamed.chat(&decide_json()).await.unwrap();
+    assert_eq!(arrived, whole);
+    let mut expected = vec!["call:read-log-file".to_string()];
+    expected.extend(pieces.iter().map(|p| format!("args:{p}")));
+    expected.push("end".into());
+    expected.extend(["text:The baud ", "text:rate is wrong", "text: [L12].", "end"].map(String::from));
+    assert_eq!(*shown.lock().unwrap(), expected);
+    assert!(notices.lock().unwrap().is_empty());
+    let requests = server.requests();
+    assert!(requests[0].body.get("stream").is_none(), "unstreamed requests do not ask");
+    assert_eq!(requests[1].body["stream"], true);
+    assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
+    assert_eq!(requests[1].header("accept"), Some("text/event-stream"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn anthropic_streamed_replies_equal_unstreamed_ones() {
+    let server = MockServer::start(vec![
+        Reply::ok(llm_mock::anthropic_tool_use("toolu_3", "read-log-file", json!({"path": "a.log", "max_lines": 5}))),
+        Reply::Stream(llm_mock::anthropic_stream_tool_use(
+            "toolu_3",
+            "read-log-file",
+            &["I will ", "read the log."],
+            &[r#"{"path": "a"#, r#".log", "max_"#, r#"lines": 5}"#],
+        )),
+    ])
+    .await;
+    let config = anthropic_config(&server);
+    let whole = open(&config).unwrap().chat(&decide_tools()).await.unwrap();
+    let (streamed, shown, _) = streaming(&config);
+    let arrived = streamed.chat(&decide_tools()).await.unwrap();
+    assert_eq!(arrived, whole);
+    assert_eq!(arrived.usage, Some(Usage { prompt_tokens: 40, completion_tokens: 9 }), "output from message_delta");
+    assert_eq!(arrived.text.as_deref(), Some("I will read the log."));
+    let shown = shown.lock().unwrap().clone();
+    assert_eq!(shown[..3], ["text:I will ", "text:read the log.", "call:read-log-file"].map(String::from));
+    assert_eq!(shown.last().map(String::as_str), Some("end"));
+    assert_eq!(server.requests()[1].body["stream"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broken_stream_is_retried_with_a_clear_notice_and_gives_the_same_reply() {
+    use llm_mock::StreamPart;
+    let good = llm_mock::openai_stream_text(&["all ", "fine"]);
+    // Cut mid-way (the connection breaks), a chunk that is not JSON, a body that ends
+    // before [DONE], an error event; then a whole stream.
+    let mut cut = good[..2].to_vec();
+    cut.push(StreamPart::Cut);
+    let mut bad = good[..2].to_vec();
+    bad.push(StreamPart::Bytes("data: {\"choices\": [{\"delta\": \n\n".into()));
+    let short = good[..3].to_vec();
+    let error = vec![llm_mock::sse(&json!({"error": {"message": "Overloaded", "type": "overloaded_error"}}))];
+    let server = MockServer::start(vec![
+        Reply::Stream(cut),
+        Reply::Stream(bad),
+        Reply::Stream(short),
+        Reply::Stream(error),
+        Reply::Stream(good.clone()),
+    ])
+    .await;
+    let mut config = openai_config(&server);
+    config.max_retries = 4;
+    let (provider, shown, notices) = streaming(&config);
+    let reply = provider.chat(&decide_json()).await.unwrap();
+    assert_eq!(reply.text.as_deref(), Some("all fine"), "the reply of the whole stream only");
+    assert_eq!(reply.usage, Some(Usage { prompt_tokens: 12, completion_tokens: 5 }));
+    let notices = notices.lock().unwrap().clone();
+    let reasons: Vec<RetryReason> = notices.iter().map(|n| n.reason).collect();
+    assert_eq!(
+        reasons,
+        [StreamFault::Cut, StreamFault::BadChunk, StreamFault::Cut, StreamFault::ServiceError]
+            .map(|fault| RetryReason::BrokenStream { fault })
+    );
+    assert!(
+        notices[0].to_string().contains("was cut off before its end on attempt 1 of 5; retrying in"),
+        "{}",
+        notices[0]
+    );
+    assert!(notices[1].to_string().contains("sent a chunk that is not valid JSON"), "{}", notices[1]);
+    assert_eq!(shown.lock().unwrap().iter().filter(|s| *s == "end").count(), 1, "only the whole stream ends");
+
+    // Broken on every attempt: one sentence that says how to turn streaming off.
+    let server = MockServer::start(vec![Reply::Stream(good[..2].to_vec()), Reply::Stream(good[..1].to_vec())]).await;
+    let mut config = openai_config(&server);
+    config.max_retries = 1;
+    let (provider, _, _) = streaming(&config);
+    let error = chat_error(provider.as_ref(), &decide_json()).await;
+    assert!(matches!(error, ProviderError::BrokenStream { attempts: 2, .. }), "{error:?}");
+    let said = error.to_string();
+    assert!(said.contains("ended before `data: [DONE]`") && said.contains("stream = false"), "{said}");
+
+    // A server that ignores `stream` and answers JSON is read as usual.
+    let server = MockServer::start(vec![Reply::ok(llm_mock::openai_text("plain"))]).await;
+    let (provider, _, _) = streaming(&openai_config(&server));
+    assert_eq!(provider.chat(&decide_json()).await.unwrap().text.as_deref(), Some("plain"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_streams_on_one_provider_stay_apart() {
+    let replies = (0..6).map(|_| Reply::Stream(llm_mock::openai_stream_text(&["reply ", "number"]))).collect();
+    let server = MockServer::start(replies).await;
+    let (provider, shown, _) = streaming(&openai_config(&server));
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let provider = provider.clone();
+            tokio::spawn(async move { provider.chat(&decide_json()).await.unwrap() })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().text.as_deref(), Some("reply number"));
+    }
+    assert_eq!(shown.lock().unwrap().iter().filter(|s| *s == "end").count(), 6);
 }

@@ -459,8 +459,9 @@ impl GroupCommit {
                 drop(st);
                 drop(gc);
                 if let Err(e) = synced {
-                    eprintln!(
-                        "warning: cannot sync the audit log: {e}; appends wait for the disk until a sync succeeds"
+                    tracing::warn!(
+                        error = %e,
+                        "cannot sync the audit log; appends wait for the disk until a sync succeeds"
                     );
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }

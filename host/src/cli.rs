@@ -21,6 +21,7 @@ mod agent;
 mod audit;
 mod config;
 mod doctor;
+mod logging;
 mod mcp;
 mod memory;
 mod memory_model;
@@ -49,6 +50,10 @@ struct Cli {
     /// Machine-readable JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// More diagnostics on stderr: -v info, -vv debug, -vvv trace (default: warnings).
+    /// RUST_LOG (e.g. `skillhost=debug`) overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -283,6 +288,7 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
+    logging::init(cli.verbose);
     let json = cli.json;
     match run(cli) {
         Ok(code) => code,

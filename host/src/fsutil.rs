@@ -2,6 +2,10 @@
 //! cache: atomic writes, directory swaps whose leftovers a crash recovery can recognise,
 //! exclusive lock files, cheap change stamps and random names.
 //!
+//! Every temp file of an atomic write is named `.TARGET.PID-RANDOM.tmp` ([`TempName`]), so
+//! that the leftovers of a killed writer can be told from the files of a live one and
+//! swept ([`sweep_temp_files`]) instead of staying forever.
+//!
 //! A leaf module: it depends on nothing else in the crate, so every layer above can use it
 //! without a cycle.
 
@@ -9,6 +13,7 @@ use std::fs::File;
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, Result, anyhow};
 
@@ -17,7 +22,7 @@ use anyhow::{Context as _, Result, anyhow};
 pub fn write_atomic_shared(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", random_hex(8)));
+    let tmp = dir.join(format!(".{name}.{}-{}.tmp", std::process::id(), random_hex(TEMP_RANDOM_LEN / 2)));
     let written = (|| -> Result<()> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -38,11 +43,126 @@ pub fn write_atomic_shared(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent directory", path.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    let mut tmp = temp_file_for(path).with_context(|| format!("cannot write in {}", dir.display()))?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| anyhow!("cannot replace {}: {}", path.display(), e.error))?;
     Ok(())
+}
+
+/// Characters of the random part of a [`TempName`].
+const TEMP_RANDOM_LEN: usize = 12;
+/// Bytes of the target's name kept in a [`TempName`] (a longer one is cut).
+const MAX_TEMP_TARGET_BYTES: usize = 200;
+
+/// A temp file of an atomic write not renamed into place older than this is a leftover even
+/// when a process of its pid runs (the pid was reused): no atomic write takes an hour.
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+
+/// The temp file an atomic write of `target` goes through: `.TARGET.PID-RANDOM.tmp` next to
+/// it, created 0600 (the mode survives the rename), removed if dropped before `persist`.
+pub fn temp_file_for(target: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // A file name has at most 255 bytes: leave room for the pid and random parts.
+    while name.len() > MAX_TEMP_TARGET_BYTES {
+        name.pop();
+    }
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}.{}-", std::process::id()))
+        .suffix(".tmp")
+        .rand_bytes(TEMP_RANDOM_LEN)
+        .tempfile_in(dir)
+}
+
+/// The name of a temp file of ours read back: which file it was meant to replace and
+/// which process wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TempName {
+    pub target: String,
+    pub pid: u32,
+}
+
+impl TempName {
+    /// `.TARGET.PID-RANDOM.tmp` (see [`temp_file_for`]); `None` for any other name.
+    pub fn parse(file_name: &str) -> Option<TempName> {
+        let rest = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
+        let (head, random) = rest.rsplit_once('-')?;
+        if random.len() != TEMP_RANDOM_LEN || !random.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return None;
+        }
+        let (target, pid) = head.rsplit_once('.')?;
+        let pid = pid.parse().ok().filter(|_| pid.bytes().all(|b| b.is_ascii_digit()))?;
+        (!target.is_empty()).then(|| TempName { target: target.to_string(), pid })
+    }
+}
+
+/// Is `file_name` the tempfile crate's default name (`.tmp` and 6 letters or digits)? That
+/// is what tantivy's atomic writes (and skillhost before 0.1's pid names) leave behind.
+fn is_anonymous_temp(file_name: &str) -> bool {
+    file_name.strip_prefix(".tmp").is_some_and(|r| r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Who may be writing temp files in a directory while it is swept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TempWriters {
+    /// Only the holder of a lock this process holds (the memory store's): a temp file with
+    /// no pid in its name is a leftover whatever its age.
+    LockHolderOnly,
+    /// Any process of the user: a temp file with no pid is a leftover only once older than
+    /// [`STALE_TEMP_AGE`].
+    Anyone,
+}
+
+/// Why [`sweep_temp_files`] removed a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleBecause {
+    /// Its name carries the pid of a process that no longer runs.
+    OwnerGone,
+    /// Older than [`STALE_TEMP_AGE`].
+    Old,
+    /// A temp file without a pid in a directory only the lock holder (this process) writes.
+    NoOwnerPossible,
+}
+
+/// Remove the temp files of atomic writes in `dir` that no live writer can still own (see
+/// [`TempWriters`] and [`StaleBecause`]), and return them. Only temp files of the two
+/// forms ([`TempName`] and the tempfile crate's default): nothing else in `dir` (tantivy's
+/// segments, lock files, the data itself) is ever touched. Never fails: a file that cannot
+/// be read or removed stays where it is.
+pub fn sweep_temp_files(dir: &Path, writers: TempWriters, now: SystemTime) -> Vec<(PathBuf, StaleBecause)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let ours = TempName::parse(&file_name);
+        if ours.is_none() && !is_anonymous_temp(&file_name) {
+            continue;
+        }
+        // Never follow a link or descend: only plain files are temp files.
+        let Ok(meta) = entry.path().symlink_metadata() else { continue };
+        if !meta.file_type().is_file() {
+            continue;
+        }
+        let old = meta.modified().ok().and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > STALE_TEMP_AGE);
+        let because = match ours {
+            Some(name) if !pid_alive(name.pid) => Some(StaleBecause::OwnerGone),
+            Some(_) => old.then_some(StaleBecause::Old),
+            None if writers == TempWriters::LockHolderOnly => Some(StaleBecause::NoOwnerPossible),
+            None => old.then_some(StaleBecause::Old),
+        };
+        if let Some(because) = because
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            removed.push((entry.path(), because));
+        }
+    }
+    removed
+}
+
+/// Does a process with this pid run (this one included)?
+fn pid_alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Create `dir` (and its parents) readable by this user alone; an existing one is kept as
@@ -204,7 +324,7 @@ impl ScratchName {
 
     /// Is the process that made it still running (this one included)?
     pub fn owner_alive(&self) -> bool {
-        self.pid == std::process::id() || Path::new(&format!("/proc/{}", self.pid)).exists()
+        pid_alive(self.pid)
     }
 }
 
@@ -278,6 +398,31 @@ mod tests {
         assert_eq!(first, FileStamp::of(&f).unwrap());
         write_atomic(&f, b"one").unwrap();
         assert_ne!(first, FileStamp::of(&f).unwrap(), "same bytes, new inode");
+    }
+
+    #[test]
+    fn temp_names_round_trip_and_other_names_are_not_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = temp_file_for(&dir.path().join("policy.toml")).unwrap();
+        let name = tmp.path().file_name().unwrap().to_str().unwrap().to_string();
+        assert_eq!(TempName::parse(&name), Some(TempName { target: "policy.toml".into(), pid: std::process::id() }));
+        assert_eq!(TempName::parse(".a.b.c.42-abcdefABCDEF.tmp"), Some(TempName { target: "a.b.c".into(), pid: 42 }));
+        for other in [
+            ".a.42-short.tmp",
+            ".a.x42-abcdefABCDEF.tmp",
+            "a.42-abcdefABCDEF.tmp",
+            ".42-abcdefABCDEF.tmp",
+            "meta.json",
+            ".managed.json",
+        ] {
+            assert_eq!(TempName::parse(other), None, "{other}");
+        }
+        assert!(is_anonymous_temp(".tmpAb3dE9"));
+        assert!(
+            !is_anonymous_temp(".tmpAb3dE9x")
+                && !is_anonymous_temp(".tantivy-meta.lock")
+                && !is_anonymous_temp("tmpAb3dE9")
+        );
     }
 
     #[test]

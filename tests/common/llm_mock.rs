@@ -8,12 +8,15 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -31,6 +34,118 @@ pub enum Reply {
     Hang,
     /// Closes the connection without answering (a dropped connection).
     Drop,
+    /// A 200 `text/event-stream` body sent part by part (chunked, as servers stream).
+    Stream(Vec<StreamPart>),
+}
+
+/// One part of a streamed reply.
+#[derive(Debug, Clone)]
+pub enum StreamPart {
+    /// Bytes sent as they are (an event is `data: ...\n\n`).
+    Bytes(String),
+    /// Send nothing more until the test opens this gate (`notify_one`).
+    Wait(Arc<tokio::sync::Notify>),
+    /// Break the connection here: the chunked body never ends.
+    Cut,
+}
+
+/// `data: JSON` and a blank line.
+pub fn sse(data: &Value) -> StreamPart {
+    StreamPart::Bytes(format!("data: {data}\n\n"))
+}
+
+/// `event: NAME`, `data: JSON` and a blank line (Anthropic names every event).
+pub fn sse_event(data: &Value) -> StreamPart {
+    StreamPart::Bytes(format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap_or("message")))
+}
+
+fn openai_chunk(delta: Value, finish: Option<&str>) -> StreamPart {
+    sse(&json!({
+        "id": "chatcmpl-mock", "object": "chat.completion.chunk", "model": "mock-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }))
+}
+
+/// The stream of [`openai_text`] with its content in `pieces`: role, pieces, finish, the
+/// usage-only chunk (`stream_options.include_usage`), `[DONE]`.
+pub fn openai_stream_text(pieces: &[&str]) -> Vec<StreamPart> {
+    let mut parts = vec![openai_chunk(json!({"role": "assistant", "content": ""}), None)];
+    parts.extend(pieces.iter().map(|p| openai_chunk(json!({"content": p}), None)));
+    parts.push(openai_chunk(json!({}), Some("stop")));
+    parts.push(sse(&json!({
+        "id": "chatcmpl-mock", "object": "chat.completion.chunk", "model": "mock-model", "choices": [],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17},
+    })));
+    parts.push(StreamPart::Bytes("data: [DONE]\n\n".into()));
+    parts
+}
+
+/// The stream of [`openai_tool_call`] with its arguments in `pieces`.
+pub fn openai_stream_tool_call(id: &str, name: &str, pieces: &[&str]) -> Vec<StreamPart> {
+    let mut parts = vec![openai_chunk(
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}
+        ]}),
+        None,
+    )];
+    parts.extend(
+        pieces.iter().map(|p| openai_chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}), None)),
+    );
+    parts.push(openai_chunk(json!({}), Some("tool_calls")));
+    parts.push(sse(&json!({
+        "id": "chatcmpl-mock", "object": "chat.completion.chunk", "model": "mock-model", "choices": [],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+    })));
+    parts.push(StreamPart::Bytes("data: [DONE]\n\n".into()));
+    parts
+}
+
+/// The stream of [`anthropic_tool_use`]: its text in `text`, its input JSON in `input`.
+pub fn anthropic_stream_tool_use(id: &str, name: &str, text: &[&str], input: &[&str]) -> Vec<StreamPart> {
+    let mut parts = vec![
+        sse_event(&json!({"type": "message_start", "message": {
+            "id": "msg_mock", "type": "message", "role": "assistant", "model": "claude-mock", "content": [],
+            "stop_reason": null, "usage": {"input_tokens": 40, "output_tokens": 1},
+        }})),
+        sse_event(&json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+        sse_event(&json!({"type": "ping"})),
+    ];
+    parts.extend(text.iter().map(|t| {
+        sse_event(&json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}))
+    }));
+    parts.push(sse_event(&json!({"type": "content_block_stop", "index": 0})));
+    parts.push(sse_event(&json!({"type": "content_block_start", "index": 1, "content_block": {
+        "type": "tool_use", "id": id, "name": name, "input": {},
+    }})));
+    parts.extend(input.iter().map(|p| {
+        sse_event(
+            &json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": p}}),
+        )
+    }));
+    parts.push(sse_event(&json!({"type": "content_block_stop", "index": 1})));
+    parts
+        .push(sse_event(&json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+        "usage": {"output_tokens": 9}})));
+    parts.push(sse_event(&json!({"type": "message_stop"})));
+    parts
+}
+
+/// A response body fed from a channel, so parts can wait and the connection can break.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+type MockBody = BoxBody<Bytes, std::io::Error>;
+
+fn whole(bytes: Bytes) -> MockBody {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
 impl Reply {
@@ -130,7 +245,7 @@ impl Drop for MockServer {
     }
 }
 
-async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::io::Error> {
+async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Response<MockBody>, std::io::Error> {
     let at = Instant::now();
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -151,7 +266,34 @@ async fn answer(state: Arc<State>, request: Request<Incoming>) -> Result<Respons
             for (name, value) in headers {
                 response = response.header(name, value);
             }
-            Ok(response.body(Full::new(Bytes::from(body))).expect("valid mock response"))
+            Ok(response.body(whole(Bytes::from(body))).expect("valid mock response"))
+        }
+        Reply::Stream(parts) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tokio::spawn(async move {
+                for part in parts {
+                    match part {
+                        StreamPart::Bytes(text) => {
+                            if tx.send(Ok(Frame::data(Bytes::from(text)))).await.is_err() {
+                                return;
+                            }
+                            // Apart, so the client reads them as separate chunks.
+                            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                        }
+                        StreamPart::Wait(gate) => gate.notified().await,
+                        StreamPart::Cut => {
+                            let _ = tx.send(Err(std::io::Error::other("mock cuts the stream"))).await;
+                            return;
+                        }
+                    }
+                }
+            });
+            Ok(Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .header("cache-control", "no-cache")
+                .body(ChannelBody(rx).boxed())
+                .expect("valid mock response"))
         }
         Reply::Hang => {
             let never = std::future::pending::<Infallible>().await;

@@ -16,7 +16,9 @@ use super::output::{clean, clean_line};
 use super::print_json;
 use crate::agent::profile::load_profiles;
 use crate::agent::provider::scripted::ScriptedProvider;
-use crate::agent::provider::{Provider, RetryNotice, RetryObserver, config::resolve_from_process_env, open_with};
+use crate::agent::provider::{
+    Provider, RetryNotice, RetryObserver, StreamEvent, StreamObserver, config::resolve_from_process_env, open_streaming,
+};
 use crate::agent::run::{self as agent, AgentOptions, Outcome, OutcomeStatus, RunWorkspace, StepReport};
 use crate::library::{Library, new_session_id};
 
@@ -48,6 +50,11 @@ pub(super) struct RunArgs {
     /// `tool_calling = false` in the [provider] table of skillhost.toml).
     #[arg(long)]
     no_tools: bool,
+    /// Show the model's replies on stderr as they arrive, even when stderr is not a terminal
+    /// (the default on a terminal; `stream = false` in the [provider] table turns it off).
+    /// Never under --json.
+    #[arg(long)]
+    stream: bool,
 }
 
 /// Set by the SIGINT handler; the run polls it.
@@ -66,9 +73,13 @@ async fn interrupted() {
 }
 
 /// What a provider retry looks like on stderr: a sentence for humans, a JSON event line
-/// under `--json` (stdout stays the one outcome object).
-fn retry_observer(json: bool) -> RetryObserver {
+/// under `--json` (stdout stays the one outcome object). A streamed reply shown in part
+/// ends its line first (`open`), and the notice says the part shown is void.
+fn retry_observer(json: bool, open: Arc<AtomicBool>) -> RetryObserver {
     Arc::new(move |notice: &RetryNotice| {
+        if open.swap(false, Ordering::SeqCst) {
+            eprintln!(" [broken: shown again from the start on the next attempt]");
+        }
         if json {
             let mut event = serde_json::to_value(notice).unwrap_or_default();
             event["event"] = json!("retry");
@@ -79,12 +90,48 @@ fn retry_observer(json: bool) -> RetryObserver {
     })
 }
 
+/// Shows a streamed reply on stderr as it arrives: `  model: ` and the text, tool calls as
+/// `[call NAME] ARGS`; model text is cleaned of terminal controls. `open` is set while a
+/// reply's line is unfinished.
+fn stream_observer(open: Arc<AtomicBool>) -> StreamObserver {
+    Arc::new(move |event: StreamEvent<'_>| {
+        use std::io::Write as _;
+        let mut err = std::io::stderr().lock();
+        if event != StreamEvent::End && !open.swap(true, Ordering::SeqCst) {
+            let _ = write!(err, "  model: ");
+        }
+        let _ = match event {
+            StreamEvent::Text(piece) => write!(err, "{}", clean(piece)),
+            StreamEvent::ToolCall { name } => write!(err, "[call {}] ", clean_line(name)),
+            StreamEvent::ToolArguments(piece) => write!(err, "{}", clean_line(piece)),
+            StreamEvent::End => {
+                if open.swap(false, Ordering::SeqCst) {
+                    let _ = writeln!(err);
+                }
+                Ok(())
+            }
+        };
+        let _ = err.flush();
+    })
+}
+
+/// Stream replies? Never under `--json`; `--stream` or `stream = true` always; `stream =
+/// false` never; else when stderr (where they are shown) is a terminal.
+fn wants_stream(json: bool, flag: bool, configured: Option<bool>) -> bool {
+    use std::io::IsTerminal as _;
+    !json && (flag || configured.unwrap_or_else(|| std::io::stderr().is_terminal()))
+}
+
 pub(super) fn run(lib: &mut Library, home: &Path, args: RunArgs, json: bool) -> Result<ExitCode> {
+    let line_open = Arc::new(AtomicBool::new(false));
     let (provider, tool_calling): (Arc<dyn Provider>, bool) = match &args.decisions {
         Some(path) => (Arc::new(ScriptedProvider::load(path).map_err(|e| anyhow!("{e}"))?), false),
         None => match resolve_from_process_env(home).map_err(|e| anyhow!("{e}"))? {
             Some(config) => {
-                (open_with(&config, Some(retry_observer(json))).map_err(|e| anyhow!("{e}"))?, config.tool_calling)
+                let on_stream =
+                    wants_stream(json, args.stream, config.stream).then(|| stream_observer(line_open.clone()));
+                let on_retry = Some(retry_observer(json, line_open.clone()));
+                (open_streaming(&config, on_retry, on_stream).map_err(|e| anyhow!("{e}"))?, config.tool_calling)
             }
             None => bail!(
                 "no LLM provider is configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server such as Ollama or vLLM) or ANTHROPIC_API_KEY, or add a [provider] table to {}; or replay a decisions file with --decisions FILE",

@@ -188,7 +188,16 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
         SkillCmd::Search { query, top } => {
-            let hits = lib.search(&query, top)?;
+            let found = lib.search_skills(&query, top)?;
+            let hits = found.hits;
+            // Say how it searched: a query in another language finds nothing lexically.
+            let how = match &found.semantic {
+                Some(_) => "lexical + semantic (the embedding model: any language)".to_string(),
+                None => format!("search is {}", crate::memory::embed::lexical_only_notice()),
+            };
+            if !json || found.semantic.is_none() {
+                eprintln!("{how}");
+            }
             if json {
                 let rows: Vec<Value> = hits
                     .iter()

@@ -53,7 +53,7 @@ pub mod record;
 mod run;
 pub mod secrets;
 
-pub use catalog::SkillInfo;
+pub use catalog::{SkillInfo, SkillSearch};
 pub use history::HistoryEntry;
 pub use install::{ImportResult, InstallOptions, InstallReport, Replacement, SkillKind};
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
@@ -139,6 +139,13 @@ impl Library {
             paths.insert("WORKSPACE".to_string(), ws.to_string_lossy().into_owned());
         }
         install::recover_interrupted_installs(&root.join("skills"));
+        // Temp files of killed atomic writes (policy, secrets, audit seal, compile cache).
+        for dir in [root.to_path_buf(), root.join("cache"), root.join("audit")] {
+            let now = std::time::SystemTime::now();
+            for (path, because) in crate::fsutil::sweep_temp_files(&dir, crate::fsutil::TempWriters::Anyone, now) {
+                tracing::info!(path = %path.display(), because = ?because, "removed the temp file of an interrupted write");
+            }
+        }
         let policy = PolicyFiles { user: root.join("policy.toml"), project: project_policy };
         Ok(Library {
             root: root.to_path_buf(),

@@ -95,7 +95,7 @@ impl SecretStore {
         std::fs::create_dir_all(dir)?;
         // NamedTempFile is created 0600, and a rename keeps the mode.
         let mut tmp =
-            tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+            crate::fsutil::temp_file_for(&self.path).with_context(|| format!("cannot write in {}", dir.display()))?;
         tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o600))?;
         tmp.write_all(serde_json::to_string_pretty(file)?.as_bytes())?;
         tmp.as_file().sync_all()?;

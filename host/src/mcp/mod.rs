@@ -149,7 +149,7 @@ impl McpServer {
         // A sync per answer would cost more than the call: lines are written before the
         // answer, synced behind (see crate::audit); `finish` syncs the rest.
         if let Err(e) = lib.audit_log().sync_in_background() {
-            eprintln!("warning: {e:#}; every audit line is synced before its answer instead");
+            tracing::warn!("{e:#}; every audit line is synced before its answer instead");
         }
         let calls = Semaphore::new(options.max_concurrent_calls.max(1));
         Arc::new(McpServer {
@@ -343,8 +343,8 @@ impl SkillhostMcp {
         let appended = tokio::task::spawn_blocking(move || log.append(entry)).await;
         match appended {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => eprintln!("warning: cannot write the audit log {}: {e:#}", path.display()),
-            Err(e) => eprintln!("warning: the audit writer stopped: {e}"),
+            Ok(Err(e)) => tracing::warn!(path = %path.display(), "cannot write the audit log: {e:#}"),
+            Err(e) => tracing::warn!(error = %e, "the audit writer stopped"),
         }
     }
 

@@ -113,7 +113,7 @@ fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
             Ok(i) if server.allows(&name) => Some(i),
             Ok(_) => None,
             Err(e) => {
-                eprintln!("warning: skill `{name}` is not served: {e:#}");
+                tracing::warn!(skill = %name, "skill is not served: {e:#}");
                 None
             }
         })

@@ -106,7 +106,7 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
             let listener = match remote::bind(&socket) {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    eprintln!("warning: {e:#}; other processes cannot use the memory store while this one runs");
+                    tracing::warn!("{e:#}; other processes cannot use the memory store while this one runs");
                     None
                 }
             };
@@ -135,7 +135,10 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
             return Ok(Backend::Owner(Owner { store, server }));
         }
         let why = match Client::connect(&socket, config.busy_wait) {
-            Ok(c) => return Ok(Backend::Client(Arc::new(c))),
+            Ok(c) => {
+                tracing::debug!(socket = %socket.display(), "another process owns the memory store; using it through its socket");
+                return Ok(Backend::Client(Arc::new(c)));
+            }
             Err(e) => e,
         };
         if started.elapsed() >= config.busy_wait {

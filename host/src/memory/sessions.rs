@@ -62,8 +62,8 @@ impl AgentSessions {
     fn write(&self, id: &str, bytes: &[u8]) -> Result<()> {
         let path = self.dir.join(file_name(id)?);
         std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
-        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)
-            .with_context(|| format!("cannot write in {}", self.dir.display()))?;
+        let mut tmp =
+            crate::fsutil::temp_file_for(&path).with_context(|| format!("cannot write in {}", self.dir.display()))?;
         tmp.write_all(bytes).and_then(|_| tmp.as_file().sync_all()).context("cannot write the agent session")?;
         tmp.persist(&path).map_err(|e| anyhow::anyhow!("cannot replace {}: {}", path.display(), e.error))?;
         if let Ok(d) = std::fs::File::open(&self.dir) {
@@ -91,7 +91,7 @@ pub(super) fn migrate_from_store(db: &Database, dir: &Path) -> Result<()> {
             let name = match file_name(id) {
                 Ok(n) => n,
                 Err(e) => {
-                    eprintln!("warning: agent session `{id}` not migrated: {e:#}");
+                    tracing::warn!(session = %id, "agent session not migrated: {e:#}");
                     continue;
                 }
             };

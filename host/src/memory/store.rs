@@ -193,6 +193,8 @@ impl Store {
     /// Open the store of `dir` (`<home>/memory`); `lock` proves this process owns it.
     pub(super) fn open(dir: &Path, config: MemoryConfig, lock: StoreLock, clock: Clock) -> Result<Store> {
         let path = dir.join("store.redb");
+        // Before the index opens: tantivy must not be writing its own temp files yet.
+        sweep_stale_temp_files(dir);
         // The first runtime kept a schema-1 store at <home>/memory.redb: adopt it.
         if let Some(legacy) = dir.parent().map(|p| p.join("memory.redb"))
             && legacy.exists()
@@ -248,8 +250,15 @@ impl Store {
             _lock: lock,
         };
         if !fresh {
+            tracing::info!(index = %dir.join("index").display(), "the memory search index lags the store; rebuilding it");
             store.rebuild_index()?;
         }
+        tracing::info!(
+            store = %store.path.display(),
+            generation,
+            semantic = store.vectors.model.as_ref().map(|m| m.identity()).unwrap_or("off (lexical only)"),
+            "memory store opened"
+        );
         Ok(store)
     }
 
@@ -307,8 +316,8 @@ impl Store {
     pub(super) fn reindex(&self, upserts: &[&MemoryRecord], deletes: &[u64], daily: &[DailyEntry]) -> Result<()> {
         use std::sync::atomic::Ordering;
         if let Err(e) = self.vectors.apply(&self.db, upserts, deletes) {
-            eprintln!(
-                "warning: memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
+            tracing::warn!(
+                "memory stored, but its embedding could not be stored ({e:#}); it is recomputed on the next open"
             );
         }
         let stamp = self.current_stamp()?;
@@ -326,8 +335,8 @@ impl Store {
                 // Patching later writes onto an index that misses this one would stamp it
                 // as current; stay dirty so every write rebuilds until one succeeds.
                 self.index_dirty.store(true, Ordering::SeqCst);
-                eprintln!(
-                    "warning: memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next write or open"
+                tracing::warn!(
+                    "memory stored, but the search index could not be updated ({first:#}; rebuild: {second:#}); it is rebuilt on the next write or open"
                 );
             }
         }
@@ -490,6 +499,7 @@ impl Store {
             merge::prefer_newer(&mut hits, self.config.merge_similarity, PREFER_NEWER_WINDOW);
         }
         hits.truncate(limit);
+        tracing::debug!(hits = hits.len(), limit, order = ?filter.order, "memory search");
         Ok(hits)
     }
 
@@ -741,6 +751,27 @@ fn open_db(path: &Path) -> Result<Database> {
     })
 }
 
+/// Remove what killed writes left under `dir` (`<home>/memory`): the temp files of atomic
+/// writes no live process owns (see [`crate::fsutil::sweep_temp_files`]). The index
+/// directory is written only by the store's owner, whose lock this process holds, so every
+/// temp file there (tantivy's, without a pid) is a leftover; session files are saved by any
+/// process, so there a temp file must name a dead pid or be old. Tantivy's own files
+/// (segments, meta.json, .managed.json, locks) are never touched: its GC owns them.
+fn sweep_stale_temp_files(dir: &Path) {
+    use crate::fsutil::{TempWriters, sweep_temp_files};
+    let now = SystemTime::now();
+    let dirs = [
+        (dir.to_path_buf(), TempWriters::Anyone),
+        (dir.join("index"), TempWriters::LockHolderOnly),
+        (dir.join("sessions"), TempWriters::Anyone),
+    ];
+    for (swept, writers) in dirs {
+        for (path, because) in sweep_temp_files(&swept, writers, now) {
+            tracing::info!(path = %path.display(), because = ?because, "removed the temp file of an interrupted write");
+        }
+    }
+}
+
 /// A redb corruption error is a damaged store; anything else keeps its own message.
 pub(super) fn classify(path: &Path, e: anyhow::Error) -> anyhow::Error {
     let corrupt = e.chain().any(|c| {
@@ -764,7 +795,7 @@ fn load_model(dir: &Path, choice: &EmbedModelChoice) -> Option<std::sync::Arc<Em
     match EmbedModel::shared(&path) {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!("warning: {e:#}; memory search is lexical only");
+            tracing::warn!("{e:#}; memory search is lexical only");
             None
         }
     }

@@ -156,7 +156,7 @@ impl Vectors {
         }
         if !missing.is_empty() {
             if missing.len() > FILL_BATCH {
-                eprintln!("embedding {} memories for semantic search (once)...", missing.len());
+                tracing::info!(target: "skillhost::progress", "embedding {} memories for semantic search (once)...", missing.len());
             }
             for ids in missing.chunks(FILL_BATCH) {
                 let records: Vec<MemoryRecord> = {

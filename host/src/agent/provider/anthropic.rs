@@ -9,7 +9,8 @@
 
 use serde_json::{Value, json};
 
-use super::http::{Endpoint, JsonClient, ModelRef};
+use super::http::{Endpoint, JsonClient, ModelRef, Streaming};
+use super::stream::{AnthropicFold, StreamFold, StreamObserver};
 use super::{
     ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
     RetryObserver, Role, ToolCall, Usage,
@@ -25,6 +26,8 @@ pub struct AnthropicProvider {
     base_url: String,
     model: String,
     api_key: String,
+    /// Set: replies are streamed (`stream: true`) and shown to it as they arrive.
+    on_stream: Option<StreamObserver>,
 }
 
 impl AnthropicProvider {
@@ -36,6 +39,15 @@ impl AnthropicProvider {
     pub fn with_observer(
         config: &ProviderConfig,
         on_retry: Option<RetryObserver>,
+    ) -> Result<AnthropicProvider, ProviderError> {
+        AnthropicProvider::with_observers(config, on_retry, None)
+    }
+
+    /// [`AnthropicProvider::with_observer`]; with `on_stream`, replies are streamed to it.
+    pub fn with_observers(
+        config: &ProviderConfig,
+        on_retry: Option<RetryObserver>,
+        on_stream: Option<StreamObserver>,
     ) -> Result<AnthropicProvider, ProviderError> {
         let api_key = config.api_key.clone().ok_or_else(|| {
             ProviderError::Config(format!(
@@ -55,15 +67,24 @@ impl AnthropicProvider {
             base_url: config.base_url.clone(),
             model: config.model.clone(),
             api_key,
+            on_stream,
         })
     }
 
     async fn chat_inner(&self, request: &ChatRequest) -> Result<ChatReply, ProviderError> {
-        let body = request_body(&self.model, request);
+        let mut body = request_body(&self.model, request);
         let url = format!("{}/v1/messages", self.base_url);
         let headers = [("x-api-key", self.api_key.clone()), ("anthropic-version", API_VERSION.to_string())];
         let model = ModelRef { name: &self.model, setting: "SKILLHOST_MODEL or `model` in skillhost.toml" };
-        let reply = self.client.post(&url, &headers, &body, model).await?;
+        let reply = match &self.on_stream {
+            Some(observer) => {
+                body["stream"] = json!(true);
+                let fold = || Box::new(AnthropicFold::default()) as Box<dyn StreamFold>;
+                let streaming = Streaming { fold: &fold, observer };
+                self.client.post_streamed(&url, &headers, &body, model, streaming).await?
+            }
+            None => self.client.post(&url, &headers, &body, model).await?,
+        };
         parse_reply(&reply, &self.model)
             .map_err(|detail| ProviderError::BadResponse { provider: self.client.endpoint().label.clone(), detail })
     }

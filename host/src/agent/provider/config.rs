@@ -12,6 +12,7 @@
 //! max_retries = 3                        # on 429, 5xx and dropped connections
 //! decisions = "decisions.json"           # scripted only; relative to the home
 //! tool_calling = false                   # for servers without native tool calling (default true)
+//! stream = true                          # show replies as they arrive (default: on a terminal)
 //! ```
 //!
 //! Environment wins over the file: `SKILLHOST_PROVIDER` (kind), `SKILLHOST_MODEL`,
@@ -89,6 +90,9 @@ pub struct ProviderConfig {
     /// has it). Default true for OpenAI-compatible and Anthropic; `tool_calling = false` in
     /// the `[provider]` table for servers that lack it (JSON mode then). Never for `scripted`.
     pub tool_calling: bool,
+    /// Stream replies and show them as they arrive: `Some(true)` always (but never under
+    /// `--json`), `Some(false)` never, `None` when stderr is a terminal (the CLI decides).
+    pub stream: Option<bool>,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -107,6 +111,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("decisions", &self.decisions)
             .field("proxy", &self.proxy)
             .field("tool_calling", &self.tool_calling)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -127,6 +132,7 @@ impl ProviderConfig {
             decisions: None,
             proxy: ProxySettings::from_process_env(),
             tool_calling: kind != ProviderKind::Scripted,
+            stream: None,
         }
     }
 
@@ -164,6 +170,7 @@ struct ProviderTable {
     max_retries: Option<u32>,
     decisions: Option<PathBuf>,
     tool_calling: Option<bool>,
+    stream: Option<bool>,
 }
 
 /// [`resolve`] with the process environment.
@@ -254,6 +261,7 @@ pub fn resolve(home: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Opti
     if let Some(tools) = table.tool_calling {
         config.tool_calling = tools && kind != ProviderKind::Scripted;
     }
+    config.stream = table.stream;
     config.decisions = match env("SKILLHOST_DECISIONS") {
         Some(file) => Some(PathBuf::from(file)),
         None => table.decisions.map(|file| home.join(file)),

@@ -14,6 +14,7 @@ use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RET
 use serde_json::Value;
 
 use super::config::ProviderConfig;
+use super::stream::{Broken, SseParser, StreamEvent, StreamFold, StreamObserver};
 use super::{ProviderError, RetryNotice, RetryObserver, RetryReason};
 use crate::http::RedirectRefused;
 
@@ -60,8 +61,23 @@ pub(crate) struct JsonClient {
 enum AttemptError {
     /// The connection broke mid-exchange (reset, closed early): worth another attempt.
     Dropped(String),
+    /// A streamed reply broke (cut, bad chunk, error event): worth another attempt.
+    Broken(Broken),
     /// Final.
     Fatal(ProviderError),
+}
+
+/// What an attempt got: a whole reply (any status), or a streamed 2xx reply already
+/// folded into the JSON its unstreamed form has.
+enum Answer {
+    Whole(RawReply),
+    Streamed(Value),
+}
+
+/// Reading the reply as server-sent events: a fresh fold per attempt, and who is shown it.
+pub(crate) struct Streaming<'a> {
+    pub fold: &'a (dyn Fn() -> Box<dyn StreamFold> + Sync),
+    pub observer: &'a StreamObserver,
 }
 
 struct RawReply {
@@ -107,6 +123,32 @@ impl JsonClient {
         body: &Value,
         model: ModelRef<'_>,
     ) -> Result<Value, ProviderError> {
+        self.post_maybe_streamed(url, headers, body, model, None).await
+    }
+
+    /// [`JsonClient::post`] for a request that asks for a streamed reply: each piece goes to
+    /// the observer as it arrives, and the result is the JSON the unstreamed reply would have
+    /// been. A stream that breaks is retried like a dropped connection. A server that ignores
+    /// `stream` and answers with plain JSON is read as such.
+    pub async fn post_streamed(
+        &self,
+        url: &str,
+        headers: &[(&'static str, String)],
+        body: &Value,
+        model: ModelRef<'_>,
+        streaming: Streaming<'_>,
+    ) -> Result<Value, ProviderError> {
+        self.post_maybe_streamed(url, headers, body, model, Some(streaming)).await
+    }
+
+    async fn post_maybe_streamed(
+        &self,
+        url: &str,
+        headers: &[(&'static str, String)],
+        body: &Value,
+        model: ModelRef<'_>,
+        streaming: Option<Streaming<'_>>,
+    ) -> Result<Value, ProviderError> {
         let url = reqwest::Url::parse(url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
@@ -122,8 +164,12 @@ impl JsonClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let outcome =
-                tokio::time::timeout(self.policy.timeout, self.attempt(&url, headers.clone(), body.clone())).await;
+            tracing::debug!(url = %url, attempt, attempts, "provider request");
+            let outcome = tokio::time::timeout(
+                self.policy.timeout,
+                self.attempt(&url, headers.clone(), body.clone(), streaming.as_ref()),
+            )
+            .await;
             let (reason, wait, asked) = match outcome {
                 // A timeout is retried like a 5xx: a loaded server often answers the next one.
                 Err(_) => {
@@ -147,8 +193,20 @@ impl JsonClient {
                     }
                     (RetryReason::Dropped, self.backoff(attempt), None)
                 }
-                Ok(Ok(reply)) if reply.status.is_success() => return self.parse_json(&reply.body),
-                Ok(Ok(reply)) if is_retryable(reply.status) => {
+                Ok(Err(AttemptError::Broken(broken))) => {
+                    if attempt >= attempts {
+                        return Err(ProviderError::BrokenStream {
+                            provider: self.endpoint.label.clone(),
+                            attempts,
+                            detail: broken.detail,
+                        });
+                    }
+                    tracing::debug!(detail = %broken.detail, "the streamed reply broke");
+                    (RetryReason::BrokenStream { fault: broken.fault }, self.backoff(attempt), None)
+                }
+                Ok(Ok(Answer::Streamed(value))) => return Ok(value),
+                Ok(Ok(Answer::Whole(reply))) if reply.status.is_success() => return self.parse_json(&reply.body),
+                Ok(Ok(Answer::Whole(reply))) if is_retryable(reply.status) => {
                     if attempt >= attempts {
                         return Err(self.exhausted(&reply, attempts));
                     }
@@ -168,7 +226,7 @@ impl JsonClient {
                     };
                     (reason, wait, asked)
                 }
-                Ok(Ok(reply)) => return Err(self.rejected(&reply, model)),
+                Ok(Ok(Answer::Whole(reply))) => return Err(self.rejected(&reply, model)),
             };
             if let Some(observer) = &self.on_retry {
                 observer(&RetryNotice {
@@ -249,11 +307,30 @@ impl JsonClient {
         }
     }
 
-    async fn attempt(&self, url: &reqwest::Url, headers: HeaderMap, body: Bytes) -> Result<RawReply, AttemptError> {
+    async fn attempt(
+        &self,
+        url: &reqwest::Url,
+        mut headers: HeaderMap,
+        body: Bytes,
+        streaming: Option<&Streaming<'_>>,
+    ) -> Result<Answer, AttemptError> {
+        if streaming.is_some() {
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
         let sent = self.http.post(url.clone()).headers(headers).body(body).send().await;
         let mut response = sent.map_err(|error| self.classify(url, &error))?;
         let status = response.status();
         let headers = std::mem::take(response.headers_mut());
+        let is_event_stream = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"));
+        if let Some(streaming) = streaming
+            && status.is_success()
+            && is_event_stream
+        {
+            return self.read_stream(response, streaming).await.map(Answer::Streamed);
+        }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|error| self.classify(url, &error))? {
             if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
@@ -264,7 +341,50 @@ impl JsonClient {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(RawReply { status, headers, body: Bytes::from(body) })
+        Ok(Answer::Whole(RawReply { status, headers, body: Bytes::from(body) }))
+    }
+
+    /// Read a 2xx event stream to its end, folding and showing each event.
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+        streaming: &Streaming<'_>,
+    ) -> Result<Value, AttemptError> {
+        let mut parser = SseParser::default();
+        let mut fold = (streaming.fold)();
+        let mut received = 0usize;
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                // The headers were HTTP: a body that fails now is a stream cut short.
+                Err(error) => {
+                    return Err(AttemptError::Broken(Broken {
+                        fault: super::stream::StreamFault::Cut,
+                        detail: format!("the stream was cut after {received} bytes ({})", innermost(&error)),
+                    }));
+                }
+            };
+            received += chunk.len();
+            if received > MAX_RESPONSE_BYTES {
+                return Err(AttemptError::Fatal(ProviderError::BadResponse {
+                    provider: self.endpoint.label.clone(),
+                    detail: format!("the streamed reply is larger than {} MiB", MAX_RESPONSE_BYTES >> 20),
+                }));
+            }
+            for event in parser.push(&chunk) {
+                fold.event(&event, streaming.observer).map_err(AttemptError::Broken)?;
+            }
+        }
+        let value = fold.finish().map_err(|mut broken| {
+            if parser.has_partial() {
+                broken.detail.push_str(" (the body ends in the middle of an event)");
+            }
+            broken.detail = format!("{} after {received} bytes", broken.detail);
+            AttemptError::Broken(broken)
+        })?;
+        (streaming.observer)(StreamEvent::End);
+        Ok(value)
     }
 
     /// A failed exchange: refused or failed connections and refused redirects are final,

@@ -15,6 +15,7 @@ pub mod config;
 mod http;
 pub mod openai;
 pub mod scripted;
+pub mod stream;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use config::{ProviderConfig, ProviderKind, resolve};
+pub use stream::{StreamEvent, StreamFault, StreamObserver};
 
 /// The future returned by [`Provider`] methods.
 pub type ProviderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
@@ -35,7 +37,9 @@ pub trait Provider: Send + Sync {
     /// (model qwen3)` or `scripted (examples/log-analysis/decisions.json)`.
     fn name(&self) -> String;
 
-    /// One chat completion. Never streams: the loop needs the whole action before acting.
+    /// One chat completion, whole: the loop needs the whole action before acting. (A
+    /// provider opened with a [`StreamObserver`] shows the reply while it arrives, and still
+    /// returns it whole.)
     fn chat<'a>(&'a self, request: &'a ChatRequest) -> ProviderFuture<'a, ChatReply>;
 
     /// An embedding of `text`, for memory retrieval.
@@ -49,9 +53,19 @@ pub fn open(config: &ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError>
 
 /// [`open`], telling `on_retry` before every wait between attempts of an HTTP provider.
 pub fn open_with(config: &ProviderConfig, on_retry: Option<RetryObserver>) -> Result<Arc<dyn Provider>, ProviderError> {
+    open_streaming(config, on_retry, None)
+}
+
+/// [`open_with`]; with `on_stream`, an HTTP provider asks for streamed replies and shows
+/// every piece to it as it arrives (the replies it returns are the same as unstreamed).
+pub fn open_streaming(
+    config: &ProviderConfig,
+    on_retry: Option<RetryObserver>,
+    on_stream: Option<StreamObserver>,
+) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(match config.kind {
-        ProviderKind::OpenAi => Arc::new(openai::OpenAiProvider::with_observer(config, on_retry)?),
-        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::with_observer(config, on_retry)?),
+        ProviderKind::OpenAi => Arc::new(openai::OpenAiProvider::with_observers(config, on_retry, on_stream)?),
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::with_observers(config, on_retry, on_stream)?),
         ProviderKind::Scripted => {
             let path = config.decisions.as_ref().ok_or_else(|| {
                 ProviderError::Config(
@@ -82,6 +96,8 @@ pub enum RetryReason {
     },
     /// The connection broke mid-exchange.
     Dropped,
+    /// A streamed reply broke: cut before its end, a chunk that is not JSON, an error event.
+    BrokenStream { fault: StreamFault },
 }
 
 fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -115,6 +131,14 @@ impl std::fmt::Display for RetryNotice {
                 write!(f, "the {} did not answer within {}", self.provider, secs(after.as_millis() as u64))?
             }
             RetryReason::Dropped => write!(f, "the {} dropped the connection", self.provider)?,
+            RetryReason::BrokenStream { fault } => {
+                let how = match fault {
+                    StreamFault::Cut => "was cut off before its end",
+                    StreamFault::BadChunk => "sent a chunk that is not valid JSON",
+                    StreamFault::ServiceError => "ended with an error event",
+                };
+                write!(f, "the streamed reply of the {} {how}", self.provider)?
+            }
         }
         write!(f, " on attempt {} of {}; retrying in {}", self.failed_attempt, self.attempts, secs(self.wait_ms))?;
         match self.retry_after_ms {
@@ -322,6 +346,12 @@ pub enum ProviderError {
         "the {provider} did not answer within {} s on all {attempts} attempts; raise `timeout_secs` in skillhost.toml if the model is slow, or check that the server is not stuck", .after.as_secs_f64()
     )]
     Timeout { provider: String, after: Duration, attempts: u32 },
+
+    /// A streamed reply broke on every attempt.
+    #[error(
+        "the streamed reply of the {provider} broke on all {attempts} attempts ({detail}); try again, or set `stream = false` in the [provider] table of skillhost.toml if the server's streaming is broken"
+    )]
+    BrokenStream { provider: String, attempts: u32, detail: String },
 
     /// The service has no such endpoint (Anthropic embeddings).
     #[error("the {provider} cannot {what}; {hint}")]

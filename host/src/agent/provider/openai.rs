@@ -10,7 +10,8 @@
 
 use serde_json::{Value, json};
 
-use super::http::{Endpoint, JsonClient, ModelRef};
+use super::http::{Endpoint, JsonClient, ModelRef, Streaming};
+use super::stream::{OpenAiFold, StreamFold, StreamObserver};
 use super::{
     ChatMessage, ChatReply, ChatRequest, Provider, ProviderConfig, ProviderError, ProviderFuture, ResponseFormat,
     RetryObserver, Role, ToolCall, Usage,
@@ -22,6 +23,8 @@ pub struct OpenAiProvider {
     model: String,
     embedding_model: String,
     api_key: Option<String>,
+    /// Set: replies are streamed (`stream: true`) and shown to it as they arrive.
+    on_stream: Option<StreamObserver>,
 }
 
 impl OpenAiProvider {
@@ -33,6 +36,15 @@ impl OpenAiProvider {
     pub fn with_observer(
         config: &ProviderConfig,
         on_retry: Option<RetryObserver>,
+    ) -> Result<OpenAiProvider, ProviderError> {
+        OpenAiProvider::with_observers(config, on_retry, None)
+    }
+
+    /// [`OpenAiProvider::with_observer`]; with `on_stream`, replies are streamed to it.
+    pub fn with_observers(
+        config: &ProviderConfig,
+        on_retry: Option<RetryObserver>,
+        on_stream: Option<StreamObserver>,
     ) -> Result<OpenAiProvider, ProviderError> {
         let endpoint = Endpoint {
             label: format!("OpenAI-compatible provider at {}", config.base_url),
@@ -47,6 +59,7 @@ impl OpenAiProvider {
             model: config.model.clone(),
             embedding_model: config.embedding_model.clone(),
             api_key: config.api_key.clone(),
+            on_stream,
         })
     }
 
@@ -56,10 +69,20 @@ impl OpenAiProvider {
     }
 
     async fn chat_inner(&self, request: &ChatRequest) -> Result<ChatReply, ProviderError> {
-        let body = request_body(&self.model, request);
+        let mut body = request_body(&self.model, request);
         let url = format!("{}/chat/completions", self.base_url);
         let model = ModelRef { name: &self.model, setting: "SKILLHOST_MODEL or `model` in skillhost.toml" };
-        let reply = self.client.post(&url, &self.headers(), &body, model).await?;
+        let reply = match &self.on_stream {
+            Some(observer) => {
+                body["stream"] = json!(true);
+                // The token usage comes in a last chunk only when asked for.
+                body["stream_options"] = json!({ "include_usage": true });
+                let fold = || Box::new(OpenAiFold::default()) as Box<dyn StreamFold>;
+                let streaming = Streaming { fold: &fold, observer };
+                self.client.post_streamed(&url, &self.headers(), &body, model, streaming).await?
+            }
+            None => self.client.post(&url, &self.headers(), &body, model).await?,
+        };
         parse_reply(&reply, &self.model)
             .map_err(|detail| ProviderError::BadResponse { provider: self.client.endpoint().label.clone(), detail })
     }

@@ -38,7 +38,7 @@ impl Agent<'_> {
                 reply.text.filter(|t| !t.trim().is_empty())
             }
             Err(e) => {
-                eprintln!("warning: the summary could not be written by the model ({e}); summarizing without it");
+                tracing::warn!(error = %e, "the summary could not be written by the model; summarizing without it");
                 None
             }
         };
