@@ -619,3 +619,33 @@ fn list_changes_are_announced_to_sessions() {
     let (_, notes) = c.response(id);
     assert!(changed(&notes, "tools"), "no list_changed after a policy change: {notes:?}");
 }
+
+#[test]
+fn closing_stdin_mid_call_keeps_every_audit_line() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    assert_eq!(c.call("probe", json!({ "mode": "noop" }))["isError"], false);
+    let before = audit_lines(env.home.path()).len();
+    // One call that ends within the server's grace period, one that does not.
+    c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 800, "arg": "short" } }));
+    c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 20000, "arg": "long" } }));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(cpu_over(c.pid(), Duration::from_millis(200)) >= 60, "the spins should be running");
+    let closed = Instant::now();
+    c.close_stdin();
+    let status = c.wait_exit(Duration::from_secs(20)).expect("the server did not exit after its stdin closed");
+    eprintln!("server exited {} ms after stdin closed: {status}", closed.elapsed().as_millis());
+    assert!(status.success(), "{status}");
+    let new: Vec<Value> = audit_lines(env.home.path()).split_off(before);
+    let status_of = |arg: &str| {
+        let lines: Vec<&Value> = new.iter().filter(|l| l["params"]["arg"] == arg).collect();
+        assert_eq!(lines.len(), 1, "call `{arg}` must have exactly one audit line: {new:?}");
+        lines[0]["status"].as_str().unwrap().to_string()
+    };
+    assert_eq!(status_of("short"), "success");
+    // The long call was cancelled after the grace period, not left running or unaudited.
+    assert_eq!(status_of("long"), "cancelled");
+    cli(env.home.path(), &["audit", "verify"]);
+}

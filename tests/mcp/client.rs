@@ -42,7 +42,8 @@ pub fn example_home() -> tempfile::TempDir {
 /// A `skillhost mcp` child spoken to over stdio with the 2025-11-25 handshake.
 pub struct StdioClient {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once [`StdioClient::close_stdin`] closed it.
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
 }
@@ -63,7 +64,7 @@ impl StdioClient {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut c = StdioClient { child, stdin, stdout, next_id: 1 };
+        let mut c = StdioClient { child, stdin: Some(stdin), stdout, next_id: 1 };
         let init = c.request(
             "initialize",
             json!({
@@ -79,8 +80,26 @@ impl StdioClient {
     }
 
     pub fn send(&mut self, msg: &Value) {
-        writeln!(self.stdin, "{msg}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin was closed");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Close the server's stdin (end of input, as when the client exits).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Wait at most `within` for the server to exit; its exit status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 
     /// Send a request and return the whole response (`result` or `error`), skipping

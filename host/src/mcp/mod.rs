@@ -100,15 +100,63 @@ pub const MEMORY_URI: &str = "skillhost://memory/MEMORY.md";
 /// clients about (a `stat` per skill and policy file).
 const LIST_WATCH_EVERY: Duration = Duration::from_millis(500);
 
+/// How long, once stdin has closed and rmcp has given the running calls its own grace
+/// (5 s) and then cancelled them, the server waits for their audit lines before it exits.
+const AUDIT_DRAIN_WAIT: Duration = Duration::from_secs(10);
+
 /// State shared by every connection of one server process.
 pub struct McpServer {
     lib: Arc<Library>,
     options: ServerOptions,
     calls: Semaphore,
+    /// Tool calls not yet audited, so an exit can wait for their lines.
+    in_flight: InFlight,
     connections: AtomicU64,
     /// Clients to tell when the lists change; the watcher starts with the first.
     listeners: std::sync::Mutex<Vec<Listener>>,
     watching: std::sync::Once,
+}
+
+/// Tool calls that are running (or queued) and have not written their audit line yet.
+#[derive(Default)]
+struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One call counted in [`InFlight`] until dropped (after its audit line, or when its task is
+/// dropped).
+struct InFlightCall<'a>(&'a InFlight);
+
+impl InFlight {
+    fn enter(&self) -> InFlightCall<'_> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightCall(self)
+    }
+
+    /// Wait until no call is in flight, at most `within`; how many are still running then.
+    async fn drained(&self, within: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the check, so a call ending in between is not missed.
+            let idle = self.idle.notified();
+            let running = self.count.load(Ordering::SeqCst);
+            if running == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.count.load(Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl Drop for InFlightCall<'_> {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// A client that hears when the tool, prompt and resource lists change.
@@ -156,6 +204,7 @@ impl McpServer {
             lib,
             options,
             calls,
+            in_flight: InFlight::default(),
             connections: AtomicU64::new(0),
             listeners: std::sync::Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
@@ -193,6 +242,19 @@ impl McpServer {
             transport,
             nonce: format!("{nanos:x}-{:x}-{n}", std::process::id()),
             session: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Wait (at most [`AUDIT_DRAIN_WAIT`]) until every call that was running has written its
+    /// audit line: once the transport is gone rmcp cancels them, and a cancelled call still
+    /// writes its line. Says so on stderr if some could not finish in time.
+    pub async fn drain_calls(&self) {
+        let left = self.in_flight.drained(AUDIT_DRAIN_WAIT).await;
+        if left > 0 {
+            eprintln!(
+                "warning: {left} MCP call(s) still running {} s after the client went away; exiting without their audit lines",
+                AUDIT_DRAIN_WAIT.as_secs()
+            );
         }
     }
 
@@ -439,6 +501,7 @@ impl ServerHandler for SkillhostMcp {
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let _in_flight = self.server.in_flight.enter();
         if let Some(tool) = tools::MemoryTool::from_name(&name) {
             if !tool.offered(self.server.options.memory) {
                 return Err(McpError::invalid_params(
@@ -638,6 +701,9 @@ pub async fn serve_stdio(server: Arc<McpServer>) -> Result<()> {
         .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
+    // On end of input rmcp lets running calls answer for a while, then cancels them; they
+    // still write their audit lines, which the exit waits for.
     running.waiting().await?;
+    server.drain_calls().await;
     server.finish()
 }
