@@ -649,3 +649,58 @@ fn closing_stdin_mid_call_keeps_every_audit_line() {
     assert_eq!(status_of("long"), "cancelled");
     cli(env.home.path(), &["audit", "verify"]);
 }
+
+#[test]
+fn the_memory_flag_narrows_each_skills_own_memory_right() {
+    let env = common::Env::new();
+    let lib = env.library();
+    // Declared and granted memory write: what it may do depends only on the server's --memory.
+    env.install_granted(&lib, "probe-mem", "capabilities:\n  memory: write\n");
+    let remember = json!({ "mode": "remember", "arg": "the baud rate is 115200", "n": 1 });
+    let search = json!({ "mode": "memory-search", "arg": "baud rate" });
+
+    // write: the skill stores its memory and reads it back.
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "write"]);
+    assert_eq!(tool(&c.result("tools/list", json!({})), "probe-mem")["annotations"]["readOnlyHint"], false);
+    let stored = c.call("probe-mem", remember.clone());
+    assert_eq!(stored["structuredContent"]["memories_stored"].as_array().unwrap().len(), 1, "{stored}");
+    let found = c.call("probe-mem", search.clone());
+    assert_eq!(found["isError"], false, "{found}");
+    assert!(found["structuredContent"]["output"].as_str().unwrap().contains("115200"), "{found}");
+    drop(c);
+
+    // read: searching still works; what it proposes is dropped, and the tool is read-only.
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "read"]);
+    assert_eq!(tool(&c.result("tools/list", json!({})), "probe-mem")["annotations"]["readOnlyHint"], true);
+    let stored = c.call("probe-mem", json!({ "mode": "remember", "arg": "read mode proposal", "n": 1 }));
+    let s = &stored["structuredContent"];
+    assert!(s["memories_stored"].as_array().unwrap().is_empty(), "--memory read let the skill write: {stored}");
+    assert_eq!(s["memories_dropped"].as_array().unwrap().len(), 1, "{stored}");
+    let found = c.call("probe-mem", search.clone());
+    assert_eq!(found["isError"], false, "{found}");
+    assert!(found["structuredContent"]["output"].as_str().unwrap().contains("115200"), "{found}");
+    drop(c);
+
+    // none: no memory at all, not even search; the denial says so.
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    let denied = c.call("probe-mem", search.clone());
+    assert_eq!(denied["isError"], true, "--memory none let the skill search: {denied}");
+    assert!(!denied.to_string().contains("115200"), "{denied}");
+    let denials = denied["structuredContent"]["denials"].as_array().unwrap();
+    assert!(denials.iter().any(|d| d["capability"] == "memory"), "{denied}");
+    let stored = c.call("probe-mem", json!({ "mode": "remember", "arg": "none mode proposal", "n": 1 }));
+    assert!(stored["structuredContent"]["memories_stored"].as_array().unwrap().is_empty(), "{stored}");
+    drop(c);
+
+    // Only the one write-mode memory reached the store; the audit lines say what was narrowed.
+    let memory = cli(env.home.path(), &["--json", "memory", "search", "proposal"]);
+    assert!(!memory.contains("mode proposal"), "a narrowed skill stored a memory: {memory}");
+    let lines = audit_lines(env.home.path());
+    let narrowed =
+        lines.iter().filter(|l| l["skill"] == "probe-mem" && l["not_granted"].to_string().contains("memory"));
+    assert_eq!(narrowed.count(), 4, "the read and none calls name memory as not granted: {lines:?}");
+    // The policy is untouched: the skill keeps its grant for other servers and the CLI.
+    let effective = lib.info("probe-mem").unwrap().effective;
+    assert!(effective.iter().any(|e| e.contains("memory") && e.contains("write")), "{effective:?}");
+    cli(env.home.path(), &["audit", "verify"]);
+}

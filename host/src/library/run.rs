@@ -300,6 +300,20 @@ impl Library {
         opts: &RunOptions,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
+        self.run_narrowed(name, params, opts, MemoryAccess::Write, cancelled).await
+    }
+
+    /// [`Library::run_cancellable`] with the skill's `memory` right capped at `max_memory`
+    /// for this call (a server started with `--memory read` runs a memory-write skill as
+    /// memory-read). What the cap took away shows in the report's `not_granted`.
+    pub async fn run_narrowed(
+        &self,
+        name: &str,
+        params: Value,
+        opts: &RunOptions,
+        max_memory: MemoryAccess,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
         let loaded = match off_the_executor(|| self.load(name)) {
@@ -315,7 +329,8 @@ impl Library {
         let manifest = &loaded.manifest;
         let policy = self.policy()?;
         let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(name));
-        let effective = manifest.capabilities.intersect(&policy.granted(name));
+        let mut effective = manifest.capabilities.intersect(&policy.granted(name));
+        effective.memory = effective.memory.min(max_memory);
         let mut report = RunReport {
             skill: name.to_string(),
             version: loaded.record.version.clone(),

@@ -36,10 +36,12 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
+use crate::capabilities::MemoryAccess;
 use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
 use crate::sandbox::CallError;
 
-/// What the MCP client may do with long-term memory (`--memory`).
+/// What the MCP client may do with long-term memory (`--memory`): which memory tools are
+/// listed, and the most each skill's own `memory` right may be during calls from this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemoryMode {
     /// No memory tools, no MEMORY.md resource.
@@ -48,6 +50,17 @@ pub enum MemoryMode {
     Read,
     /// Also `memory_add`.
     Write,
+}
+
+impl MemoryMode {
+    /// The most a skill's own `memory` right may be during calls from this server.
+    pub fn skill_access(self) -> MemoryAccess {
+        match self {
+            MemoryMode::None => MemoryAccess::None,
+            MemoryMode::Read => MemoryAccess::Read,
+            MemoryMode::Write => MemoryAccess::Write,
+        }
+    }
 }
 
 /// Which transport a request came over; recorded in the audit session name.
@@ -374,7 +387,9 @@ impl SkillhostMcp {
         };
         // A call cancelled while it queued still goes through the library, which records
         // it as cancelled without starting the guest.
-        let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
+        // `--memory` caps the skill's own memory right too, not only the memory tools.
+        let max_memory = self.server.options.memory.skill_access();
+        let run = self.server.lib.run_narrowed(name, arguments, &opts, max_memory, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
             None => run.await,
