@@ -704,3 +704,59 @@ fn the_memory_flag_narrows_each_skills_own_memory_right() {
     assert!(effective.iter().any(|e| e.contains("memory") && e.contains("write")), "{effective:?}");
     cli(env.home.path(), &["audit", "verify"]);
 }
+
+#[test]
+fn subscriptions_listen_delivers_list_changes_while_the_server_runs() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe-a", "capabilities:\n  memory: read\n");
+    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let all = json!({ "notifications": {
+        "toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true
+    } });
+    let listener = client::EventStream::open(server.addr, 7, "subscriptions/listen", all);
+    // A second client that asked for tool changes only.
+    let tools_only = json!({ "notifications": { "toolsListChanged": true } });
+    let narrow = client::EventStream::open(server.addr, 8, "subscriptions/listen", tools_only);
+    for (stream, id) in [(&listener, 7), (&narrow, 8)] {
+        let (ack, other) = stream
+            .wait_for(Duration::from_secs(10), |m| m["method"] == "notifications/subscriptions/acknowledged");
+        let ack = ack.unwrap_or_else(|| panic!("listen {id} was not acknowledged: {other:?}"));
+        assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true, "{ack}");
+    }
+    let list_changed = |what: &str| {
+        let method = format!("notifications/{what}/list_changed");
+        move |m: &Value| m["method"] == method.as_str()
+    };
+    // Nothing changed: nothing is announced (the watcher looks every 500 ms).
+    let quiet = listener.collect(Duration::from_millis(1200));
+    assert!(quiet.is_empty(), "announced without a change: {quiet:?}");
+
+    // An install is delivered to both, each message naming its subscription.
+    env.install_granted(&lib, "probe-b", "");
+    for what in ["tools", "prompts", "resources"] {
+        let (note, other) = listener.wait_for(Duration::from_secs(5), list_changed(what));
+        let note = note.unwrap_or_else(|| panic!("no {what} list_changed after an install: {other:?}"));
+        assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7, "{note}");
+    }
+    let (note, other) = narrow.wait_for(Duration::from_secs(5), list_changed("tools"));
+    let note = note.unwrap_or_else(|| panic!("the tools-only listener got no tools list_changed: {other:?}"));
+    assert_eq!(note["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 8, "{note}");
+    let listed = rpc(server.addr, "tools/list", json!({}), &[]).json();
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["probe-a", "probe-b"]);
+
+    // A revoked grant is delivered too.
+    cli(env.home.path(), &["policy", "revoke", "probe-a", "all"]);
+    let (note, other) = listener.wait_for(Duration::from_secs(5), list_changed("tools"));
+    assert!(note.is_some(), "no tools list_changed after a revocation: {other:?}");
+    let (note, other) = narrow.wait_for(Duration::from_secs(5), list_changed("tools"));
+    assert!(note.is_some(), "the tools-only listener missed the revocation: {other:?}");
+    // The tools-only client never got the categories it did not ask for.
+    let rest = narrow.collect(Duration::from_millis(200));
+    assert!(
+        rest.iter().chain(&other).all(|m| m["method"] != "notifications/prompts/list_changed"),
+        "a category the client did not ask for was sent: {rest:?}"
+    );
+}

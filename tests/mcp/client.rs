@@ -363,3 +363,75 @@ pub fn rpc(addr: SocketAddr, method: &str, mut params: Value, extra_headers: &[(
     headers.extend_from_slice(extra_headers);
     http(addr, "POST", "/mcp", &headers, body.as_bytes())
 }
+
+/// A long-lived stateless request (e.g. `subscriptions/listen`) whose SSE answer is read as
+/// it arrives: every JSON-RPC message of the stream comes out of `messages`, in order.
+pub struct EventStream {
+    pub messages: std::sync::mpsc::Receiver<Value>,
+    socket: TcpStream,
+}
+
+impl EventStream {
+    pub fn open(addr: SocketAddr, id: u64, method: &str, mut params: Value) -> EventStream {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": { "name": "rust-listen-test", "version": "1.0" },
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut socket = TcpStream::connect(addr).unwrap();
+        socket.write_all(req.as_bytes()).unwrap();
+        let reader = socket.try_clone().unwrap();
+        let (tx, messages) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Chunk sizes and SSE fields are skipped; every `data:` line is one message.
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { return };
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        EventStream { messages, socket }
+    }
+
+    /// The messages that arrive within `window`.
+    pub fn collect(&self, window: Duration) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + window;
+        let mut out = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.messages.recv_timeout(left) {
+                Ok(v) => out.push(v),
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// Wait at most `within` for a message `matches` accepts; it and those before it.
+    pub fn wait_for(&self, within: Duration, matches: impl Fn(&Value) -> bool) -> (Option<Value>, Vec<Value>) {
+        let deadline = std::time::Instant::now() + within;
+        let mut before = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.messages.recv_timeout(left) {
+                Ok(v) if matches(&v) => return (Some(v), before),
+                Ok(v) => before.push(v),
+                Err(_) => break,
+            }
+        }
+        (None, before)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+}
