@@ -719,8 +719,8 @@ fn subscriptions_listen_delivers_list_changes_while_the_server_runs() {
     let tools_only = json!({ "notifications": { "toolsListChanged": true } });
     let narrow = client::EventStream::open(server.addr, 8, "subscriptions/listen", tools_only);
     for (stream, id) in [(&listener, 7), (&narrow, 8)] {
-        let (ack, other) = stream
-            .wait_for(Duration::from_secs(10), |m| m["method"] == "notifications/subscriptions/acknowledged");
+        let (ack, other) =
+            stream.wait_for(Duration::from_secs(10), |m| m["method"] == "notifications/subscriptions/acknowledged");
         let ack = ack.unwrap_or_else(|| panic!("listen {id} was not acknowledged: {other:?}"));
         assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true, "{ack}");
     }
@@ -759,4 +759,98 @@ fn subscriptions_listen_delivers_list_changes_while_the_server_runs() {
         rest.iter().chain(&other).all(|m| m["method"] != "notifications/prompts/list_changed"),
         "a category the client did not ask for was sent: {rest:?}"
     );
+}
+
+/// A 2025-11-25 session over HTTP: `initialize`, then requests carrying `Mcp-Session-Id`.
+struct HttpSession {
+    addr: std::net::SocketAddr,
+    id: String,
+}
+
+impl HttpSession {
+    fn headers<'a>(&'a self, method: &'a str) -> Vec<(&'a str, &'a str)> {
+        vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Mcp-Session-Id", self.id.as_str()),
+            ("Mcp-Method", method),
+        ]
+    }
+
+    fn start(addr: std::net::SocketAddr, client: &str) -> HttpSession {
+        let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": client, "version": "2.0" }
+        } });
+        let headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+        let r = http(addr, "POST", "/mcp", &headers, init.to_string().as_bytes());
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["result"]["protocolVersion"], "2025-11-25", "{}", r.body);
+        let id = r.headers.iter().find(|(k, _)| k == "mcp-session-id").expect("no Mcp-Session-Id").1.clone();
+        let session = HttpSession { addr, id };
+        let done = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string();
+        let r = http(addr, "POST", "/mcp", &session.headers("notifications/initialized"), done.as_bytes());
+        assert_eq!(r.status, 202, "{}", r.body);
+        session
+    }
+
+    fn request_text(&self, id: u64, method: &str, params: &Value) -> String {
+        json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string()
+    }
+
+    fn call(&self, id: u64, tool: &str, arguments: Value) -> Value {
+        let params = json!({ "name": tool, "arguments": arguments });
+        let mut headers = self.headers("tools/call");
+        headers.push(("Mcp-Name", tool));
+        let r = http(self.addr, "POST", "/mcp", &headers, self.request_text(id, "tools/call", &params).as_bytes());
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()
+    }
+
+    /// A call sent on its own connection and left unread (the caller drops it).
+    fn begin_call(&self, id: u64, tool: &str, arguments: Value) -> std::net::TcpStream {
+        use std::io::Write as _;
+        let body = self.request_text(id, "tools/call", &json!({ "name": tool, "arguments": arguments }));
+        let mut req = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
+        for (k, v) in self.headers("tools/call") {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str(&format!("Mcp-Name: {tool}\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
+        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        s
+    }
+}
+
+#[test]
+fn a_session_client_that_drops_its_connection_mid_call_is_cancelled() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let session = HttpSession::start(server.addr, "session-client");
+    let other = HttpSession::start(server.addr, "other-client");
+    assert_eq!(session.call(1, "probe", json!({ "mode": "noop" }))["result"]["isError"], false);
+    let conn = session.begin_call(2, "probe", json!({ "mode": "spin", "n": 20000, "arg": "dropped" }));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(cpu_over(server.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
+    drop(conn);
+    let (line, took) = wait_for_audit(env.home.path(), "probe", "cancelled", Duration::from_secs(5))
+        .expect("no audit line with status cancelled after the session client went away");
+    eprintln!("dropped session call audited {} ms after the disconnect", took.as_millis());
+    assert!(took < Duration::from_millis(500), "stopping took {took:?}");
+    assert_eq!(line["params"]["arg"], "dropped", "{line}");
+    assert!(line["session"].as_str().unwrap().starts_with("mcp-http-session-client@2.0-"), "{line}");
+    let cpu = cpu_over(server.pid(), Duration::from_millis(400));
+    assert!(cpu < 60, "the server still burns CPU after the disconnect: {cpu} ms in 400 ms");
+    // The server keeps serving: another session, a stateless client, and the same session.
+    let r = other.call(1, "probe", json!({ "mode": "echo", "arg": "other" }));
+    assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|other"), "{r}");
+    let r =
+        rpc(server.addr, "tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "x" } }), &[]);
+    assert_eq!(r.json()["result"]["isError"], false, "{}", r.body);
+    let r = session.call(3, "probe", json!({ "mode": "echo", "arg": "again" }));
+    assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|again"), "{r}");
+    drop(server);
+    cli(env.home.path(), &["audit", "verify"]);
 }
