@@ -10,9 +10,11 @@
 //!
 //! Executable skills are tools ([`tools`]), instruction skills are prompts (and their SKILL.md a
 //! resource), the MEMORY.md view is a resource, and `memory_search` / `memory_add` are tools
-//! when `--memory` allows them.
+//! when `--memory` allows them. Every skill is also served through the Skills extension
+//! ([`skills`]: `skills/list`, `skills/get`, `skill://` files with sha256 digests).
 
 pub mod http;
+mod skills;
 mod tools;
 
 use std::path::PathBuf;
@@ -23,10 +25,10 @@ use std::time::Duration;
 use anyhow::Result;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
-    SubscriptionFilter,
+    GetPromptResponse, GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
+    ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
@@ -472,6 +474,7 @@ impl ServerHandler for SkillhostMcp {
             .enable_prompts_list_changed()
             .enable_resources()
             .enable_resources_list_changed()
+            .enable_skills()
             .build();
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("skillhost", env!("CARGO_PKG_VERSION")))
@@ -539,6 +542,32 @@ impl ServerHandler for SkillhostMcp {
             ));
         }
         self.call_skill(&name, arguments, &context).await.map(Into::into)
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
+        let skills = self.blocking(skills::list).await?;
+        Ok(ListSkillsResult::with_all_items(skills).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, McpError> {
+        let uri = request.uri.clone();
+        match self.blocking(move |server| skills::get(server, &uri)).await? {
+            Some(skill) => {
+                Ok(GetSkillResult::new(skill).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+            }
+            None => Err(McpError::invalid_params(
+                format!("no skill at `{}`: skills/list names the skills this server serves", request.uri),
+                None,
+            )),
+        }
     }
 
     async fn list_prompts(
@@ -628,24 +657,14 @@ impl ServerHandler for SkillhostMcp {
             .with_cache_scope(CacheScope::Private)
             .into());
         }
-        if let Some(name) = uri.strip_prefix("skill://").and_then(|r| r.strip_suffix("/SKILL.md")) {
-            let name = name.to_string();
-            let text = self
-                .blocking(move |server| {
-                    if !tools::instruction_skills(server)?.iter().any(|i| i.manifest.name == name) {
-                        return Ok(None);
-                    }
-                    let path = server.options.home.join("skills").join(&name).join("SKILL.md");
-                    Ok(Some(std::fs::read_to_string(path)?))
-                })
-                .await?;
-            if let Some(text) = text {
-                return Ok(ReadResourceResult::new(vec![
-                    ResourceContents::text(text, uri).with_mime_type("text/markdown"),
-                ])
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(CacheScope::Private)
-                .into());
+        if uri.starts_with("skill://") {
+            // Any file install.json recorded for a served skill (SKILL.md, the component...).
+            let file = self.blocking(move |server| skills::read(server, &uri)).await?;
+            if let Some(contents) = file {
+                return Ok(ReadResourceResult::new(vec![contents])
+                    .with_ttl_ms(LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private)
+                    .into());
             }
         }
         Err(McpError::new(

@@ -104,7 +104,7 @@ fn object(v: Value) -> Arc<JsonObject> {
 }
 
 /// Installed skills, each loaded on its own; broken ones are left out of the lists.
-fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
+pub(super) fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
     Ok(server
         .lib
         .scan()?
