@@ -316,7 +316,10 @@ impl Library {
     ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let loaded = match off_the_executor(|| self.load(name)) {
+        // A loaded skill is one `stat` away: no hand-off of the worker for that (block_in_place
+        // moves the worker's queue to another thread); only a real load leaves the executor.
+        let cached = self.record_stamp(name).and_then(|stamp| self.skills.cached(name, &stamp));
+        let loaded = match cached.map_or_else(|| off_the_executor(|| self.load(name)), Ok) {
             Ok(l) => l,
             Err(e) => return Err(self.audit_refused(name, &params, opts, e).await),
         };
