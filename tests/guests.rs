@@ -1,9 +1,12 @@
-//! Skills written in Python and JavaScript, through the real toolchains (componentize-py and
-//! componentize-js, installed by `.ci/guest-toolchains` under target/guest-toolchains/) and
-//! the real host: each scaffold builds and passes its own cases; each SDK test skill
-//! (tests/guests/<lang>/) gives results, metadata, memories, invalid params, a readable
-//! uncaught exception, a denied capability, memory search and session use; the install
-//! report tells the runtime's own imports from a warning.
+//! Skills written in Python, JavaScript, C and Go, through the real toolchains
+//! (componentize-py, componentize-js, zig cc, Go, wasm-tools, installed by
+//! `.ci/guest-toolchains` under target/guest-toolchains/) and the real host: each scaffold
+//! builds and passes its own cases; each SDK test skill (tests/guests/<lang>/) gives results,
+//! metadata, memories, invalid params, a readable guest error (uncaught exception, failed C
+//! assert, Go panic), a denied capability, memory search and session use; the install report
+//! tells the runtime's own imports from a warning. The checked-in C and Go bindings match
+//! what `wit-bindgen` 0.63.0 generates from wit/, and the C SDK's JSON reader passes its
+//! native test under AddressSanitizer.
 //!
 //! A missing toolchain skips the test with a loud message, except under CI (env `CI` set),
 //! where it fails: CI must run them.
@@ -20,6 +23,8 @@ use serde_json::{Value, json};
 enum Lang {
     Python,
     Js,
+    C,
+    Go,
 }
 
 impl Lang {
@@ -27,6 +32,8 @@ impl Lang {
         match self {
             Lang::Python => "python",
             Lang::Js => "js",
+            Lang::C => "c",
+            Lang::Go => "go",
         }
     }
 
@@ -34,46 +41,73 @@ impl Lang {
         match self {
             Lang::Python => "Python",
             Lang::Js => "JavaScript",
+            Lang::C => "C",
+            Lang::Go => "Go",
         }
     }
 
-    /// (environment variable that names the tool, where `.ci/guest-toolchains` puts it)
-    fn tool(self) -> (&'static str, &'static str) {
+    /// (environment variable that names a tool, where `.ci/guest-toolchains` puts it), for
+    /// each tool the language's build runs.
+    fn tools(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Lang::Python => ("SKILLHOST_COMPONENTIZE_PY", "target/guest-toolchains/python/bin/componentize-py"),
-            Lang::Js => ("SKILLHOST_COMPONENTIZE_JS", "target/guest-toolchains/js/node_modules/.bin/componentize-js"),
+            Lang::Python => &[("SKILLHOST_COMPONENTIZE_PY", "target/guest-toolchains/python/bin/componentize-py")],
+            Lang::Js => {
+                &[("SKILLHOST_COMPONENTIZE_JS", "target/guest-toolchains/js/node_modules/.bin/componentize-js")]
+            }
+            Lang::C => &[
+                ("SKILLHOST_ZIG", "target/guest-toolchains/native/bin/python-zig"),
+                ("SKILLHOST_WASM_TOOLS", "target/guest-toolchains/native/bin/wasm-tools"),
+            ],
+            Lang::Go => &[
+                ("SKILLHOST_GO", "target/guest-toolchains/native/bin/go"),
+                ("SKILLHOST_WASM_TOOLS", "target/guest-toolchains/native/bin/wasm-tools"),
+            ],
         }
     }
 
-    /// The SDK test skill's directory and name.
-    fn modes(self) -> (&'static str, &'static str, &'static str) {
+    /// The SDK test skill's directory, name and files.
+    fn modes(self) -> (&'static str, &'static str, &'static [&'static str]) {
         match self {
-            Lang::Python => ("tests/guests/python/pymodes", "pymodes", "app.py"),
-            Lang::Js => ("tests/guests/js/jsmodes", "jsmodes", "app.js"),
+            Lang::Python => ("tests/guests/python/pymodes", "pymodes", &["app.py"]),
+            Lang::Js => ("tests/guests/js/jsmodes", "jsmodes", &["app.js"]),
+            Lang::C => ("tests/guests/c/cmodes", "cmodes", &["app.c"]),
+            Lang::Go => ("tests/guests/go/gomodes", "gomodes", &["app.go", "go.mod"]),
         }
     }
 
-    /// What the uncaught exception of mode `boom` must say.
+    /// What the guest error of mode `boom` must say.
     fn uncaught(self) -> &'static str {
         match self {
             Lang::Python => "uncaught KeyError: 'missing'",
             Lang::Js => "uncaught TypeError:",
+            Lang::C => "Assertion failed: strcmp(key, \"present\") == 0 && \"the key is present\"",
+            Lang::Go => "uncaught panic: runtime error: index out of range [5] with length 1",
         }
     }
 }
 
-/// The toolchain, or None after saying loudly why the test does nothing.
-fn toolchain(lang: Lang) -> Option<PathBuf> {
-    common::require_installed(
-        repo().join(lang.tool().1),
-        &format!("the {} toolchain", lang.flag()),
-        ".ci/guest-toolchains",
-    )
+/// The toolchain's (environment variable, path) pairs, or None after saying loudly why the
+/// test does nothing.
+fn toolchain(lang: Lang) -> Option<Vec<(&'static str, PathBuf)>> {
+    lang.tools()
+        .iter()
+        .map(|(env, path)| {
+            common::require_installed(
+                repo().join(path),
+                &format!("the {} toolchain", lang.flag()),
+                ".ci/guest-toolchains",
+            )
+            .map(|p| (*env, p))
+        })
+        .collect()
 }
 
-fn skillhost(home: &Path, lang: Lang, tool: &Path) -> Command {
+fn skillhost(home: &Path, tools: &[(&str, PathBuf)]) -> Command {
     let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home).env(lang.tool().0, tool);
+    c.env("SKILLHOST_HOME", home);
+    for (env, path) in tools {
+        c.env(env, path);
+    }
     c
 }
 
@@ -104,25 +138,22 @@ fn error(report: &Value) -> &str {
 
 fn scaffold_builds_installs_and_passes_its_cases(lang: Lang) {
     let Some(tool) = toolchain(lang) else { return };
+    let tool = &tool[..];
     let env = Env::new();
     let (home, parent) = (env.home.path(), env.sources.path());
     let name = format!("{}-hello", lang.flag());
-    skillhost(home, lang, &tool)
-        .args(["skill", "new", &name, "--lang", lang.flag(), "--dir"])
-        .arg(parent)
-        .assert()
-        .success();
+    skillhost(home, tool).args(["skill", "new", &name, "--lang", lang.flag(), "--dir"]).arg(parent).assert().success();
     let dir = parent.join(&name);
     assert!(dir.join("SKILL.md").is_file() && dir.join("cases.json").is_file());
-    skillhost(home, lang, &tool).args(["skill", "build"]).arg(&dir).assert().success();
+    skillhost(home, tool).args(["skill", "build"]).arg(&dir).assert().success();
     assert!(dir.join("skill.wasm").is_file());
-    let installed = skillhost(home, lang, &tool).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    let installed = skillhost(home, tool).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     let report = stdout(&installed);
     let runtime = format!("imported by the {} runtime, not declared, so denied", lang.runtime());
     assert!(report.contains(&runtime), "{report}");
     assert!(!report.contains("! imports beyond the declaration"), "a normal skill is not a warning: {report}");
 
-    let out = skillhost(home, lang, &tool)
+    let out = skillhost(home, tool)
         .args(["--json", "skill", "test", &name, "--cases"])
         .arg(dir.join("cases.json"))
         .assert()
@@ -132,31 +163,34 @@ fn scaffold_builds_installs_and_passes_its_cases(lang: Lang) {
     assert!(results.as_array().unwrap().iter().all(|r| r["passed"] == true), "{results:#}");
 
     // Without the toolchain, the build says what to install.
-    let out =
-        skillhost(home, lang, Path::new("/nonexistent/tool")).args(["skill", "build"]).arg(&dir).assert().failure();
+    let missing: Vec<(&str, PathBuf)> =
+        tool.iter().map(|(env, _)| (*env, PathBuf::from("/nonexistent/tool"))).collect();
+    let out = skillhost(home, &missing).args(["skill", "build"]).arg(&dir).assert().failure();
     let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(err.contains("is not installed") && err.contains("install"), "{err}");
 }
 
 fn sdk_through_the_real_host(lang: Lang) {
     let Some(tool) = toolchain(lang) else { return };
+    let tool = &tool[..];
     let env = Env::new();
     let home = env.home.path();
-    let (source, name, app) = lang.modes();
+    let (source, name, files) = lang.modes();
+    let app = files[0];
     let dir = env.sources.path().join(name);
     std::fs::create_dir_all(&dir).unwrap();
-    for file in ["SKILL.md", app] {
+    for file in ["SKILL.md"].iter().chain(files) {
         std::fs::copy(repo().join(source).join(file), dir.join(file)).unwrap();
     }
-    skillhost(home, lang, &tool).args(["skill", "build"]).arg(&dir).assert().success();
+    skillhost(home, tool).args(["skill", "build"]).arg(&dir).assert().success();
     // Installed without granting: memory and session are declared but denied.
-    skillhost(home, lang, &tool).args(["skill", "install"]).arg(&dir).assert().success();
+    skillhost(home, tool).args(["skill", "install"]).arg(&dir).assert().success();
 
     let r = run_json(home, &[name, "-p", "mode=search", "-p", "arg=uart"]);
     assert!(error(&r).contains("denied: memory.search needs the `memory: read` capability"), "{r:#}");
     assert_eq!(r["denials"][0]["capability"], "memory", "{r:#}");
 
-    skillhost(home, lang, &tool).args(["policy", "grant", name, "memory=write", "session"]).assert().success();
+    skillhost(home, tool).args(["policy", "grant", name, "memory=write", "session"]).assert().success();
     let r = run_json(home, &[name, "-p", "mode=greet", "-p", "arg=Ada"]);
     assert_eq!(r["result"]["ok"]["status"], "success", "{r:#}");
     assert!(output(&r).starts_with("hello, Ada from "), "{r:#}");
@@ -182,7 +216,8 @@ fn sdk_through_the_real_host(lang: Lang) {
 
 #[test]
 fn an_async_quickjs_component_is_refused_with_the_way_to_rebuild_it() {
-    let Some(componentize_js) = toolchain(Lang::Js) else { return };
+    let Some(js) = toolchain(Lang::Js) else { return };
+    let componentize_js = js[0].1.clone();
     let qjs = componentize_js.with_file_name("componentize-qjs");
     assert!(qjs.exists(), "componentize-qjs comes with componentize-js's packages: {}", qjs.display());
     let env = Env::new();
@@ -216,16 +251,12 @@ fn an_async_quickjs_component_is_refused_with_the_way_to_rebuild_it() {
     };
     // componentize-qjs's default output uses the component-model async ABI.
     build(false);
-    let out = skillhost(home, Lang::Js, &componentize_js)
-        .args(["skill", "install"])
-        .arg(&dir)
-        .arg("--yes")
-        .assert()
-        .failure();
+    let js_tools = [("SKILLHOST_COMPONENTIZE_JS", componentize_js.clone())];
+    let out = skillhost(home, &js_tools).args(["skill", "install"]).arg(&dir).arg("--yes").assert().failure();
     let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
     assert!(err.contains("component-model async ABI") && err.contains("add `--sync`"), "{err}");
     build(true);
-    skillhost(home, Lang::Js, &componentize_js).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    skillhost(home, &js_tools).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     let r = run_json(home, &["qjs"]);
     assert_eq!(output(&r), "quick 0", "{r:#}");
 }
@@ -248,4 +279,151 @@ fn the_python_sdk_through_the_real_host() {
 #[test]
 fn the_js_sdk_through_the_real_host() {
     sdk_through_the_real_host(Lang::Js);
+}
+
+#[test]
+fn c_scaffold_builds_installs_and_passes_its_cases() {
+    scaffold_builds_installs_and_passes_its_cases(Lang::C);
+}
+
+#[test]
+fn go_scaffold_builds_installs_and_passes_its_cases() {
+    scaffold_builds_installs_and_passes_its_cases(Lang::Go);
+}
+
+#[test]
+fn the_c_sdk_through_the_real_host() {
+    sdk_through_the_real_host(Lang::C);
+}
+
+#[test]
+fn the_go_sdk_through_the_real_host() {
+    sdk_through_the_real_host(Lang::Go);
+}
+
+/// Every file `wit-bindgen` generates into `out`, relative to it.
+fn generated_files(out: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![out.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path.strip_prefix(out).unwrap().to_path_buf());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The checked-in C and Go bindings are exactly what wit-bindgen-cli 0.63.0 generates from
+/// wit/ with the flags the SDKs document, and the build embeds every SDK file.
+#[test]
+fn the_checked_in_c_and_go_bindings_match_the_wit() {
+    let Some(wit_bindgen) = common::require_installed(
+        repo().join("target/guest-toolchains/wit-bindgen/bin/wit-bindgen"),
+        "wit-bindgen-cli 0.63.0",
+        ".ci/guest-toolchains",
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], &str); 2] = [
+        ("c", &["--no-object-file"], "sdk/c/bindings"),
+        ("go", &["--format=false", "--pkg-name", "skillhost.dev/sdk/bindings"], "sdk/go/skillhost/bindings"),
+    ];
+    for (lang, flags, checked_in) in cases {
+        let out = tmp.path().join(lang);
+        let run = std::process::Command::new(&wit_bindgen)
+            .arg(lang)
+            .args(flags)
+            .arg("--out-dir")
+            .arg(&out)
+            .arg(repo().join("wit"))
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "wit-bindgen {lang} failed: {}", String::from_utf8_lossy(&run.stderr));
+        let files = generated_files(&out);
+        assert!(files.len() >= 2, "{lang}: {files:?}");
+        for file in files {
+            let fresh = std::fs::read_to_string(out.join(&file)).unwrap();
+            let kept = std::fs::read_to_string(repo().join(checked_in).join(&file))
+                .unwrap_or_else(|e| panic!("{checked_in}/{} is not checked in: {e}", file.display()));
+            assert!(
+                fresh == kept,
+                "{checked_in}/{} differs from what wit-bindgen generates: regenerate it with `wit-bindgen {lang} {} --out-dir {checked_in} wit`",
+                file.display(),
+                flags.join(" ")
+            );
+        }
+    }
+    // Every file of sdk/c and sdk/go is one `skill build` writes out.
+    for (root, embedded, strip) in [
+        ("sdk/c", skillhost::authoring::C_SDK_FILES, None),
+        ("sdk/go", skillhost::authoring::GO_SDK_FILES, Some(("skillhost/", "sdk/"))),
+    ] {
+        for file in generated_files(&repo().join(root)) {
+            let mut rel = file.to_string_lossy().replace('\\', "/");
+            if rel.ends_with(".md") {
+                continue;
+            }
+            if let Some((from, to)) = strip
+                && let Some(rest) = rel.strip_prefix(from)
+            {
+                rel = format!("{to}{rest}");
+            }
+            assert!(
+                embedded.iter().any(|(p, _)| *p == rel),
+                "{root}/{} is not embedded in skill build",
+                file.display()
+            );
+        }
+    }
+}
+
+/// The C SDK's JSON reader, natively, under AddressSanitizer and UBSan: escapes, \u with
+/// surrogate pairs, numbers, the depth bound, and every truncation of a document refused
+/// without a read past the buffer (tests/guests/c/json_test.c).
+#[test]
+fn the_c_sdk_json_reader_never_reads_past_its_input() {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = tmp.path().join("json_test");
+    let out = match std::process::Command::new(&cc)
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-I",
+        ])
+        .arg(repo().join("sdk/c"))
+        .arg(repo().join("tests/guests/c/json_test.c"))
+        .arg(repo().join("sdk/c/skillhost_json.c"))
+        .arg("-lm")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "no C compiler `{cc}` ({e}); CI must have one");
+            eprintln!("\n!!!!! SKIPPED: no C compiler `{cc}`: {e} !!!!!\n");
+            return;
+        }
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = std::process::Command::new(&exe).output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.contains("all checks passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }

@@ -227,7 +227,9 @@ fn a_compile_cache_entry_swapped_for_another_components_is_recompiled_not_run() 
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(sha))
+            .find(|p| {
+                p.file_name().unwrap().to_string_lossy().starts_with(sha) && p.extension().is_some_and(|x| x == "cwasm")
+            })
             .unwrap_or_else(|| panic!("no cache entry for {sha}"))
     };
     let (victim_entry, other_entry) = (entry_of(&victim_sha), entry_of(&other_sha));

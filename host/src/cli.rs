@@ -165,8 +165,8 @@ enum SkillCmd {
     New {
         /// The new skill's name (lowercase letters, digits and dashes); also its directory.
         name: String,
-        /// Guest language: rust (cargo, wasm32-wasip2), python (componentize-py) or js
-        /// (componentize-js).
+        /// Guest language: rust (cargo, wasm32-wasip2), python (componentize-py), js
+        /// (componentize-js), c (zig cc + wasm-tools) or go (Go + wasm-tools).
         #[arg(long, value_enum, default_value = "rust")]
         lang: crate::authoring::GuestLang,
         /// Parent directory (default: the current one).

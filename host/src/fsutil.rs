@@ -45,6 +45,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Create `dir` (and its parents) readable by this user alone; an existing one is kept as
+/// it is.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// `n` random bytes from the operating system, as lowercase hex.
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
@@ -75,7 +82,7 @@ pub fn lock_exclusive(path: &Path) -> Result<File> {
 /// Who a file is and when it last changed, from one `stat`: a different stamp means the
 /// file was replaced (a new inode after an atomic write) or written in place (size, mtime,
 /// ctime). Comparing stamps is how callers avoid re-reading files that did not change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileStamp {
     dev: u64,
     ino: u64,
@@ -102,6 +109,62 @@ impl FileStamp {
             mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
             ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
         }
+    }
+}
+
+/// A host-held secret (32 random bytes in a 0600 file) that seals records this host writes
+/// about files it later trusts without re-reading them: a sealed stamp says "these bytes
+/// were hashed and found good, and the file has not changed since". Anyone who cannot read
+/// the key cannot forge a seal, so a writer of the sealed files alone (a damaged disk, a
+/// stray tool, a mount that somehow reached them) gets a re-verification, never trust.
+pub struct SealKey(ring::hmac::Key);
+
+impl SealKey {
+    const LEN: usize = 32;
+
+    /// The key in `path`, created if missing. A damaged key file (wrong length) is replaced:
+    /// the key protects nothing that cannot be re-derived, so the only cost is that every
+    /// record sealed with the old key is verified again once.
+    pub fn load_or_create(path: &Path) -> Result<SealKey> {
+        match std::fs::read(path) {
+            Ok(bytes) if bytes.len() == Self::LEN => return Ok(SealKey::from_bytes(&bytes)),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(anyhow!("cannot read the seal key {}: {e}", path.display())),
+        }
+        let mut bytes = [0u8; Self::LEN];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow!("no OS randomness for the seal key: {e}"))?;
+        // write_atomic's temp file is 0600, and the rename makes a concurrent creator's key
+        // and ours one winner; re-read so both processes use the one on disk.
+        write_atomic(path, &bytes)?;
+        match std::fs::read(path) {
+            Ok(on_disk) if on_disk.len() == Self::LEN => Ok(SealKey::from_bytes(&on_disk)),
+            _ => Ok(SealKey::from_bytes(&bytes)),
+        }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> SealKey {
+        SealKey(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes))
+    }
+
+    /// HMAC-SHA256 over `parts` (each length-prefixed, so no two lists share a seal), hex.
+    pub fn seal(&self, parts: &[&[u8]]) -> String {
+        hex::encode(ring::hmac::sign(&self.0, &Self::framed(parts)).as_ref())
+    }
+
+    /// Does `mac` (hex) seal exactly `parts`? Compared in constant time.
+    pub fn verify(&self, parts: &[&[u8]], mac: &str) -> bool {
+        let Ok(tag) = hex::decode(mac) else { return false };
+        ring::hmac::verify(&self.0, &Self::framed(parts), &tag).is_ok()
+    }
+
+    fn framed(parts: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 8).sum());
+        for part in parts {
+            out.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            out.extend_from_slice(part);
+        }
+        out
     }
 }
 
@@ -184,6 +247,25 @@ mod tests {
         assert_eq!(ScratchName::parse(".old-tool"), None);
         assert_eq!(ScratchName::parse("tool"), None);
         assert_eq!(ScratchName::parse(".bundle-x-y"), None);
+    }
+
+    #[test]
+    fn seals_bind_their_parts_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SealKey::load_or_create(&dir.path().join("key")).unwrap();
+        let mac = key.seal(&[b"ab", b"c"]);
+        assert!(key.verify(&[b"ab", b"c"], &mac));
+        assert!(!key.verify(&[b"a", b"bc"], &mac), "framing keeps part boundaries");
+        assert!(!key.verify(&[b"ab", b"c"], "00"), "a wrong tag");
+        assert!(!key.verify(&[b"ab", b"c"], "not hex"));
+        let mode = std::fs::metadata(dir.path().join("key")).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let again = SealKey::load_or_create(&dir.path().join("key")).unwrap();
+        assert!(again.verify(&[b"ab", b"c"], &mac), "the key on disk is reused");
+        std::fs::write(dir.path().join("key"), b"short").unwrap();
+        let fresh = SealKey::load_or_create(&dir.path().join("key")).unwrap();
+        assert!(!fresh.verify(&[b"ab", b"c"], &mac), "a damaged key is replaced, old seals fail");
+        assert_eq!(std::fs::read(dir.path().join("key")).unwrap().len(), 32);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
 use crate::capabilities::{Access, MemoryAccess, Mount, NetRule};
-use crate::capabilities::{CapabilityKind, CapabilitySet, LimitsRequest};
+use crate::capabilities::{CapabilityKind, CapabilitySet, LeakAction, LimitsRequest};
 use crate::fsutil::FileStamp;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -40,6 +40,29 @@ pub struct Policy {
     /// What skills may do to long-term memory (`[memory]`; absent in older files).
     #[serde(default, skip_serializing_if = "MemoryPolicy::is_default")]
     pub memory: MemoryPolicy,
+    /// What a leak of a held value does (`[secrets]`; absent in older files).
+    #[serde(default, skip_serializing_if = "SecretsPolicy::is_default")]
+    pub secrets: SecretsPolicy,
+}
+
+/// `[secrets]` of a policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsPolicy {
+    /// `redact` (the default) or `fail`: see [`LeakAction`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_leak: Option<LeakAction>,
+}
+
+impl SecretsPolicy {
+    fn is_default(&self) -> bool {
+        *self == SecretsPolicy::default()
+    }
+
+    /// The action in force.
+    pub fn on_leak(&self) -> LeakAction {
+        self.on_leak.unwrap_or_default()
+    }
 }
 
 /// `[memory]` of a policy: rules for the memories skills propose.
@@ -123,6 +146,10 @@ impl Policy {
         // A project may lower the skills' memory priority cap, never raise it.
         if let Some(p) = project.memory.max_skill_priority {
             self.memory.max_skill_priority = Some(p.min(self.memory.max_skill_priority()));
+        }
+        // A project may make leaks fail calls, never let them pass again.
+        if project.secrets.on_leak() == LeakAction::Fail {
+            self.secrets.on_leak = Some(LeakAction::Fail);
         }
         let user_global = self.limits;
         self.limits = user_global.lowered_by(&project.limits);
@@ -382,6 +409,18 @@ mod tests {
         let project: Policy = toml::from_str("[memory]\nmax_skill_priority = 1\n").unwrap();
         assert_eq!(user.narrowed_by(project).memory.max_skill_priority(), 1);
         assert!(toml::from_str::<Policy>("[memory]\nbogus = 1\n").is_err());
+    }
+
+    #[test]
+    fn a_project_can_make_leaks_fail_calls_never_pass_again() {
+        let plain: Policy = toml::from_str("[skills.s]\nsession = true\n").unwrap();
+        assert_eq!(plain.secrets.on_leak(), LeakAction::Redact);
+        assert!(!toml::to_string(&plain).unwrap().contains("[secrets]"), "nothing written for the default");
+        let failing: Policy = toml::from_str("[secrets]\non_leak = \"fail\"\n").unwrap();
+        let redacting: Policy = toml::from_str("[secrets]\non_leak = \"redact\"\n").unwrap();
+        assert_eq!(plain.clone().narrowed_by(failing.clone()).secrets.on_leak(), LeakAction::Fail);
+        assert_eq!(failing.narrowed_by(redacting).secrets.on_leak(), LeakAction::Fail, "a project cannot loosen it");
+        assert!(toml::from_str::<Policy>("[secrets]\non_leak = \"ignore\"\n").is_err());
     }
 
     #[test]

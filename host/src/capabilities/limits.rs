@@ -19,6 +19,10 @@ pub struct LimitsRequest {
     pub max_new_memories: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_bytes: Option<u64>,
+    /// The wasm stack (KiB): deep recursion in an interpreter-based guest (JS, Python)
+    /// needs more than the default. Rounded down to a power of two from 512 to 8192.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_kb: Option<u64>,
 }
 
 /// The limits in force for one call.
@@ -30,6 +34,7 @@ pub struct Limits {
     pub output_kb: u64,
     pub max_new_memories: u64,
     pub max_memory_bytes: u64,
+    pub stack_kb: u64,
 }
 
 impl Limits {
@@ -41,6 +46,7 @@ impl Limits {
         output_kb: 64,
         max_new_memories: 8,
         max_memory_bytes: 2_048,
+        stack_kb: 512,
     };
     /// No policy can raise a limit above these.
     pub const CEILING: Limits = Limits {
@@ -50,7 +56,12 @@ impl Limits {
         output_kb: 4_096,
         max_new_memories: 100,
         max_memory_bytes: 16_384,
+        stack_kb: 8_192,
     };
+
+    /// The wasm stack sizes the sandbox runs (KiB): one engine per size, so a resolved
+    /// `stack_kb` is rounded down to one of these.
+    pub const STACK_TIERS_KB: [u64; 5] = [512, 1_024, 2_048, 4_096, 8_192];
 
     /// Effective limits: the skill's request (or the default), capped by the policy (the
     /// default where the policy says nothing: asking for more than the default is a right
@@ -77,7 +88,13 @@ impl Limits {
                 d.max_memory_bytes,
                 c.max_memory_bytes,
             ),
+            stack_kb: Limits::stack_tier_kb(pick(request.stack_kb, cap.stack_kb, d.stack_kb, c.stack_kb)),
         }
+    }
+
+    /// The largest stack tier not above `kb` (the smallest tier when `kb` is below it).
+    pub fn stack_tier_kb(kb: u64) -> u64 {
+        Limits::STACK_TIERS_KB.iter().copied().rfind(|t| *t <= kb).unwrap_or(Limits::STACK_TIERS_KB[0])
     }
 }
 
@@ -93,6 +110,12 @@ impl LimitsRequest {
             if v == Some(0) {
                 return Err((name.into(), "must be greater than 0".into()));
             }
+        }
+        let (low, high) = (Limits::DEFAULT.stack_kb, Limits::CEILING.stack_kb);
+        if let Some(kb) = self.stack_kb
+            && !(low..=high).contains(&kb)
+        {
+            return Err(("stack_kb".into(), format!("must be between {low} and {high} (KiB), not {kb}")));
         }
         Ok(())
     }
@@ -111,6 +134,7 @@ impl LimitsRequest {
             output_kb: f(self.output_kb, lower.output_kb, d.output_kb),
             max_new_memories: f(self.max_new_memories, lower.max_new_memories, d.max_new_memories),
             max_memory_bytes: f(self.max_memory_bytes, lower.max_memory_bytes, d.max_memory_bytes),
+            stack_kb: f(self.stack_kb, lower.stack_kb, d.stack_kb),
         }
     }
 
@@ -124,11 +148,28 @@ impl LimitsRequest {
             ("output_kb", self.output_kb, d.output_kb),
             ("max_new_memories", self.max_new_memories, d.max_new_memories),
             ("max_memory_bytes", self.max_memory_bytes, d.max_memory_bytes),
+            ("stack_kb", self.stack_kb, d.stack_kb),
         ]
         .into_iter()
         .filter_map(|(name, v, default)| {
             v.filter(|v| *v > default).map(|v| format!("limit {name} {v} (default {default})"))
         })
+        .collect()
+    }
+
+    /// The fields that are set, as `limit NAME VALUE`.
+    pub fn describe(&self) -> Vec<String> {
+        [
+            ("wall_time_ms", self.wall_time_ms),
+            ("cpu_time_ms", self.cpu_time_ms),
+            ("memory_mb", self.memory_mb),
+            ("output_kb", self.output_kb),
+            ("max_new_memories", self.max_new_memories),
+            ("max_memory_bytes", self.max_memory_bytes),
+            ("stack_kb", self.stack_kb),
+        ]
+        .into_iter()
+        .filter_map(|(name, v)| v.map(|v| format!("limit {name} {v}")))
         .collect()
     }
 
@@ -141,6 +182,7 @@ impl LimitsRequest {
             output_kb: self.output_kb.or(fallback.output_kb),
             max_new_memories: self.max_new_memories.or(fallback.max_new_memories),
             max_memory_bytes: self.max_memory_bytes.or(fallback.max_memory_bytes),
+            stack_kb: self.stack_kb.or(fallback.stack_kb),
         }
     }
 }

@@ -31,7 +31,7 @@ pub use filesystem::{Access, Mount, expand_path};
 pub use limits::{Limits, LimitsRequest};
 pub use memory::MemoryAccess;
 pub use network::{NetRule, PortRule, default_port};
-pub use secrets::SecretUse;
+pub use secrets::{LeakAction, SecretUse};
 
 /// One kind of right. The declaration side: what SKILL.md and policy.toml say, and the
 /// algebra on it. Enforcement is `sandbox::Enforce`, implemented by the sandbox module of

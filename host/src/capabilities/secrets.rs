@@ -269,6 +269,18 @@ impl Capability for Secrets {
     }
 }
 
+/// What a call that hands back a value the host holds for it (a secret, a granted env
+/// value: in its output, metadata, memories, logs, stdout or stderr) gets: the value
+/// replaced by a marker and the call's result kept (`redact`, the default), or the whole
+/// call failed (`fail`). Outbound requests carrying a held value are refused either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeakAction {
+    #[default]
+    Redact,
+    Fail,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

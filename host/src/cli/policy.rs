@@ -69,7 +69,9 @@ fn change_grants(
     if json {
         print_json(&caps)?;
     } else {
-        print_list(&format!("{name} granted"), &caps.describe());
+        let mut granted = caps.describe();
+        granted.extend(p.skill_limits.get(name).map(|l| l.describe()).unwrap_or_default());
+        print_list(&format!("{name} granted"), &granted);
     }
     Ok(ExitCode::SUCCESS)
 }

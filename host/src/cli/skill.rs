@@ -132,11 +132,12 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 }
                 if !report.limits_requested.is_empty() {
                     println!(
-                        "  asks for limits above the defaults: {} (in force: wall {} ms, cpu {} ms, memory {} MiB; grant with `skillhost policy grant {} limits`)",
+                        "  asks for limits above the defaults: {} (in force: wall {} ms, cpu {} ms, memory {} MiB, stack {} KiB; grant with `skillhost policy grant {} limits`)",
                         report.limits_requested.join("; "),
                         report.limits.wall_time_ms,
                         report.limits.cpu_time_ms,
                         report.limits.memory_mb,
+                        report.limits.stack_kb,
                         report.name
                     );
                 }

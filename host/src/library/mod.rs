@@ -119,6 +119,9 @@ pub struct Library {
     store: OnceLock<Arc<Memory>>,
     store_init: Mutex<()>,
     skills: run::SkillCache,
+    /// The host key sealing verified file stamps (`cache/.key`, shared with the compile
+    /// cache); `None` when the home cannot hold one.
+    seal_key: OnceLock<Option<crate::fsutil::SealKey>>,
     audit: AuditLog,
     counters: Counters,
     progress: Box<dyn Fn(&str) + Send + Sync>,
@@ -148,6 +151,7 @@ impl Library {
             store: OnceLock::new(),
             store_init: Mutex::new(()),
             skills: run::SkillCache::default(),
+            seal_key: OnceLock::new(),
             audit: AuditLog::in_home(root),
             counters: Counters::default(),
             progress: Box::new(|_| {}),
@@ -211,6 +215,18 @@ impl Library {
             skill_loads: self.counters.skill_loads.load(Ordering::Relaxed),
             policy_loads: self.snapshots.loads(),
         }
+    }
+
+    /// The host key in `cache/.key` (created on first use), or `None` when the home cannot
+    /// hold one: then every load hashes the skill's files.
+    pub(crate) fn seal_key(&self) -> Option<&crate::fsutil::SealKey> {
+        self.seal_key
+            .get_or_init(|| {
+                let dir = self.root.join("cache");
+                crate::fsutil::create_private_dir(&dir).ok()?;
+                crate::fsutil::SealKey::load_or_create(&dir.join(".key")).ok()
+            })
+            .as_ref()
     }
 
     pub fn runtime(&self) -> Result<&Runtime> {

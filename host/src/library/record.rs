@@ -13,6 +13,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::fsutil::{FileStamp, SealKey};
+
 /// What install.json records about an installed version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InstallRecord {
@@ -106,6 +108,51 @@ pub(crate) fn content_hash(files: &BTreeMap<String, String>) -> String {
         h.update(b"\n");
     }
     hex::encode(h.finalize())
+}
+
+/// [`verify_files`], skipped when this host already verified these files: a seal in
+/// `seals` (an HMAC with the host key over the content hash, the directory and every
+/// file's stamp) says they were hashed and found good and have not changed since. A
+/// changed, replaced or moved file has another stamp, so it is hashed again. A full check
+/// seals its result only when no file changed while it was being hashed.
+pub(crate) fn verify_files_sealed(
+    dir: &Path,
+    record: &InstallRecord,
+    seals: &Path,
+    key: Option<&SealKey>,
+) -> Result<()> {
+    let seal_path = seals.join(format!("{}.seal", record.content_hash));
+    let before = file_stamps(dir, record);
+    if let (Some(key), Some(stamps)) = (key, &before)
+        && let Ok(mac) = std::fs::read_to_string(&seal_path)
+        && key.verify(&seal_parts(dir, record, stamps).iter().map(|p| p.as_slice()).collect::<Vec<_>>(), mac.trim())
+    {
+        return Ok(());
+    }
+    verify_files(dir, record)?;
+    if let (Some(key), Some(stamps)) = (key, before)
+        && file_stamps(dir, record).as_ref() == Some(&stamps)
+    {
+        let mac = key.seal(&seal_parts(dir, record, &stamps).iter().map(|p| p.as_slice()).collect::<Vec<_>>());
+        // Only a shortcut: a seal that cannot be written means the next load hashes again.
+        if crate::fsutil::create_private_dir(seals).is_ok() {
+            let _ = crate::fsutil::write_atomic(&seal_path, mac.as_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn file_stamps(dir: &Path, record: &InstallRecord) -> Option<BTreeMap<String, FileStamp>> {
+    record.files.keys().map(|rel| Some((rel.clone(), FileStamp::of(&dir.join(rel)).ok()??))).collect()
+}
+
+fn seal_parts(dir: &Path, record: &InstallRecord, stamps: &BTreeMap<String, FileStamp>) -> [Vec<u8>; 4] {
+    [
+        b"skillhost verified files".to_vec(),
+        record.content_hash.as_bytes().to_vec(),
+        dir.as_os_str().as_encoded_bytes().to_vec(),
+        serde_json::to_vec(stamps).unwrap_or_default(),
+    ]
 }
 
 /// Re-hash the files a record lists in `dir` and check them against its content hash.

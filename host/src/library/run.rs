@@ -15,12 +15,12 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Library;
-use super::record::{InstallRecord, verify_files};
+use super::record::{InstallRecord, verify_files_sealed};
 use crate::audit::{EntryKind, new_entry, preview};
 use crate::capabilities::{Limits, MemoryAccess};
 use crate::fsutil::FileStamp;
@@ -242,16 +242,27 @@ impl Library {
             std::fs::read(dir.join(file))
                 .map_err(|e| anyhow!("cannot read {} ({e}); reinstall `{name}`", dir.join(file).display()))
         };
-        verify_files(&dir, &record)?;
+        verify_files_sealed(&dir, &record, &self.root.join("cache").join("verified"), self.seal_key())?;
         let manifest_bytes = read("SKILL.md")?;
-        let wasm = if record.is_instruction() { None } else { Some(read("skill.wasm")?) };
         let text = String::from_utf8(manifest_bytes).map_err(|_| anyhow!("{}/SKILL.md is not UTF-8", dir.display()))?;
         let manifest = Manifest::parse(&dir.join("SKILL.md"), &text).map_err(|e| anyhow!("{e}"))?;
         let validator = jsonschema::validator_for(&manifest.params_schema())
             .map_err(|e| anyhow!("parameters of `{name}` do not form a JSON Schema: {e}"))?;
-        let (prepared, compile) = match (&wasm, &record.wasm_sha256) {
-            (Some(w), Some(sha)) => {
-                let (p, outcome) = self.runtime()?.prepare(w, sha, &*self.progress)?;
+        let (prepared, compile) = match (record.is_instruction(), &record.wasm_sha256) {
+            (false, Some(sha)) => {
+                // The files were verified above; the component is read only if the
+                // compile cache has to compile it, so a warm start maps the compiled code.
+                let component = || {
+                    let bytes = read("skill.wasm")?;
+                    if super::record::sha256_hex(&bytes) != *sha {
+                        bail!(
+                            "{}/skill.wasm changed while it was loaded; run it again, or reinstall `{name}`",
+                            dir.display()
+                        );
+                    }
+                    Ok(bytes)
+                };
+                let (p, outcome) = self.runtime()?.prepare_cached(sha, &component, &*self.progress)?;
                 (Some(p), Some(outcome))
             }
             _ => (None, None),
@@ -381,6 +392,7 @@ impl Library {
                 return Ok(report);
             }
         };
+        let secret_values = secret_values.on_leak(policy.secrets.on_leak());
         let needs_store = effective.memory != MemoryAccess::None || effective.session;
         let store = if needs_store { Some(self.store()?) } else { None };
         let grant = CallGrant {

@@ -1,21 +1,33 @@
 //! Compile cache: components are compiled once (at install) and later loaded with
-//! `Component::deserialize` from files this process wrote.
+//! `Component::deserialize_file` (an mmap: a 35 MB Python component costs no read, no
+//! copy and no hash on a warm start) from files this host wrote.
 //!
-//! A cache file is keyed by the component's sha256 and the engine's precompile
-//! compatibility hash, and starts with a tag: the sha256 over a domain string, the
-//! component's sha256, the engine key and the payload. `deserialize` runs only on bytes
-//! whose tag matches the component and engine being loaded, so a corrupted entry, or a
-//! valid entry of another component copied over this one's name, is detected and
-//! recompiled from the (separately verified) component instead of being trusted.
+//! An entry is two files: `SHA-ENGINE.cwasm`, the payload exactly as `Component::serialize`
+//! wrote it, and `SHA-ENGINE.seal`, which names the component's sha256, the engine key, the
+//! payload's sha256 and the payload file's stamp (device, inode, size, mtime, ctime), under
+//! an HMAC with the host's key (`cache/.key`, 0600). Only a payload whose seal verifies and
+//! whose file still has the sealed stamp is mapped; a payload with another stamp (copied,
+//! touched, restored) is read and hashed once against the seal and re-sealed; anything else
+//! (no seal, a forged or damaged seal, other bytes) is recompiled from the separately
+//! verified component. So `deserialize` never runs on bytes that did not come from this
+//! cache for exactly this component and engine.
+//!
+//! Mapping trusts that nobody writes the payload in place while it is mapped: the cache
+//! lives in the skillhost home (0700 here), which no skill mount may contain or enter.
+//! Entries of the previous format (a 32-byte unkeyed tag before the payload) are verified
+//! by that tag once and rewritten in this one.
 
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use crate::fsutil::{FileStamp, SealKey, create_private_dir};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -28,9 +40,48 @@ pub enum CompileOutcome {
     Recompiled { compile_ms: u64 },
 }
 
+/// Where the component's bytes come from when the cache has to compile: read lazily, so a
+/// warm start never reads (or hashes) the component at all.
+pub type ComponentBytes<'a> = &'a dyn Fn() -> Result<Vec<u8>>;
+
 pub(super) struct CompileCache {
     dir: PathBuf,
     engine_key: String,
+    key: OnceLock<Option<SealKey>>,
+}
+
+/// The seal of one entry, stored as JSON next to its payload.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EntrySeal {
+    format: u32,
+    component_sha256: String,
+    engine_key: String,
+    payload_sha256: String,
+    stamp: FileStamp,
+    mac: String,
+}
+
+const SEAL_FORMAT: u32 = 3;
+
+impl EntrySeal {
+    fn parts(&self) -> [Vec<u8>; 6] {
+        [
+            b"skillhost compile cache".to_vec(),
+            self.format.to_le_bytes().to_vec(),
+            self.component_sha256.as_bytes().to_vec(),
+            self.engine_key.as_bytes().to_vec(),
+            self.payload_sha256.as_bytes().to_vec(),
+            serde_json::to_vec(&self.stamp).unwrap_or_default(),
+        ]
+    }
+}
+
+/// What reading an entry found.
+enum Entry {
+    Loaded(Component),
+    Missing,
+    /// Present but not trusted; why, for the progress line.
+    Untrusted(&'static str),
 }
 
 impl CompileCache {
@@ -40,11 +91,22 @@ impl CompileCache {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         env!("CARGO_PKG_VERSION").hash(&mut h);
-        CompileCache { dir, engine_key: format!("{:016x}", h.finish()) }
+        CompileCache { dir, engine_key: format!("{:016x}", h.finish()), key: OnceLock::new() }
     }
 
     fn path_for(&self, sha256: &str) -> PathBuf {
         self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
+    }
+
+    /// The host key, created with the cache directory on first use. Without one (a
+    /// read-only home), nothing is sealed and every load verifies the payload's bytes.
+    fn key(&self) -> Option<&SealKey> {
+        self.key
+            .get_or_init(|| {
+                create_private_dir(&self.dir).ok()?;
+                SealKey::load_or_create(&self.dir.join(".key")).ok()
+            })
+            .as_ref()
     }
 
     pub fn compile(
@@ -58,32 +120,109 @@ impl CompileCache {
         Ok((component, CompileOutcome::Compiled { compile_ms: ms }))
     }
 
+    /// Load the component whose sha256 is `sha256`, compiling `wasm()` only when the cache
+    /// has no entry it can trust.
     pub fn load(
         &self,
         engine: &Engine,
-        wasm: &[u8],
+        wasm: ComponentBytes<'_>,
         sha256: &str,
         progress: &dyn Fn(&str),
     ) -> Result<(Component, CompileOutcome)> {
         let path = self.path_for(sha256);
         let started = Instant::now();
-        let had_entry = match std::fs::read(&path) {
-            Ok(bytes) => {
-                if let Some(component) = verified_deserialize(engine, &bytes, sha256, &self.engine_key) {
-                    return Ok((component, CompileOutcome::Hit { load_us: started.elapsed().as_micros() as u64 }));
-                }
-                progress(&format!("cache entry {} is corrupt or stale; recompiling", path.display()));
+        let had_entry = match self.read_entry(engine, &path, sha256) {
+            Entry::Loaded(component) => {
+                return Ok((component, CompileOutcome::Hit { load_us: started.elapsed().as_micros() as u64 }));
+            }
+            Entry::Missing => false,
+            Entry::Untrusted(why) => {
+                progress(&format!("cache entry {} {why}; recompiling", path.display()));
                 true
             }
-            Err(_) => false,
         };
-        let (component, ms) = self.compile_and_store(engine, wasm, sha256, progress)?;
+        let wasm = wasm()?;
+        let (component, ms) = self.compile_and_store(engine, &wasm, sha256, progress)?;
         let outcome = if had_entry {
             CompileOutcome::Recompiled { compile_ms: ms }
         } else {
             CompileOutcome::Compiled { compile_ms: ms }
         };
         Ok((component, outcome))
+    }
+
+    fn read_entry(&self, engine: &Engine, path: &Path, sha256: &str) -> Entry {
+        let seal_path = path.with_extension("seal");
+        let seal = match std::fs::read(&seal_path) {
+            Ok(bytes) => serde_json::from_slice::<EntrySeal>(&bytes).ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.read_legacy_entry(engine, path, sha256),
+            Err(_) => None,
+        };
+        let Some(seal) = seal else { return Entry::Untrusted("has a damaged seal") };
+        let Some(key) = self.key() else { return Entry::Untrusted("cannot be checked (no host key)") };
+        let parts = seal.parts();
+        let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+        if seal.format != SEAL_FORMAT
+            || seal.component_sha256 != sha256
+            || seal.engine_key != self.engine_key
+            || !key.verify(&parts, &seal.mac)
+        {
+            return Entry::Untrusted("has a seal that does not verify");
+        }
+        let Ok(Some(before)) = FileStamp::of(path) else { return Entry::Untrusted("has no payload") };
+        if before == seal.stamp {
+            // SAFETY: the sealed stamp says these are the bytes this cache hashed after
+            // `Component::serialize` wrote them for this component and engine, unchanged
+            // since; the stamp is checked again after mapping to catch a swap in between.
+            let mapped = unsafe { Component::deserialize_file(engine, path) };
+            if let Ok(component) = mapped
+                && matches!(FileStamp::of(path), Ok(Some(after)) if after == before)
+            {
+                return Entry::Loaded(component);
+            }
+            return Entry::Untrusted("changed while it was loaded");
+        }
+        // Same bytes under a new stamp (a copied or restored home): hash them once.
+        let Ok(payload) = std::fs::read(path) else { return Entry::Untrusted("cannot be read") };
+        if hex::encode(Sha256::digest(&payload)) != seal.payload_sha256 {
+            return Entry::Untrusted("does not match its seal");
+        }
+        // SAFETY: the payload's sha256 is the one sealed with the host key for this
+        // component and engine when this cache wrote it.
+        match unsafe { Component::deserialize(engine, &payload) } {
+            Ok(component) => {
+                let _ = self.write_seal(path, sha256, &seal.payload_sha256);
+                Entry::Loaded(component)
+            }
+            Err(_) => Entry::Untrusted("does not load"),
+        }
+    }
+
+    /// An entry of the previous format: a 32-byte unkeyed tag, then the payload. Verified
+    /// by its tag once, then rewritten (payload alone, sealed).
+    fn read_legacy_entry(&self, engine: &Engine, path: &Path, sha256: &str) -> Entry {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Missing,
+            Err(_) => return Entry::Untrusted("cannot be read"),
+        };
+        if bytes.len() < 32 {
+            return Entry::Untrusted("is corrupt or stale");
+        }
+        let (tag, payload) = bytes.split_at(32);
+        if legacy_tag(sha256, &self.engine_key, payload).as_slice() != tag {
+            return Entry::Untrusted("is corrupt or stale");
+        }
+        // SAFETY: `payload` was produced by `Component::serialize` in this cache for exactly
+        // this component and engine (the tag, written alongside it by us, binds both), and
+        // `deserialize` additionally checks the header itself.
+        match unsafe { Component::deserialize(engine, payload) } {
+            Ok(component) => {
+                let _ = self.store_payload(path, sha256, payload);
+                Entry::Loaded(component)
+            }
+            Err(_) => Entry::Untrusted("is corrupt or stale"),
+        }
     }
 
     fn compile_and_store(
@@ -101,17 +240,41 @@ impl CompileCache {
         progress(&format!("compiled in {ms} ms"));
         let payload =
             component.serialize().map_err(anyhow::Error::from).context("cannot serialize the compiled component")?;
-        let mut file = Vec::with_capacity(payload.len() + 32);
-        file.extend_from_slice(&entry_tag(sha256, &self.engine_key, &payload));
-        file.extend_from_slice(&payload);
-        std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
-        crate::library::write_atomic(&self.path_for(sha256), &file)?;
+        create_private_dir(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
+        self.store_payload(&self.path_for(sha256), sha256, &payload)?;
         Ok((component, ms))
+    }
+
+    /// Write the payload, then its seal: a crash in between leaves a payload whose old (or
+    /// missing) seal does not match, which the next load recompiles.
+    fn store_payload(&self, path: &Path, sha256: &str, payload: &[u8]) -> Result<()> {
+        crate::fsutil::write_atomic(path, payload)?;
+        self.write_seal(path, sha256, &hex::encode(Sha256::digest(payload)))
+    }
+
+    fn write_seal(&self, path: &Path, sha256: &str, payload_sha256: &str) -> Result<()> {
+        let seal_path = path.with_extension("seal");
+        let Some(key) = self.key() else {
+            let _ = std::fs::remove_file(&seal_path);
+            return Ok(());
+        };
+        let stamp = FileStamp::of(path)?.context("the cache entry vanished while it was written")?;
+        let mut seal = EntrySeal {
+            format: SEAL_FORMAT,
+            component_sha256: sha256.to_string(),
+            engine_key: self.engine_key.clone(),
+            payload_sha256: payload_sha256.to_string(),
+            stamp,
+            mac: String::new(),
+        };
+        let parts = seal.parts();
+        seal.mac = key.seal(&parts.iter().map(|p| p.as_slice()).collect::<Vec<_>>());
+        crate::fsutil::write_atomic(&seal_path, &serde_json::to_vec(&seal)?)
     }
 }
 
-/// What binds an entry to the component and engine it was compiled for.
-fn entry_tag(component_sha256: &str, engine_key: &str, payload: &[u8]) -> [u8; 32] {
+/// What bound an entry of the previous format to its component and engine.
+fn legacy_tag(component_sha256: &str, engine_key: &str, payload: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(b"skillhost compile cache v2\0");
     h.update(component_sha256.as_bytes());
@@ -120,18 +283,4 @@ fn entry_tag(component_sha256: &str, engine_key: &str, payload: &[u8]) -> [u8; 3
     h.update(b"\0");
     h.update(payload);
     h.finalize().into()
-}
-
-fn verified_deserialize(engine: &Engine, bytes: &[u8], component_sha256: &str, engine_key: &str) -> Option<Component> {
-    if bytes.len() < 32 {
-        return None;
-    }
-    let (tag, payload) = bytes.split_at(32);
-    if entry_tag(component_sha256, engine_key, payload).as_slice() != tag {
-        return None;
-    }
-    // SAFETY: `payload` was produced by `Component::serialize` in this cache for exactly
-    // this component and engine (the tag, written alongside it by us, binds both), and
-    // `deserialize` additionally checks the header itself.
-    unsafe { Component::deserialize(engine, payload) }.ok()
 }

@@ -33,8 +33,8 @@ mod toolchain;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -48,14 +48,14 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
-pub use cache::CompileOutcome;
+pub use cache::{CompileOutcome, ComponentBytes};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
 pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
-use crate::capabilities::{CapabilitySet, Limits};
+use crate::capabilities::{CapabilitySet, LeakAction, Limits};
 use crate::memory::MemoryStore;
 
 mod bindings {
@@ -90,6 +90,9 @@ pub const MAX_METADATA_ENTRIES: usize = 256;
 /// first bytes of a slot are reset blindly, and more than a little costs more than it saves.
 const KEEP_RESIDENT_SCANNED: usize = 1 << 20;
 const KEEP_RESIDENT_BLIND: usize = 64 << 10;
+/// Native stack kept for the host's frames beneath a guest's wasm stack (wasmtime's
+/// default: a 2 MiB async stack for a 512 KiB wasm stack).
+const HOST_STACK_HEADROOM: usize = 1536 << 10;
 
 /// How a [`Runtime`] is sized.
 #[derive(Debug, Clone, Copy)]
@@ -105,10 +108,20 @@ impl Default for RuntimeOptions {
     }
 }
 
-/// The process-wide engine, linker and compile cache.
-pub struct Runtime {
+/// One engine (with its instance pool and linker) per wasm stack size: wasmtime sizes the
+/// stack per engine, not per store. The default size's engine always exists; the others
+/// are made on the first call that needs them.
+#[derive(Clone)]
+struct StackTier {
     engine: Engine,
-    linker: Linker<CallState>,
+    linker: Arc<Linker<CallState>>,
+}
+
+/// The process-wide engines, linkers and compile cache.
+pub struct Runtime {
+    /// Indexed like [`Limits::STACK_TIERS_KB`]; `tiers[0]` is set at creation.
+    tiers: [OnceLock<StackTier>; Limits::STACK_TIERS_KB.len()],
+    tier_init: std::sync::Mutex<()>,
     cache: cache::CompileCache,
     ticker: Arc<AtomicBool>,
     admission: Semaphore,
@@ -124,22 +137,24 @@ impl Drop for Runtime {
 }
 
 /// A component ready to instantiate: linked once, instantiated per call in microseconds.
+/// Linked for the default stack at once, for a larger stack on the first call that has it.
 #[derive(Clone)]
 pub struct PreparedSkill {
     pre: SkillPre<CallState>,
+    component: Component,
+    larger: Arc<[OnceLock<SkillPre<CallState>>; Limits::STACK_TIERS_KB.len()]>,
 }
 
-impl Runtime {
-    /// `cache_dir` holds compiled components. Sized for 64 concurrent calls.
-    pub fn new(cache_dir: PathBuf) -> Result<Runtime> {
-        Runtime::with_options(cache_dir, RuntimeOptions::default())
-    }
-
-    pub fn with_options(cache_dir: PathBuf, options: RuntimeOptions) -> Result<Runtime> {
-        let calls = options.max_concurrent_calls.max(1);
+impl StackTier {
+    /// An engine whose guests get `stack_kb` of wasm stack, pooled for `calls` calls at
+    /// once, with every interface linked, and an epoch ticker stopped by `stop`.
+    fn new(stack_kb: u64, calls: u32, stop: &Arc<AtomicBool>) -> Result<StackTier> {
         let mut config = Config::new();
         config.epoch_interruption(true);
-        config.max_wasm_stack(512 * 1024);
+        let stack = (stack_kb as usize) << 10;
+        config.max_wasm_stack(stack);
+        // The host's own frames below the guest's keep wasmtime's default headroom.
+        config.async_stack_size(stack + HOST_STACK_HEADROOM);
         // No component-model-async in the contract: skip the per-store concurrency state.
         config.concurrency_support(false);
         let mut pool = PoolingAllocationConfig::default();
@@ -163,9 +178,8 @@ impl Runtime {
         log::add_to_linker(&mut linker)?;
         capability::link_all(&mut linker)?;
 
-        let ticker = Arc::new(AtomicBool::new(false));
-        let (stop, weak) = (ticker.clone(), engine.weak());
-        std::thread::Builder::new().name("skillhost-epoch".into()).spawn(move || {
+        let (stop, weak) = (stop.clone(), engine.weak());
+        std::thread::Builder::new().name(format!("skillhost-epoch-{stack_kb}k")).spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(EPOCH_TICK_MS));
                 match weak.upgrade() {
@@ -174,16 +188,59 @@ impl Runtime {
                 }
             }
         })?;
-        let cache = cache::CompileCache::new(cache_dir, &engine);
+        Ok(StackTier { engine, linker: Arc::new(linker) })
+    }
+}
+
+/// Link `component` against the skill world.
+fn link(linker: &Linker<CallState>, component: &Component) -> Result<SkillPre<CallState>> {
+    let pre = linker.instantiate_pre(component).map_err(|e| {
+        anyhow::anyhow!("the component cannot be linked against the skill world: {e:#}\nRebuild it against wit/ (package skillhost:skill@0.1.0).")
+    })?;
+    SkillPre::new(pre).map_err(|e| {
+        anyhow::anyhow!("the component does not export `execute` from the skill world: {e:#}\nBuild it with skillhost-sdk's export_skill! or against wit/.")
+    })
+}
+
+impl Runtime {
+    /// `cache_dir` holds compiled components. Sized for 64 concurrent calls.
+    pub fn new(cache_dir: PathBuf) -> Result<Runtime> {
+        Runtime::with_options(cache_dir, RuntimeOptions::default())
+    }
+
+    pub fn with_options(cache_dir: PathBuf, options: RuntimeOptions) -> Result<Runtime> {
+        let calls = options.max_concurrent_calls.max(1);
+        let ticker = Arc::new(AtomicBool::new(false));
+        let default_tier = StackTier::new(Limits::STACK_TIERS_KB[0], calls, &ticker)?;
+        let cache = cache::CompileCache::new(cache_dir, &default_tier.engine);
+        let tiers =
+            std::array::from_fn(|i| if i == 0 { OnceLock::from(default_tier.clone()) } else { OnceLock::new() });
         Ok(Runtime {
-            engine,
-            linker,
+            tiers,
+            tier_init: std::sync::Mutex::new(()),
             cache,
             ticker,
             admission: Semaphore::new(calls as usize),
             max_calls: calls,
             protected: Vec::new(),
         })
+    }
+
+    fn default_tier(&self) -> &StackTier {
+        self.tiers[0].get().expect("the default stack tier is made with the runtime")
+    }
+
+    /// The engine for `stack_kb` (a tier of [`Limits::STACK_TIERS_KB`]), made if needed.
+    fn tier(&self, index: usize) -> Result<&StackTier> {
+        if let Some(t) = self.tiers[index].get() {
+            return Ok(t);
+        }
+        let _one = self.tier_init.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = self.tiers[index].get() {
+            return Ok(t);
+        }
+        let tier = StackTier::new(Limits::STACK_TIERS_KB[index], self.max_calls, &self.ticker)?;
+        Ok(self.tiers[index].get_or_init(|| tier))
     }
 
     /// Refuse every call whose mounts contain or lie inside one of `paths` (canonicalized
@@ -193,8 +250,9 @@ impl Runtime {
         self
     }
 
+    /// The engine of the default stack size.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        &self.default_tier().engine
     }
 
     /// Calls this runtime runs at once.
@@ -206,7 +264,7 @@ impl Runtime {
     /// a component with a message saying what it is and what to do.
     pub fn compile(&self, wasm: &[u8], progress: &dyn Fn(&str)) -> Result<(Component, CompileOutcome)> {
         check_is_component(wasm)?;
-        self.cache.compile(&self.engine, wasm, progress).map_err(explain_compile_error)
+        self.cache.compile(self.engine(), wasm, progress).map_err(explain_compile_error)
     }
 
     /// Load a verified component (`wasm` whose sha256 is `sha256`) from the compile cache,
@@ -218,15 +276,52 @@ impl Runtime {
         progress: &dyn Fn(&str),
     ) -> Result<(PreparedSkill, CompileOutcome)> {
         check_is_component(wasm)?;
+        self.prepare_cached(sha256, &|| Ok(wasm.to_vec()), progress)
+    }
+
+    /// [`Runtime::prepare`] that reads the component only when the cache must compile it:
+    /// a warm start maps the compiled entry and never touches the component's bytes.
+    /// `wasm()` must return the bytes whose sha256 is `sha256` (verified by the caller).
+    pub fn prepare_cached(
+        &self,
+        sha256: &str,
+        wasm: cache::ComponentBytes<'_>,
+        progress: &dyn Fn(&str),
+    ) -> Result<(PreparedSkill, CompileOutcome)> {
+        let checked = || {
+            let bytes = wasm()?;
+            check_is_component(&bytes)?;
+            Ok(bytes)
+        };
         let (component, outcome) =
-            self.cache.load(&self.engine, wasm, sha256, progress).map_err(explain_compile_error)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
-            anyhow::anyhow!("the component cannot be linked against the skill world: {e:#}\nRebuild it against wit/ (package skillhost:skill@0.1.0).")
-        })?;
-        let pre = SkillPre::new(pre).map_err(|e| {
-            anyhow::anyhow!("the component does not export `execute` from the skill world: {e:#}\nBuild it with skillhost-sdk's export_skill! or against wit/.")
-        })?;
-        Ok((PreparedSkill { pre }, outcome))
+            self.cache.load(self.engine(), &checked, sha256, progress).map_err(explain_compile_error)?;
+        let pre = link(&self.default_tier().linker, &component)?;
+        Ok((PreparedSkill { pre, component, larger: Arc::new(Default::default()) }, outcome))
+    }
+
+    /// `skill` linked for the stack tier `index`: the default one, or (first call of this
+    /// skill with this stack) its compiled code handed to that tier's engine and linked,
+    /// on the blocking pool since a large component takes milliseconds to copy.
+    async fn pre_for(&self, skill: &PreparedSkill, index: usize) -> Result<SkillPre<CallState>> {
+        if index == 0 {
+            return Ok(skill.pre.clone());
+        }
+        if let Some(pre) = skill.larger[index].get() {
+            return Ok(pre.clone());
+        }
+        let tier = self.tier(index)?;
+        let (component, engine, linker) = (skill.component.clone(), tier.engine.clone(), tier.linker.clone());
+        let pre = tokio::task::spawn_blocking(move || -> Result<SkillPre<CallState>> {
+            let bytes = component.serialize().map_err(anyhow::Error::from)?;
+            // SAFETY: the bytes were serialized just now, in this process, from a component
+            // this runtime compiled or loaded from its own sealed cache; the tiers' engines
+            // differ only in stack size, which compiled code does not depend on.
+            let moved = unsafe { Component::deserialize(&engine, &bytes) }.map_err(anyhow::Error::from)?;
+            link(&linker, &moved)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("linking for a larger stack stopped: {e}"))??;
+        Ok(skill.larger[index].get_or_init(|| pre).clone())
     }
 
     /// Wait for a call slot, at most `wait`.
@@ -260,7 +355,16 @@ impl Runtime {
                 Ok(s) => s,
                 Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
             };
-        let mut store = Store::new(&self.engine, state);
+        let tier = Limits::STACK_TIERS_KB.iter().position(|t| *t == limits.stack_kb).unwrap_or(0);
+        let pre = match self.pre_for(skill, tier).await {
+            Ok(pre) => pre,
+            Err(e) => {
+                let e = CallError::Setup(format!("cannot prepare a {} KiB stack: {e:#}", limits.stack_kb));
+                return CallOutcome::failed(e, denials, started);
+            }
+        };
+        let engine = pre.engine().clone();
+        let mut store = Store::new(&engine, state);
         store.limiter(|s| &mut s.limiter);
         let meter = Arc::new(cpu::CpuMeter::default());
         let deadline_meter = meter.clone();
@@ -293,8 +397,7 @@ impl Runtime {
 
         let result = {
             let run = async {
-                let instance = skill
-                    .pre
+                let instance = pre
                     .instantiate_async(&mut store)
                     .await
                     .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
@@ -317,8 +420,13 @@ impl Runtime {
         // Everything handed back is scrubbed of held values (secrets, granted env values)
         // before the denials are collected: a redaction is itself a denial.
         let caps = &state.caps;
+        let leaked = std::cell::Cell::new(false);
         let redact = |what: &str, mut text: String| {
+            let original = text.clone();
             caps.redact(what, &mut text);
+            if text != original {
+                leaked.set(true);
+            }
             text
         };
         let result = result.map(|mut out| {
@@ -348,6 +456,18 @@ impl Runtime {
         let stdout = redact("stdout", String::from_utf8_lossy(&stdout.contents()).into_owned());
         let stderr = redact("stderr", String::from_utf8_lossy(&stderr.contents()).into_owned());
         denials.extend(state.caps.take_denials());
+        // The policy may fail a call that tried to hand back a held value at all, rather
+        // than pass on its (redacted) result.
+        let result = match result {
+            Ok(_) | Err(CallError::Failed(_)) | Err(CallError::InvalidParams(_)) | Err(CallError::Trap(_))
+                if leaked.get() && grant.secret_values.leak_action() == LeakAction::Fail =>
+            {
+                Err(CallError::Failed(
+                    "the skill tried to hand back a value the host holds for it (a secret or a granted environment value; it is redacted everywhere), and the policy fails such calls ([secrets] on_leak = \"fail\")".into(),
+                ))
+            }
+            other => other,
+        };
         CallOutcome {
             result,
             denials,
@@ -645,7 +765,13 @@ fn classify_trap(e: wasmtime::Error, state: &mut CallState, limits: &Limits, std
         Some(Trap::Interrupt) => {
             return CallError::CpuLimit(format!("the skill ran longer than its {} ms of CPU time", limits.cpu_time_ms));
         }
-        Some(Trap::StackOverflow) => return CallError::Trap("stack overflow (infinite recursion?)".into()),
+        Some(Trap::StackOverflow) => {
+            return CallError::Trap(format!(
+                "stack overflow: the skill used more than its {} KiB of wasm stack (infinite recursion? A skill that recurses deeply may ask for up to {} KiB with `limits: stack_kb`)",
+                limits.stack_kb,
+                Limits::CEILING.stack_kb
+            ));
+        }
         _ => {}
     }
     let stderr = String::from_utf8_lossy(&stderr.contents()).into_owned();

@@ -35,29 +35,43 @@ use wasmtime_wasi_http::Error as HttpError;
 use super::capability::{CallSetup, Enforce};
 use super::{CallState, Denial};
 use crate::capabilities::SecretUse;
+use crate::capabilities::secrets::LeakAction;
 use crate::capabilities::secrets::Secrets;
 
 /// Granted env values shorter than this are not scanned for; secrets always are, from 4 bytes.
 pub const MIN_SCANNED_LEN: usize = 8;
 const MIN_SECRET_LEN: usize = 4;
 
-/// Secret values for one call, by name. `Debug` never shows a value.
+/// Secret values for one call, by name, and what a leak of any held value does. `Debug`
+/// never shows a value.
 #[derive(Clone, Default)]
-pub struct SecretValues(BTreeMap<String, String>);
+pub struct SecretValues {
+    values: BTreeMap<String, String>,
+    on_leak: LeakAction,
+}
 
 impl SecretValues {
     pub fn new(values: BTreeMap<String, String>) -> SecretValues {
-        SecretValues(values)
+        SecretValues { values, on_leak: LeakAction::default() }
+    }
+
+    /// The same values, with `on_leak` applied to the call's leaks.
+    pub fn on_leak(self, on_leak: LeakAction) -> SecretValues {
+        SecretValues { on_leak, ..self }
+    }
+
+    pub fn leak_action(&self) -> LeakAction {
+        self.on_leak
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.values.get(name).map(String::as_str)
     }
 }
 
 impl fmt::Debug for SecretValues {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
+        f.debug_set().entries(self.values.keys()).finish()
     }
 }
 

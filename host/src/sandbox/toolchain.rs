@@ -35,9 +35,10 @@ impl Toolchain {
         }
     }
 
-    /// Whether the language ships a runtime that imports interfaces on its own behalf.
+    /// Whether the language ships a runtime that imports interfaces on its own behalf (C:
+    /// wasi-libc and the preview1 adapter import the filesystem whether or not it is used).
     pub fn has_runtime(self) -> bool {
-        matches!(self, Toolchain::Go | Toolchain::Python | Toolchain::JavaScript)
+        matches!(self, Toolchain::C | Toolchain::Go | Toolchain::Python | Toolchain::JavaScript)
     }
 }
 

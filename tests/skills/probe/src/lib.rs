@@ -23,12 +23,26 @@ struct Params {
 
 struct Probe;
 
+/// Recursion `n` deep on the wasm stack: several live values per frame, and work after
+/// the call so the compiler cannot make it a loop.
+#[inline(never)]
+fn deep(n: u64, a: u64, b: u64, c: u64, d: u64) -> u64 {
+    if n == 0 {
+        return a ^ b ^ c ^ d;
+    }
+    // No black_box: it takes an address, which would put the frame on the shadow stack in
+    // linear memory instead of the wasm stack this mode is for.
+    let r = deep(n - 1, a.wrapping_add(n), b ^ n, c.wrapping_mul(3), d.rotate_left(1));
+    r.wrapping_add(a).wrapping_mul(b | 1) ^ c ^ d
+}
+
 impl Skill for Probe {
     type Params = Params;
 
     fn execute(p: Params, ctx: &Context) -> Result<SkillResult, SkillError> {
         match p.mode.as_str() {
             "noop" => Ok(SkillResult::success("ok")),
+            "recurse" => Ok(SkillResult::success(format!("depth {} ({})", p.n, deep(p.n, 1, 2, 3, 4) % 10))),
             "echo" => Ok(SkillResult::success(format!("{}|{}|{}", ctx.session_id(), ctx.step(), p.arg))),
             "loop" => {
                 let mut x: u64 = 1;
