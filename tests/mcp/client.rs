@@ -42,7 +42,8 @@ pub fn example_home() -> tempfile::TempDir {
 /// A `skillhost mcp` child spoken to over stdio with the 2025-11-25 handshake.
 pub struct StdioClient {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once [`StdioClient::close_stdin`] closed it.
+    stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
 }
@@ -63,7 +64,7 @@ impl StdioClient {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut c = StdioClient { child, stdin, stdout, next_id: 1 };
+        let mut c = StdioClient { child, stdin: Some(stdin), stdout, next_id: 1 };
         let init = c.request(
             "initialize",
             json!({
@@ -79,8 +80,26 @@ impl StdioClient {
     }
 
     pub fn send(&mut self, msg: &Value) {
-        writeln!(self.stdin, "{msg}").unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin was closed");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Close the server's stdin (end of input, as when the client exits).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Wait at most `within` for the server to exit; its exit status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 
     /// Send a request and return the whole response (`result` or `error`), skipping
@@ -343,4 +362,76 @@ pub fn rpc(addr: SocketAddr, method: &str, mut params: Value, extra_headers: &[(
     }
     headers.extend_from_slice(extra_headers);
     http(addr, "POST", "/mcp", &headers, body.as_bytes())
+}
+
+/// A long-lived stateless request (e.g. `subscriptions/listen`) whose SSE answer is read as
+/// it arrives: every JSON-RPC message of the stream comes out of `messages`, in order.
+pub struct EventStream {
+    pub messages: std::sync::mpsc::Receiver<Value>,
+    socket: TcpStream,
+}
+
+impl EventStream {
+    pub fn open(addr: SocketAddr, id: u64, method: &str, mut params: Value) -> EventStream {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": { "name": "rust-listen-test", "version": "1.0" },
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+        let req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut socket = TcpStream::connect(addr).unwrap();
+        socket.write_all(req.as_bytes()).unwrap();
+        let reader = socket.try_clone().unwrap();
+        let (tx, messages) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Chunk sizes and SSE fields are skipped; every `data:` line is one message.
+            for line in BufReader::new(reader).lines() {
+                let Ok(line) = line else { return };
+                if let Some(data) = line.strip_prefix("data:")
+                    && let Ok(v) = serde_json::from_str::<Value>(data.trim())
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        EventStream { messages, socket }
+    }
+
+    /// The messages that arrive within `window`.
+    pub fn collect(&self, window: Duration) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + window;
+        let mut out = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.messages.recv_timeout(left) {
+                Ok(v) => out.push(v),
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// Wait at most `within` for a message `matches` accepts; it and those before it.
+    pub fn wait_for(&self, within: Duration, matches: impl Fn(&Value) -> bool) -> (Option<Value>, Vec<Value>) {
+        let deadline = std::time::Instant::now() + within;
+        let mut before = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.messages.recv_timeout(left) {
+                Ok(v) if matches(&v) => return (Some(v), before),
+                Ok(v) => before.push(v),
+                Err(_) => break,
+            }
+        }
+        (None, before)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
 }

@@ -311,9 +311,26 @@ impl Library {
         opts: &RunOptions,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
+        self.run_narrowed(name, params, opts, MemoryAccess::Write, cancelled).await
+    }
+
+    /// [`Library::run_cancellable`] with the skill's `memory` right capped at `max_memory`
+    /// for this call (a server started with `--memory read` runs a memory-write skill as
+    /// memory-read). What the cap took away shows in the report's `not_granted`.
+    pub async fn run_narrowed(
+        &self,
+        name: &str,
+        params: Value,
+        opts: &RunOptions,
+        max_memory: MemoryAccess,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let loaded = match off_the_executor(|| self.load(name)) {
+        // A loaded skill is one `stat` away: no hand-off of the worker for that (block_in_place
+        // moves the worker's queue to another thread); only a real load leaves the executor.
+        let cached = self.record_stamp(name).and_then(|stamp| self.skills.cached(name, &stamp));
+        let loaded = match cached.map_or_else(|| off_the_executor(|| self.load(name)), Ok) {
             Ok(l) => l,
             Err(e) => return Err(self.audit_refused(name, &params, opts, e).await),
         };
@@ -326,7 +343,8 @@ impl Library {
         let manifest = &loaded.manifest;
         let policy = self.policy()?;
         let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(name));
-        let effective = manifest.capabilities.intersect(&policy.granted(name));
+        let mut effective = manifest.capabilities.intersect(&policy.granted(name));
+        effective.memory = effective.memory.min(max_memory);
         let mut report = RunReport {
             skill: name.to_string(),
             version: loaded.record.version.clone(),

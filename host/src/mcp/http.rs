@@ -132,6 +132,105 @@ async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) -> Res
     next.run(request).await
 }
 
+/// What [`cancel_on_disconnect`] needs: the sessions to send the cancellation into.
+struct SessionCalls {
+    sessions: Arc<LocalSessionManager>,
+    max_body_bytes: usize,
+}
+
+/// A 2025-11-25 session request whose answer streams on its own POST: rmcp runs it in the
+/// session and does not stop it when that connection goes away (it does for stateless
+/// requests). This server keeps no event store, so an answer whose connection is gone can
+/// never be resumed: the drop is taken as the client's `notifications/cancelled`, which
+/// stops the guest and audits the call as cancelled. Only requests with `Mcp-Session-Id`
+/// pass through here; stateless ones go straight on.
+async fn cancel_on_disconnect(State(state): State<Arc<SessionCalls>>, request: Request, next: Next) -> Response {
+    let session = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(String::from);
+    let Some(session) = session.filter(|_| request.method() == axum::http::Method::POST) else {
+        return next.run(request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            -32600,
+            format!("request body over the limit of {} bytes (or cut off); send less at once", state.max_body_bytes),
+        );
+    };
+    // Only a request (a method and an id) has an answer to wait for.
+    let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(|m| m.get("method").is_some_and(serde_json::Value::is_string))
+        .and_then(|mut m| m.get_mut("id").map(serde_json::Value::take))
+        .filter(|id| id.is_string() || id.is_number());
+    let response = next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+    let Some(id) = id else { return response };
+    let cancel = DisconnectCancel { sessions: state.sessions.clone(), session, id };
+    response.map(|body| axum::body::Body::new(CancelOnDrop { body, cancel: Some(cancel) }))
+}
+
+/// The request to cancel if its answer's body is dropped before it ended.
+struct DisconnectCancel {
+    sessions: Arc<LocalSessionManager>,
+    session: String,
+    id: serde_json::Value,
+}
+
+impl DisconnectCancel {
+    fn send(self) {
+        use rmcp::transport::streamable_http_server::SessionManager as _;
+        let note = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": { "requestId": self.id, "reason": "the HTTP client closed the connection before the answer" }
+        });
+        let Ok(message) = serde_json::from_value::<rmcp::model::ClientJsonRpcMessage>(note) else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            // The session may be gone already (closed or expired): then so is the call.
+            let _ = self.sessions.accept_message(&self.session.as_str().into(), message).await;
+        });
+    }
+}
+
+/// A response body that sends its [`DisconnectCancel`] when dropped before its end.
+struct CancelOnDrop {
+    body: axum::body::Body,
+    cancel: Option<DisconnectCancel>,
+}
+
+impl http_body::Body for CancelOnDrop {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) {
+            self.cancel = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.send();
+        }
+    }
+}
+
 async fn healthz() -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json!({ "status": "ok" }).to_string())
         .into_response()
@@ -160,16 +259,21 @@ pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: Cancellat
         let server = server.clone();
         move || -> Result<super::SkillhostMcp, std::io::Error> { Ok(server.connection(Transport::Http)) }
     };
+    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: StreamableHttpService<_, LocalSessionManager> =
-        StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+        StreamableHttpService::new(factory, sessions.clone(), config);
+    let session_calls = Arc::new(SessionCalls { sessions, max_body_bytes: options.max_body_bytes });
     let guard_state = Arc::new(Guard {
         token: options.token.clone(),
         max_body_bytes: options.max_body_bytes,
         in_flight: Semaphore::new(options.max_in_flight.max(1)),
         max_in_flight: options.max_in_flight,
     });
-    let guarded =
-        axum::Router::new().nest_service("/mcp", mcp).layer(middleware::from_fn_with_state(guard_state, guard));
+    // The guard runs first (outermost): nothing is read for a request it refuses.
+    let guarded = axum::Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(session_calls, cancel_on_disconnect))
+        .layer(middleware::from_fn_with_state(guard_state, guard));
     axum::Router::new().route("/healthz", axum::routing::get(healthz)).merge(guarded).fallback(|| async {
         rpc_error(StatusCode::NOT_FOUND, -32601, "no such endpoint: MCP is served at /mcp".into())
     })

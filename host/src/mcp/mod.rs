@@ -10,9 +10,11 @@
 //!
 //! Executable skills are tools ([`tools`]), instruction skills are prompts (and their SKILL.md a
 //! resource), the MEMORY.md view is a resource, and `memory_search` / `memory_add` are tools
-//! when `--memory` allows them.
+//! when `--memory` allows them. Every skill is also served through the Skills extension
+//! ([`skills`]: `skills/list`, `skills/get`, `skill://` files with sha256 digests).
 
 pub mod http;
+mod skills;
 mod tools;
 
 use std::path::PathBuf;
@@ -23,10 +25,10 @@ use std::time::Duration;
 use anyhow::Result;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
-    SubscriptionFilter,
+    GetPromptResponse, GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
+    ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
@@ -36,10 +38,12 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
+use crate::capabilities::MemoryAccess;
 use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
 use crate::sandbox::CallError;
 
-/// What the MCP client may do with long-term memory (`--memory`).
+/// What the MCP client may do with long-term memory (`--memory`): which memory tools are
+/// listed, and the most each skill's own `memory` right may be during calls from this server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemoryMode {
     /// No memory tools, no MEMORY.md resource.
@@ -48,6 +52,17 @@ pub enum MemoryMode {
     Read,
     /// Also `memory_add`.
     Write,
+}
+
+impl MemoryMode {
+    /// The most a skill's own `memory` right may be during calls from this server.
+    pub fn skill_access(self) -> MemoryAccess {
+        match self {
+            MemoryMode::None => MemoryAccess::None,
+            MemoryMode::Read => MemoryAccess::Read,
+            MemoryMode::Write => MemoryAccess::Write,
+        }
+    }
 }
 
 /// Which transport a request came over; recorded in the audit session name.
@@ -100,15 +115,63 @@ pub const MEMORY_URI: &str = "skillhost://memory/MEMORY.md";
 /// clients about (a `stat` per skill and policy file).
 const LIST_WATCH_EVERY: Duration = Duration::from_millis(500);
 
+/// How long, once stdin has closed and rmcp has given the running calls its own grace
+/// (5 s) and then cancelled them, the server waits for their audit lines before it exits.
+const AUDIT_DRAIN_WAIT: Duration = Duration::from_secs(10);
+
 /// State shared by every connection of one server process.
 pub struct McpServer {
     lib: Arc<Library>,
     options: ServerOptions,
     calls: Semaphore,
+    /// Tool calls not yet audited, so an exit can wait for their lines.
+    in_flight: InFlight,
     connections: AtomicU64,
     /// Clients to tell when the lists change; the watcher starts with the first.
     listeners: std::sync::Mutex<Vec<Listener>>,
     watching: std::sync::Once,
+}
+
+/// Tool calls that are running (or queued) and have not written their audit line yet.
+#[derive(Default)]
+struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// One call counted in [`InFlight`] until dropped (after its audit line, or when its task is
+/// dropped).
+struct InFlightCall<'a>(&'a InFlight);
+
+impl InFlight {
+    fn enter(&self) -> InFlightCall<'_> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightCall(self)
+    }
+
+    /// Wait until no call is in flight, at most `within`; how many are still running then.
+    async fn drained(&self, within: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the check, so a call ending in between is not missed.
+            let idle = self.idle.notified();
+            let running = self.count.load(Ordering::SeqCst);
+            if running == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.count.load(Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl Drop for InFlightCall<'_> {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// A client that hears when the tool, prompt and resource lists change.
@@ -156,6 +219,7 @@ impl McpServer {
             lib,
             options,
             calls,
+            in_flight: InFlight::default(),
             connections: AtomicU64::new(0),
             listeners: std::sync::Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
@@ -193,6 +257,19 @@ impl McpServer {
             transport,
             nonce: format!("{nanos:x}-{:x}-{n}", std::process::id()),
             session: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// Wait (at most [`AUDIT_DRAIN_WAIT`]) until every call that was running has written its
+    /// audit line: once the transport is gone rmcp cancels them, and a cancelled call still
+    /// writes its line. Says so on stderr if some could not finish in time.
+    pub async fn drain_calls(&self) {
+        let left = self.in_flight.drained(AUDIT_DRAIN_WAIT).await;
+        if left > 0 {
+            eprintln!(
+                "warning: {left} MCP call(s) still running {} s after the client went away; exiting without their audit lines",
+                AUDIT_DRAIN_WAIT.as_secs()
+            );
         }
     }
 
@@ -312,7 +389,9 @@ impl SkillhostMcp {
         };
         // A call cancelled while it queued still goes through the library, which records
         // it as cancelled without starting the guest.
-        let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
+        // `--memory` caps the skill's own memory right too, not only the memory tools.
+        let max_memory = self.server.options.memory.skill_access();
+        let run = self.server.lib.run_narrowed(name, arguments, &opts, max_memory, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
             None => run.await,
@@ -395,6 +474,7 @@ impl ServerHandler for SkillhostMcp {
             .enable_prompts_list_changed()
             .enable_resources()
             .enable_resources_list_changed()
+            .enable_skills()
             .build();
         ServerConfig::new(caps)
             .with_server_info(Implementation::new("skillhost", env!("CARGO_PKG_VERSION")))
@@ -439,6 +519,7 @@ impl ServerHandler for SkillhostMcp {
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let _in_flight = self.server.in_flight.enter();
         if let Some(tool) = tools::MemoryTool::from_name(&name) {
             if !tool.offered(self.server.options.memory) {
                 return Err(McpError::invalid_params(
@@ -461,6 +542,32 @@ impl ServerHandler for SkillhostMcp {
             ));
         }
         self.call_skill(&name, arguments, &context).await.map(Into::into)
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
+        let skills = self.blocking(skills::list).await?;
+        Ok(ListSkillsResult::with_all_items(skills).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, McpError> {
+        let uri = request.uri.clone();
+        match self.blocking(move |server| skills::get(server, &uri)).await? {
+            Some(skill) => {
+                Ok(GetSkillResult::new(skill).with_ttl_ms(LIST_TTL_MS).with_cache_scope(CacheScope::Private))
+            }
+            None => Err(McpError::invalid_params(
+                format!("no skill at `{}`: skills/list names the skills this server serves", request.uri),
+                None,
+            )),
+        }
     }
 
     async fn list_prompts(
@@ -550,24 +657,14 @@ impl ServerHandler for SkillhostMcp {
             .with_cache_scope(CacheScope::Private)
             .into());
         }
-        if let Some(name) = uri.strip_prefix("skill://").and_then(|r| r.strip_suffix("/SKILL.md")) {
-            let name = name.to_string();
-            let text = self
-                .blocking(move |server| {
-                    if !tools::instruction_skills(server)?.iter().any(|i| i.manifest.name == name) {
-                        return Ok(None);
-                    }
-                    let path = server.options.home.join("skills").join(&name).join("SKILL.md");
-                    Ok(Some(std::fs::read_to_string(path)?))
-                })
-                .await?;
-            if let Some(text) = text {
-                return Ok(ReadResourceResult::new(vec![
-                    ResourceContents::text(text, uri).with_mime_type("text/markdown"),
-                ])
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(CacheScope::Private)
-                .into());
+        if uri.starts_with("skill://") {
+            // Any file install.json recorded for a served skill (SKILL.md, the component...).
+            let file = self.blocking(move |server| skills::read(server, &uri)).await?;
+            if let Some(contents) = file {
+                return Ok(ReadResourceResult::new(vec![contents])
+                    .with_ttl_ms(LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private)
+                    .into());
             }
         }
         Err(McpError::new(
@@ -638,6 +735,9 @@ pub async fn serve_stdio(server: Arc<McpServer>) -> Result<()> {
         .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
+    // On end of input rmcp lets running calls answer for a while, then cancels them; they
+    // still write their audit lines, which the exit waits for.
     running.waiting().await?;
+    server.drain_calls().await;
     server.finish()
 }

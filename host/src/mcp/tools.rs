@@ -104,7 +104,7 @@ fn object(v: Value) -> Arc<JsonObject> {
 }
 
 /// Installed skills, each loaded on its own; broken ones are left out of the lists.
-fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
+pub(super) fn skills(server: &McpServer) -> anyhow::Result<Vec<SkillInfo>> {
     Ok(server
         .lib
         .scan()?
@@ -132,7 +132,8 @@ pub(super) fn list(server: &McpServer, memory: MemoryMode) -> anyhow::Result<Vec
         if info.record.is_instruction() || !valid_tool_name(&info.manifest.name) {
             continue;
         }
-        let effective = info.manifest.capabilities.intersect(&policy.granted(&info.manifest.name));
+        let mut effective = info.manifest.capabilities.intersect(&policy.granted(&info.manifest.name));
+        effective.memory = effective.memory.min(memory.skill_access());
         let mut input = info.params_schema.clone();
         if let Value::Object(m) = &mut input {
             m.entry("type").or_insert_with(|| "object".into());
