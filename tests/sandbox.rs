@@ -401,11 +401,7 @@ fn outbound_http_follows_the_allowlist() {
 }
 
 fn corrupted_cache_entry_is_detected_and_recompiled() {
-    let env = Env::new();
-    {
-        let lib = env.library();
-        env.install_granted(&lib, "p", "");
-    }
+    let env = env_with_probe_installed();
     let entry = cache_entry(env.home.path());
     let mut bytes = std::fs::read(&entry).unwrap();
     let mid = bytes.len() / 2;
@@ -424,6 +420,13 @@ fn corrupted_cache_entry_is_detected_and_recompiled() {
     assert!(matches!(r.compile, Some(CompileOutcome::Hit { .. })), "{:?}", r.compile);
 }
 
+/// A home with the probe installed as `p` (and compiled into the cache), its library closed.
+fn env_with_probe_installed() -> Env {
+    let env = Env::new();
+    env.install_granted(&env.library(), "p", "");
+    env
+}
+
 /// The one compiled entry in a home's compile cache (its payload file).
 fn cache_entry(home: &std::path::Path) -> std::path::PathBuf {
     let entries: Vec<_> = std::fs::read_dir(home.join("cache"))
@@ -437,11 +440,7 @@ fn cache_entry(home: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn a_cache_entry_with_a_forged_seal_is_recompiled() {
-    let env = Env::new();
-    {
-        let lib = env.library();
-        env.install_granted(&lib, "p", "");
-    }
+    let env = env_with_probe_installed();
     let entry = cache_entry(env.home.path());
     let mut bytes = std::fs::read(&entry).unwrap();
     let mid = bytes.len() / 2;
@@ -472,11 +471,7 @@ fn a_cache_entry_with_a_forged_seal_is_recompiled() {
 }
 
 fn a_copied_home_loads_its_compiled_skills_without_recompiling() {
-    let env = Env::new();
-    {
-        let lib = env.library();
-        env.install_granted(&lib, "p", "");
-    }
+    let env = env_with_probe_installed();
     let seal_of = |home: &std::path::Path| std::fs::read(cache_entry(home).with_extension("seal")).unwrap();
     let copy = tempfile::tempdir().unwrap();
     let copied_home = copy.path().join("home");
@@ -495,11 +490,7 @@ fn a_copied_home_loads_its_compiled_skills_without_recompiling() {
 }
 
 fn a_cache_entry_of_the_previous_format_is_verified_and_migrated() {
-    let env = Env::new();
-    {
-        let lib = env.library();
-        env.install_granted(&lib, "p", "");
-    }
+    let env = env_with_probe_installed();
     let entry = cache_entry(env.home.path());
     let payload = std::fs::read(&entry).unwrap();
     // `SHA-ENGINE.cwasm`: the previous format put an unkeyed tag over exactly these before
@@ -604,11 +595,7 @@ fn a_stack_request_outside_the_sizes_is_refused_at_install() {
 }
 
 fn tampered_installed_component_is_refused() {
-    let env = Env::new();
-    {
-        let lib = env.library();
-        env.install_granted(&lib, "p", "");
-    }
+    let env = env_with_probe_installed();
     // One load first, so the host has sealed these files as verified (a later process
     // trusts that seal instead of hashing them again).
     assert_eq!(output(&run(&env.library(), "p", json!({"mode": "noop"}))), "ok");

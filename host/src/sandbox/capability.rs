@@ -48,8 +48,10 @@ pub(crate) trait Enforce: Capability {
     }
 
     /// Remove from text the call hands back (`what`: "the output", "a log line"...) what
-    /// this capability must not leak (secret values; see `secrets`).
-    fn redact(_state: &Self::State, _what: &str, _text: &mut String) {}
+    /// this capability must not leak (secret values; see `secrets`). True when it did.
+    fn redact(_state: &Self::State, _what: &str, _text: &mut String) -> bool {
+        false
+    }
 }
 
 macro_rules! define_states {
@@ -101,8 +103,11 @@ macro_rules! define_states {
                 out
             }
 
-            pub(crate) fn redact(&self, what: &str, text: &mut String) {
-                $(<crate::capabilities::$module::$cap as Enforce>::redact(&self.$field, what, text);)*
+            /// Every capability's redaction of `text`; true when any removed something.
+            pub(crate) fn redact(&self, what: &str, text: &mut String) -> bool {
+                let mut redacted = false;
+                $(redacted |= <crate::capabilities::$module::$cap as Enforce>::redact(&self.$field, what, text);)*
+                redacted
             }
         }
     };

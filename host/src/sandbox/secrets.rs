@@ -275,10 +275,13 @@ impl CallSecrets {
     }
 
     /// Redact held values from text the call hands back; each hit is a denial naming `what`.
-    pub fn redact(&self, what: &str, text: &mut String) {
-        for leak in self.scanner.redact(text) {
+    /// True when there was a hit.
+    pub fn redact(&self, what: &str, text: &mut String) -> bool {
+        let leaks = self.scanner.redact(text);
+        for leak in &leaks {
             self.deny(format!("{what} carried {leak}: redacted"));
         }
+        !leaks.is_empty()
     }
 
     /// Check an outbound request (URL and headers; the body is wrapped by the caller) and
@@ -479,8 +482,8 @@ impl Enforce for Secrets {
         state.take_denials()
     }
 
-    fn redact(state: &Arc<CallSecrets>, what: &str, text: &mut String) {
-        state.redact(what, text);
+    fn redact(state: &Arc<CallSecrets>, what: &str, text: &mut String) -> bool {
+        state.redact(what, text)
     }
 }
 
