@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use serde_json::Value;
-use skillhost::memory::embed::{EmbedModel, TextRole, cosine};
+use skillhost::memory::embed::{EmbedModel, Kernel, TextRole, cosine};
 
 fn reference() -> Vec<(TextRole, String, usize, Vec<f32>)> {
     let text = std::fs::read_to_string(common::repo().join("tests/fixtures/embed/reference.json")).unwrap();
@@ -42,6 +42,30 @@ fn vectors_match_the_reference_engine() {
     let batch = model.embed_batch(TextRole::Passage, &texts);
     for (text, v) in texts.iter().zip(&batch) {
         assert!(cosine(v, &model.embed(TextRole::Passage, text)) > 0.9999, "{text:?}");
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_reference_and_the_others() {
+    let Some(path) = common::embed_model() else { return };
+    let kernels: Vec<Kernel> = [Kernel::Portable, Kernel::Avx2].into_iter().filter(|k| k.is_available()).collect();
+    let models: Vec<EmbedModel> =
+        kernels.iter().map(|&k| EmbedModel::load(&path).unwrap().with_kernel(k).unwrap()).collect();
+    assert_eq!(models[0].kernel(), Kernel::Portable);
+    let cases = reference();
+    let texts: Vec<&str> = cases.iter().filter(|c| c.0 == TextRole::Passage).map(|c| c.1.as_str()).collect();
+    let batches: Vec<Vec<Vec<f32>>> = models.iter().map(|m| m.embed_batch(TextRole::Passage, &texts)).collect();
+    for (k, batch) in kernels.iter().zip(&batches) {
+        for ((text, v), portable) in texts.iter().zip(batch).zip(&batches[0]) {
+            assert!(cosine(v, portable) > 0.9999, "{k:?} vs portable on {text:?}");
+            let want = &cases.iter().find(|c| c.1 == *text).unwrap().3;
+            assert!(cosine(v, want) >= 0.99, "{k:?} vs the reference on {text:?}");
+        }
+    }
+    // A kernel the CPU lacks is refused with a clear error, never run.
+    if !Kernel::Avx2.is_available() {
+        let e = EmbedModel::load(&path).unwrap().with_kernel(Kernel::Avx2).err().unwrap().to_string();
+        assert!(e.contains("Avx2"), "{e}");
     }
 }
 

@@ -1,25 +1,35 @@
 //! `just bench` (memory, semantic): search quality on the labelled bilingual set
 //! (tests/memory_eval/) for SQLite FTS5, skillhost lexical-only and skillhost hybrid, in
-//! one run on the same data; then the costs of the embedding model: hybrid search p50
-//! including the query embedding, `memory add` p50 with its embedding, an import of 10k
-//! records embedded in batches, and the memory the model and the vectors take.
+//! one run on the same data; then the costs of the embedding model, each next to a
+//! baseline measured in the same run: the query embedding and a passage batch on the fast
+//! kernel against the portable one, hybrid search against lexical search on the same
+//! store, `memory add` with its embedding against a lexical-only add on the same store,
+//! an import of 10k records embedded in batches, and the process's memory along the way.
 //! Needs the model (`bash .ci/embed-model`, or SKILLHOST_EMBED_MODEL).
+//! `MEMORY_BENCH_IMPORT=N` sizes the imported store; `MEMORY_BENCH_QUALITY=off` skips the
+//! quality tables (and the 300-record store) for a quick cost run.
 
 #[path = "../../tests/common/memory_eval.rs"]
 mod memory_eval;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
+use skillhost::memory::embed::{EmbedModel, Kernel, TextRole};
 use skillhost::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
 use skillhost::search::analyze;
 
 /// Records of the import measurement (`MEMORY_BENCH_IMPORT` overrides, for a quick run).
 const IMPORT: usize = 10_000;
+/// Records per `add_batch` call of the import.
+const IMPORT_BATCH: usize = 500;
 
 fn pct(samples: &mut [Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
     samples.sort();
     samples[((samples.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3
 }
@@ -49,6 +59,40 @@ fn record(content: String, i: usize) -> NewRecord {
     }
 }
 
+/// Time `f` once per item.
+fn each<T>(items: &[T], mut f: impl FnMut(&T)) -> Vec<Duration> {
+    items
+        .iter()
+        .map(|x| {
+            let t = Instant::now();
+            f(x);
+            t.elapsed()
+        })
+        .collect()
+}
+
+/// One row: a figure, its baseline from the same run, and their ratio.
+fn row(what: &str, value: f64, unit: &str, baseline_what: &str, baseline: f64) {
+    println!("{what:<52}{value:>9.1} {unit:<4} vs {baseline_what} {baseline:.1} {unit} ({:.2}x)", value / baseline);
+}
+
+fn search_lat(memory: &Memory, queries: &[&str]) -> Vec<Duration> {
+    each(queries, |q| {
+        memory.search(q, &SearchFilter::namespace("default"), 10).unwrap();
+    })
+}
+
+/// p50 and p99 of `memory add`, one new record per query text.
+fn add_p50_p99(memory: &Memory, queries: &[&str], day: &str) -> (f64, f64) {
+    let mut lat = Vec::new();
+    for (i, q) in queries.iter().enumerate() {
+        let t = Instant::now();
+        memory.add(record(format!("The user noted on {day} {i}: {q}"), i)).unwrap();
+        lat.push(t.elapsed());
+    }
+    (pct(&mut lat, 0.5), pct(&mut lat, 0.99))
+}
+
 fn main() {
     let model = std::env::var_os("SKILLHOST_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/models/multilingual-e5-small-q4.bin")
@@ -57,11 +101,133 @@ fn main() {
         println!("memory_semantic: SKIPPED, no embedding model at {} (run `bash .ci/embed-model`)", model.display());
         return;
     }
+    let quality = std::env::var("MEMORY_BENCH_QUALITY").map(|v| v != "off").unwrap_or(true);
+    let import_n: usize = std::env::var("MEMORY_BENCH_IMPORT").ok().and_then(|v| v.parse().ok()).unwrap_or(IMPORT);
     let rss_start = rss_mb();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("eval");
+    let queries = memory_eval::queries();
+    let query_texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
+
+    // The engine alone: the same texts on the detected kernel and on the portable one.
+    // The shared model is the one the stores below use too.
     let t = Instant::now();
-    let (memory, ids) = memory_eval::load(&dir, config(EmbedModelChoice::File(model.clone())));
+    let engine = EmbedModel::shared(&model).unwrap();
+    let model_load = t.elapsed();
+    let rss_model = rss_mb();
+    let portable = EmbedModel::load(&model).unwrap().with_kernel(Kernel::Portable).unwrap();
+    let sample: Vec<&str> = query_texts.iter().step_by(4).copied().collect();
+    let mut embed_fast = each(&sample, |q| drop(engine.embed(TextRole::Query, q)));
+    let mut embed_portable = each(&sample, |q| drop(portable.embed(TextRole::Query, q)));
+    let passages: Vec<String> = memory_eval::memories().into_iter().take(64).map(|m| m.content).collect();
+    let passage_refs: Vec<&str> = passages.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    drop(engine.embed_batch(TextRole::Passage, &passage_refs));
+    let batch_fast = t.elapsed();
+    let t = Instant::now();
+    drop(portable.embed_batch(TextRole::Passage, &passage_refs));
+    let batch_portable = t.elapsed();
+    drop(portable);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let small = quality.then(|| quality_tables(tmp.path(), &model));
+
+    // A store of `import_n` records imported in batches (embedded in batched passes).
+    let texts: Vec<String> = (0..import_n)
+        .map(|i| {
+            let m = &memory_eval::memories()[i % 300];
+            format!("{} (note {i})", m.content)
+        })
+        .collect();
+    let big_dir = tmp.path().join("big");
+    let big = Memory::open(&big_dir, config(EmbedModelChoice::File(model.clone()))).unwrap();
+    let t = Instant::now();
+    for (n, chunk) in texts.chunks(IMPORT_BATCH).enumerate() {
+        big.add_batch(chunk.iter().enumerate().map(|(i, c)| record(c.clone(), n * IMPORT_BATCH + i)).collect())
+            .unwrap();
+    }
+    let import = t.elapsed();
+    let rss_import = rss_mb();
+    let stats = big.semantic_stats().unwrap();
+    drop(big);
+    // Same store, same queries: lexical only, then hybrid (vectors read back from redb).
+    let lexical_store = Memory::open(&big_dir, config(EmbedModelChoice::Off)).unwrap();
+    let big_lexical = pct(&mut search_lat(&lexical_store, &query_texts), 0.5);
+    drop(lexical_store);
+    let big = Memory::open(&big_dir, config(EmbedModelChoice::File(model.clone()))).unwrap();
+    let mut big_lat = search_lat(&big, &query_texts);
+    let big_hybrid = pct(&mut big_lat, 0.5);
+    let (add_hybrid, add_hybrid_p99) = add_p50_p99(&big, &query_texts[..40], "day");
+    let rss_end = rss_mb();
+    drop(big);
+    let lexical_store = Memory::open(&big_dir, config(EmbedModelChoice::Off)).unwrap();
+    let (add_lexical, _) = add_p50_p99(&lexical_store, &query_texts[40..80], "night");
+    drop(lexical_store);
+
+    println!(
+        "memory semantic costs (same run; kernel {:?}, {} threads)",
+        engine.kernel(),
+        rayon::current_num_threads()
+    );
+    let (fast_p50, portable_p50) = (pct(&mut embed_fast, 0.5), pct(&mut embed_portable, 0.5));
+    row("query embedding p50", fast_p50, "ms", "portable kernel", portable_p50);
+    let per_text = |d: Duration| d.as_secs_f64() * 1e3 / passages.len() as f64;
+    row(
+        &format!("passage batch of {}, per text", passages.len()),
+        per_text(batch_fast),
+        "ms",
+        "portable kernel",
+        per_text(batch_portable),
+    );
+    if let Some(s) = &small {
+        println!("{:<52}{:>9.1} s", "load the 300-memory set one add at a time", s.load.as_secs_f64());
+        row("hybrid search p50 on the 300 (incl. embedding)", s.hybrid_p50, "ms", "lexical", s.lexical_p50);
+    }
+    println!(
+        "{:<52}{:>9.1} s    ({:.0} records/s, {IMPORT_BATCH} per batch)",
+        format!("import {import_n} records, embedded"),
+        import.as_secs_f64(),
+        import_n as f64 / import.as_secs_f64()
+    );
+    row(
+        &format!("hybrid search p50 over {} records (incl. embedding)", stats.vectors),
+        big_hybrid,
+        "ms",
+        "lexical",
+        big_lexical,
+    );
+    println!("{:<52}{:>9.1} ms", "hybrid search p99", pct(&mut big_lat, 0.99));
+    row("memory add p50 (with its embedding)", add_hybrid, "ms", "lexical-only add", add_lexical);
+    println!("{:<52}{:>9.1} ms", "memory add p99 (with its embedding)", add_hybrid_p99);
+    println!(
+        "footprint: model file {:.1} MB (mapped, shared), expanded weights {:.1} MB, vectors {:.1} MB for {} records ({:.0} B each)",
+        stats.model_file_bytes as f64 / 1e6,
+        stats.model_heap_bytes as f64 / 1e6,
+        stats.vector_bytes as f64 / 1e6,
+        stats.vectors,
+        stats.vector_bytes as f64 / stats.vectors.max(1) as f64,
+    );
+    println!(
+        "process RSS: {rss_start:.0} MB at start, {rss_model:.0} MB with the model loaded ({:.2} s), {rss_import:.0} MB after the import, {rss_end:.0} MB at the end",
+        model_load.as_secs_f64()
+    );
+    println!(
+        "targets: hybrid p50 <= 30 ms: {}; add <= 100 ms: {}",
+        if big_hybrid <= 30.0 { "met" } else { "MISSED" },
+        if add_hybrid <= 100.0 { "met" } else { "MISSED" }
+    );
+}
+
+/// What the 300-record quality run measured of latency.
+struct SmallStore {
+    load: Duration,
+    hybrid_p50: f64,
+    lexical_p50: f64,
+}
+
+/// The quality tables (FTS5, lexical, hybrid on the labelled set), and the latency on it.
+fn quality_tables(tmp: &Path, model: &Path) -> SmallStore {
+    let dir = tmp.join("eval");
+    let t = Instant::now();
+    let (memory, ids) = memory_eval::load(&dir, config(EmbedModelChoice::File(model.to_path_buf())));
     let load_eval = t.elapsed();
     let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
     let mut hybrid_lat = Vec::new();
@@ -76,9 +242,21 @@ fn main() {
         &content,
     );
     drop(memory);
-    let memory = memory_eval::reopen(&dir, config(EmbedModelChoice::Off));
-    let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
-    drop(memory);
+    let mut lexical_lat = Vec::new();
+    let lexical = {
+        let memory = memory_eval::reopen(&dir, config(EmbedModelChoice::Off));
+        let search = memory_eval::store_search(&memory);
+        memory_eval::evaluate(
+            &mut |q| {
+                let t = Instant::now();
+                let hits = search(q);
+                lexical_lat.push(t.elapsed());
+                hits
+            },
+            &ids,
+            &content,
+        )
+    };
 
     // SQLite FTS5 with bm25 on the same analyzed terms (rowid = our record id).
     let db = Connection::open_in_memory().unwrap();
@@ -114,70 +292,5 @@ fn main() {
         hybrid.overall().r5() / lexical.overall().r5().max(1e-9)
     );
 
-    // Costs. A store of 10k records imported in batches (embedded in batched passes).
-    let import_n: usize = std::env::var("MEMORY_BENCH_IMPORT").ok().and_then(|v| v.parse().ok()).unwrap_or(IMPORT);
-    let texts: Vec<String> = (0..import_n)
-        .map(|i| {
-            let m = &memory_eval::memories()[i % 300];
-            format!("{} (note {i})", m.content)
-        })
-        .collect();
-    let big = Memory::open(&tmp.path().join("big"), config(EmbedModelChoice::File(model.clone()))).unwrap();
-    let t = Instant::now();
-    for (n, chunk) in texts.chunks(500).enumerate() {
-        big.add_batch(chunk.iter().enumerate().map(|(i, c)| record(c.clone(), n * 500 + i)).collect()).unwrap();
-    }
-    let import = t.elapsed();
-    let queries = memory_eval::queries();
-    let mut search_lat = Vec::new();
-    for q in queries.iter().take(100) {
-        let t = Instant::now();
-        let _ = big.search(&q.query, &SearchFilter::namespace("default"), 10).unwrap();
-        search_lat.push(t.elapsed());
-    }
-    let mut add_lat = Vec::new();
-    for (i, q) in queries.iter().take(40).enumerate() {
-        let t = Instant::now();
-        big.add(record(format!("The user noted on day {i}: {}", q.query), i)).unwrap();
-        add_lat.push(t.elapsed());
-    }
-    let stats = big.semantic_stats().unwrap();
-    let rss_end = rss_mb();
-
-    println!("memory semantic costs (same run)");
-    println!("{:<56}{:>10.1} s", "load the 300-memory set one add at a time", load_eval.as_secs_f64());
-    println!("{:<56}{:>10.1} ms", "hybrid search p50 on the 300 (incl. query embedding)", pct(&mut hybrid_lat, 0.5));
-    println!(
-        "{:<56}{:>10.1} s  ({:.0} records/s)",
-        format!("import {import_n} records, 500 per batch, embedded"),
-        import.as_secs_f64(),
-        import_n as f64 / import.as_secs_f64()
-    );
-    println!(
-        "{:<56}{:>10.1} ms  p99 {:.1} ms",
-        format!("hybrid search p50 over {} records (incl. embedding)", stats.vectors),
-        pct(&mut search_lat, 0.5),
-        pct(&mut search_lat, 0.99)
-    );
-    println!(
-        "{:<56}{:>10.1} ms  p99 {:.1} ms",
-        "memory add p50 (with its embedding)",
-        pct(&mut add_lat, 0.5),
-        pct(&mut add_lat, 0.99)
-    );
-    println!(
-        "footprint: model file {:.1} MB (mapped, shared), expanded weights {:.1} MB, vectors {:.1} MB for {} records ({:.0} B each); process RSS {:.0} -> {:.0} MB",
-        stats.model_file_bytes as f64 / 1e6,
-        stats.model_heap_bytes as f64 / 1e6,
-        stats.vector_bytes as f64 / 1e6,
-        stats.vectors,
-        stats.vector_bytes as f64 / stats.vectors.max(1) as f64,
-        rss_start,
-        rss_end
-    );
-    println!(
-        "targets: hybrid p50 <= 30 ms: {}; add <= 100 ms: {}",
-        if pct(&mut search_lat, 0.5) <= 30.0 { "met" } else { "MISSED" },
-        if pct(&mut add_lat, 0.5) <= 100.0 { "met" } else { "MISSED" }
-    );
+    SmallStore { load: load_eval, hybrid_p50: pct(&mut hybrid_lat, 0.5), lexical_p50: pct(&mut lexical_lat, 0.5) }
 }

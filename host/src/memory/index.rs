@@ -304,10 +304,16 @@ impl MemoryIndex {
         }
         let searcher = self.reader.searcher();
         let top = searcher.search(&BooleanQuery::new(clauses), &TopDocs::with_limit(limit).order_by_score())?;
+        // Ids from the fast-field column, not the stored documents: no block of the doc
+        // store is decompressed per hit (the hybrid ranking asks for 100 candidates).
+        let mut ids_of_segment = vec![None; searcher.segment_readers().len()];
         let mut out = Vec::with_capacity(top.len());
         for (score, address) in top {
-            let d: TantivyDocument = searcher.doc(address)?;
-            if let Some(id) = d.get_first(f.id).and_then(|v| v.as_u64()) {
+            let column = match &mut ids_of_segment[address.segment_ord as usize] {
+                Some(column) => column,
+                slot => slot.insert(searcher.segment_reader(address.segment_ord).fast_fields().u64("id")?),
+            };
+            if let Some(id) = column.first(address.doc_id) {
                 out.push((id, score));
             }
         }

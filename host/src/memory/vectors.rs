@@ -215,10 +215,20 @@ impl Vectors {
             let mut pending = self.pending.lock().map_err(|_| anyhow!("memory vectors poisoned"))?;
             changed.iter().map(|(_, h)| pending.remove(h)).collect()
         };
-        let todo: Vec<usize> = (0..changed.len()).filter(|&i| computed[i].is_none()).collect();
-        let texts: Vec<&str> = todo.iter().map(|&i| changed[i].0.content.as_str()).collect();
-        for (i, v) in todo.into_iter().zip(model.embed_batch(TextRole::Passage, &texts)) {
-            computed[i] = Some(v);
+        // Each distinct text is embedded once (an import often repeats a record's text).
+        let mut slot_of_text: HashMap<&str, usize> = HashMap::new();
+        let mut texts: Vec<&str> = Vec::new();
+        let mut slots: Vec<(usize, usize)> = Vec::new();
+        for (i, (r, _)) in changed.iter().enumerate().filter(|(i, _)| computed[*i].is_none()) {
+            let slot = *slot_of_text.entry(r.content.as_str()).or_insert_with(|| {
+                texts.push(r.content.as_str());
+                texts.len() - 1
+            });
+            slots.push((i, slot));
+        }
+        let fresh_vectors = model.embed_batch(TextRole::Passage, &texts);
+        for (i, slot) in slots {
+            computed[i] = fresh_vectors.get(slot).cloned();
         }
         let fresh: Vec<(u64, Entry)> = changed
             .iter()

@@ -5,14 +5,44 @@
 //! Linear layers run in integers: the 4-bit weights are expanded once at load to signed
 //! bytes (-8..7) with one f32 scale per block of 32, activations are quantized per block of
 //! 32 to bytes (scale = max |x| / 127), and each block contributes
-//! `w_scale * a_scale * sum(w_i * a_i)`. Integer sums are exact in any order, so the plain
-//! loops below vectorise; [`dot_rows`] is compiled a second time for AVX2 and picked at
-//! run time. Rows of the output are spread over the rayon pool.
+//! `w_scale * a_scale * sum(w_i * a_i)`. Integer sums are exact in any order, so the two
+//! kernels ([`Kernel`]) agree up to the order of f32 additions: the portable one (plain
+//! loops, any CPU) and an AVX2 one (`maddubs`/`madd`, 32 products per instruction pair,
+//! each weight block reused across a tile of 4 tokens), picked at run time. Rows of the
+//! output are spread over the rayon pool. The element-wise steps (quantization, GELU) are
+//! written branch-free so they vectorise, and are compiled once more for AVX2.
 
 use anyhow::{Result, bail};
 use rayon::prelude::*;
 
 use super::format::{BLOCK, BLOCK_BYTES, DType, Parsed, Shape, f16_to_f32};
+
+/// Which dot-product kernel the encoder runs; both give the same vectors (to f32 rounding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Plain Rust for any CPU (the reference the faster one is tested against).
+    Portable,
+    /// x86-64 with AVX2 and FMA.
+    Avx2,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    pub fn detect() -> Kernel {
+        if Kernel::Avx2.is_available() { Kernel::Avx2 } else { Kernel::Portable }
+    }
+
+    /// Can this CPU run `self`?
+    pub fn is_available(self) -> bool {
+        match self {
+            Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx2 => false,
+        }
+    }
+}
 
 /// A 4-bit weight matrix `[rows, cols]`, expanded to one signed byte per weight.
 pub(super) struct QMatrix {
@@ -94,6 +124,8 @@ struct Layer {
 
 pub(super) struct Encoder {
     pub shape: Shape,
+    /// Set only to a kernel [`Kernel::is_available`] accepts (the AVX2 code relies on it).
+    kernel: Kernel,
     positions: Vec<f32>,
     token_type: Vec<f32>,
     embed_norm: LayerNorm,
@@ -138,11 +170,25 @@ impl Encoder {
         token_type.truncate(h);
         Ok(Encoder {
             shape: s,
+            kernel: Kernel::detect(),
             positions: parsed.f32_tensor(data, "emb.pos", s.max_positions * h)?,
             token_type,
             embed_norm: norm("emb.ln")?,
             layers,
         })
+    }
+
+    pub(super) fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
+    /// Run on `kernel` from now on; an error if this CPU cannot.
+    pub(super) fn set_kernel(&mut self, kernel: Kernel) -> Result<()> {
+        if !kernel.is_available() {
+            bail!("this CPU cannot run the {kernel:?} embedding kernel");
+        }
+        self.kernel = kernel;
+        Ok(())
     }
 
     /// Mean-pooled (not normalized) outputs of each sequence of `ids`; every sequence
@@ -166,6 +212,7 @@ impl Encoder {
             at += seq.len();
         }
         layer_norm(&mut x, None, &self.embed_norm, h, self.shape.ln_eps);
+        let kernel = self.kernel;
         let mut q = vec![0f32; total * h];
         let mut k = vec![0f32; total * h];
         let mut v = vec![0f32; total * h];
@@ -173,20 +220,21 @@ impl Encoder {
         let mut tmp = vec![0f32; total * h];
         let mut mid = vec![0f32; total * self.shape.ffn];
         let mut acts = Quantized::default();
+        let mut scratch = Vec::new();
         for layer in &self.layers {
-            acts.quantize(&x, h);
-            linear(&layer.query, &acts, &mut q);
-            linear(&layer.key, &acts, &mut k);
-            linear(&layer.value, &acts, &mut v);
+            acts.quantize(&x, h, kernel);
+            linear(kernel, &layer.query, &acts, &mut q, &mut scratch);
+            linear(kernel, &layer.key, &acts, &mut k, &mut scratch);
+            linear(kernel, &layer.value, &acts, &mut v, &mut scratch);
             attention(&q, &k, &v, &mut ctx, &spans, h, self.shape.heads);
-            acts.quantize(&ctx, h);
-            linear(&layer.attn_out, &acts, &mut tmp);
+            acts.quantize(&ctx, h, kernel);
+            linear(kernel, &layer.attn_out, &acts, &mut tmp, &mut scratch);
             layer_norm(&mut x, Some(&tmp), &layer.attn_norm, h, self.shape.ln_eps);
-            acts.quantize(&x, h);
-            linear(&layer.ff_in, &acts, &mut mid);
-            mid.par_chunks_mut(4096).for_each(|c| c.iter_mut().for_each(|m| *m = gelu(*m)));
-            acts.quantize(&mid, self.shape.ffn);
-            linear(&layer.ff_out, &acts, &mut tmp);
+            acts.quantize(&x, h, kernel);
+            linear(kernel, &layer.ff_in, &acts, &mut mid, &mut scratch);
+            mid.par_chunks_mut(GELU_CHUNK).for_each(|c| gelu_slice(kernel, c));
+            acts.quantize(&mid, self.shape.ffn, kernel);
+            linear(kernel, &layer.ff_out, &acts, &mut tmp, &mut scratch);
             layer_norm(&mut x, Some(&tmp), &layer.out_norm, h, self.shape.ln_eps);
         }
         spans
@@ -206,6 +254,9 @@ impl Encoder {
     }
 }
 
+/// Values per rayon task of the GELU pass (a few tasks per core for one short text).
+const GELU_CHUNK: usize = 8192;
+
 /// Activations `[tokens, cols]` quantized per block of 32 to signed bytes.
 #[derive(Default)]
 struct Quantized {
@@ -215,19 +266,15 @@ struct Quantized {
 }
 
 impl Quantized {
-    fn quantize(&mut self, x: &[f32], cols: usize) {
+    fn quantize(&mut self, x: &[f32], cols: usize, kernel: Kernel) {
         self.cols = cols;
         self.values.resize(x.len(), 0);
         self.scales.resize(x.len() / BLOCK, 0.0);
-        for ((block, out), scale) in
-            x.chunks_exact(BLOCK).zip(self.values.chunks_exact_mut(BLOCK)).zip(self.scales.iter_mut())
-        {
-            let max = block.iter().fold(0f32, |m, v| m.max(v.abs()));
-            *scale = max / 127.0;
-            let inv = if max > 0.0 { 127.0 / max } else { 0.0 };
-            for (o, v) in out.iter_mut().zip(block) {
-                *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
-            }
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: an `Avx2` kernel exists only where the CPU has AVX2 and FMA.
+            Kernel::Avx2 => unsafe { avx2::quantize(x, &mut self.values, &mut self.scales) },
+            _ => quantize_blocks(x, &mut self.values, &mut self.scales),
         }
     }
 
@@ -236,46 +283,70 @@ impl Quantized {
     }
 }
 
-/// Output rows each rayon task computes (a few KiB of weights stay in L1 across tokens).
-const ROWS_PER_TASK: usize = 16;
+/// 1.5 x 2^23: adding and subtracting it rounds an f32 below 2^22 to the nearest integer
+/// (ties to even) with plain arithmetic, which vectorises (`f32::round` is a libm call).
+const ROUND_MAGIC: f32 = 12_582_912.0;
 
-/// `out[t, r] = bias[r] + sum_c W[r, c] * x[t, c]`, with `x` quantized.
-fn linear(layer: &Linear, x: &Quantized, out: &mut [f32]) {
-    let (rows, cols) = (layer.weight.rows, layer.weight.cols);
-    let tokens = x.tokens();
-    debug_assert_eq!(cols, x.cols);
-    // Computed transposed ([rows, tokens]) so each task owns a contiguous slice.
-    let mut transposed = vec![0f32; rows * tokens];
-    transposed.par_chunks_mut(ROWS_PER_TASK * tokens.max(1)).enumerate().for_each(|(task, chunk)| {
-        let first = task * ROWS_PER_TASK;
-        dot_rows(&layer.weight, first, &x.values, &x.scales, tokens, chunk);
-    });
-    for t in 0..tokens {
-        let o = &mut out[t * rows..(t + 1) * rows];
-        for (r, (o, b)) in o.iter_mut().zip(&layer.bias).enumerate() {
-            *o = b + transposed[r * tokens + t];
+/// Per block of 32: scale = max |x| / 127, values = x / scale rounded. Written branch-free
+/// over fixed lanes so the compiler vectorises it; both kernels run this same code.
+#[inline(always)]
+fn quantize_blocks(x: &[f32], values: &mut [i8], scales: &mut [f32]) {
+    for ((block, out), scale) in x.chunks_exact(BLOCK).zip(values.chunks_exact_mut(BLOCK)).zip(scales.iter_mut()) {
+        let mut lanes = [0f32; 8];
+        for chunk in block.chunks_exact(8) {
+            for (l, v) in lanes.iter_mut().zip(chunk) {
+                *l = l.max(v.abs());
+            }
+        }
+        let max = lanes.iter().fold(0f32, |m, &v| m.max(v));
+        *scale = max / 127.0;
+        let inv = if max > 0.0 { 127.0 / max } else { 0.0 };
+        for (o, v) in out.iter_mut().zip(block) {
+            let q = ((v * inv).clamp(-127.0, 127.0) + ROUND_MAGIC) - ROUND_MAGIC;
+            *o = q as i8;
         }
     }
 }
 
-fn dot_rows(w: &QMatrix, first: usize, a: &[i8], a_scales: &[f32], tokens: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2 (checked just above).
-        unsafe { dot_rows_avx2(w, first, a, a_scales, tokens, out) };
-        return;
+/// Output rows each rayon task computes (a few KiB of weights stay in L1 across tokens).
+const ROWS_PER_TASK: usize = 16;
+
+/// `out[t, r] = bias[r] + sum_c W[r, c] * x[t, c]`, with `x` quantized; `scratch` is the
+/// transposed result, kept between calls so the hot loop does not allocate.
+fn linear(kernel: Kernel, layer: &Linear, x: &Quantized, out: &mut [f32], scratch: &mut Vec<f32>) {
+    let (rows, cols) = (layer.weight.rows, layer.weight.cols);
+    let tokens = x.tokens();
+    assert_eq!(cols, x.cols, "activations do not match the weight matrix");
+    assert!(out.len() >= tokens * rows, "output too small for {tokens} x {rows}");
+    // Computed transposed ([rows, tokens]) so each task owns a contiguous slice.
+    scratch.clear();
+    scratch.resize(rows * tokens, 0.0);
+    scratch.par_chunks_mut(ROWS_PER_TASK * tokens.max(1)).enumerate().for_each(|(task, chunk)| {
+        dot_rows(kernel, &layer.weight, task * ROWS_PER_TASK, x, chunk);
+    });
+    for (t, o) in out.chunks_exact_mut(rows).take(tokens).enumerate() {
+        for (r, (o, b)) in o.iter_mut().zip(&layer.bias).enumerate() {
+            *o = b + scratch[r * tokens + t];
+        }
     }
-    dot_rows_portable(w, first, a, a_scales, tokens, out);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn dot_rows_avx2(w: &QMatrix, first: usize, a: &[i8], a_scales: &[f32], tokens: usize, out: &mut [f32]) {
-    dot_rows_portable(w, first, a, a_scales, tokens, out);
+/// `out[(r - first) * tokens + t]` = the dot product of weight row `r` with token `t`,
+/// for the rows `out` holds.
+fn dot_rows(kernel: Kernel, w: &QMatrix, first: usize, x: &Quantized, out: &mut [f32]) {
+    let tokens = x.tokens();
+    let rows = out.len().checked_div(tokens).unwrap_or(0);
+    assert!(first + rows <= w.rows && x.values.len() == tokens * w.cols && x.scales.len() * BLOCK == x.values.len());
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2` kernel exists only where the CPU has AVX2 and FMA; the sizes
+        // the kernel reads within were checked just above.
+        Kernel::Avx2 => unsafe { avx2::dot_rows(w, first, x, out) },
+        _ => dot_rows_portable(w, first, &x.values, &x.scales, tokens, out),
+    }
 }
 
-/// `out[(r - first) * tokens + t]` for the rows of this task.
-#[inline(always)]
+/// The reference kernel: exact integer sums per block, scaled and added in order.
 fn dot_rows_portable(w: &QMatrix, first: usize, a: &[i8], a_scales: &[f32], tokens: usize, out: &mut [f32]) {
     let cols = w.cols;
     let blocks = cols / BLOCK;
@@ -301,6 +372,123 @@ fn dot_rows_portable(w: &QMatrix, first: usize, a: &[i8], a_scales: &[f32], toke
     }
 }
 
+/// GELU over a slice, on the chosen kernel's instruction set.
+fn gelu_slice(kernel: Kernel, xs: &mut [f32]) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2` kernel exists only where the CPU has AVX2 and FMA.
+        Kernel::Avx2 => unsafe { avx2::gelu(xs) },
+        _ => gelu_all(xs),
+    }
+}
+
+#[inline(always)]
+fn gelu_all(xs: &mut [f32]) {
+    xs.iter_mut().for_each(|x| *x = gelu(*x));
+}
+
+/// The AVX2 + FMA kernels (x86-64, chosen at run time by [`Kernel::detect`]).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK, QMatrix, Quantized};
+
+    /// Tokens per tile: each weight block is loaded once and used for this many tokens
+    /// (4 accumulators plus the operands fit the 16 vector registers).
+    const TILE: usize = 4;
+
+    /// [`super::dot_rows_portable`] with 32 products per instruction pair: `maddubs`
+    /// multiplies unsigned by signed bytes, so the weights' signs move onto the
+    /// activations (`sign`), and `|w| <= 8`, `|a| <= 127` keep every pair sum (<= 2032)
+    /// clear of its 16-bit saturation; `madd` by ones widens to 32 bits. The integer sum of
+    /// a block is exact, as in the portable kernel; only the order of the f32 additions
+    /// differs (8 lanes, then across them).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `x` must hold `tokens x w.cols` values with one
+    /// scale per block, and rows `first..first + out.len() / tokens` must exist in `w`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_rows(w: &QMatrix, first: usize, x: &Quantized, out: &mut [f32]) {
+        let tokens = x.tokens();
+        let mut t0 = 0;
+        while t0 < tokens {
+            // SAFETY: forwarded from the caller; every tile stays below `tokens`.
+            let n = unsafe {
+                match tokens - t0 {
+                    1 => tile::<1>(w, first, x, t0, out),
+                    2 => tile::<2>(w, first, x, t0, out),
+                    3 => tile::<3>(w, first, x, t0, out),
+                    _ => tile::<TILE>(w, first, x, t0, out),
+                }
+            };
+            t0 += n;
+        }
+    }
+
+    /// Tokens `t0..t0 + T` against every row of this task. Returns `T`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn tile<const T: usize>(w: &QMatrix, first: usize, x: &Quantized, t0: usize, out: &mut [f32]) -> usize {
+        let (cols, tokens) = (w.cols, x.tokens());
+        let blocks = cols / BLOCK;
+        let ones = _mm256_set1_epi16(1);
+        let acts = x.values.as_ptr();
+        let act_scales = x.scales.as_ptr();
+        for (i, out_row) in out.chunks_exact_mut(tokens).enumerate() {
+            let r = first + i;
+            // SAFETY (all pointer arithmetic below): row `r` < w.rows and token
+            // `t0 + j` < tokens (the caller's contract), block `b` < cols / BLOCK.
+            let w_row = unsafe { w.weights.as_ptr().add(r * cols) };
+            let w_scales = unsafe { w.scales.as_ptr().add(r * blocks) };
+            let mut acc = [_mm256_setzero_ps(); T];
+            for b in 0..blocks {
+                let wv = unsafe { _mm256_loadu_si256(w_row.add(b * BLOCK).cast()) };
+                let w_abs = _mm256_sign_epi8(wv, wv);
+                let w_scale = _mm256_set1_ps(unsafe { *w_scales.add(b) });
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    let t = t0 + j;
+                    let av = unsafe { _mm256_loadu_si256(acts.add(t * cols + b * BLOCK).cast()) };
+                    let pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(av, wv));
+                    let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    let scale = _mm256_mul_ps(w_scale, _mm256_set1_ps(unsafe { *act_scales.add(t * blocks + b) }));
+                    *acc = _mm256_fmadd_ps(sums, scale, *acc);
+                }
+            }
+            for (j, acc) in acc.iter().enumerate() {
+                out_row[t0 + j] = horizontal_sum(*acc);
+            }
+        }
+        T
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn horizontal_sum(v: __m256) -> f32 {
+        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps::<1>(pair, pair)))
+    }
+
+    /// [`super::quantize_blocks`] compiled for AVX2 (same arithmetic, same results).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize(x: &[f32], values: &mut [i8], scales: &mut [f32]) {
+        super::quantize_blocks(x, values, scales);
+    }
+
+    /// [`super::gelu`] over a slice, compiled for AVX2 (same arithmetic, same results).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gelu(xs: &mut [f32]) {
+        super::gelu_all(xs);
+    }
+}
+
 /// Scaled dot-product attention of every token over the tokens of its own sequence.
 fn attention(
     q: &[f32],
@@ -313,15 +501,16 @@ fn attention(
 ) {
     let hd = h / heads;
     let scale = 1.0 / (hd as f32).sqrt();
-    ctx.par_chunks_mut(h).enumerate().for_each(|(t, out)| {
+    ctx.par_chunks_mut(h).enumerate().for_each_init(Vec::new, |probs, (t, out)| {
         let Some(span) = spans.iter().find(|s| s.contains(&t)) else { return };
-        let mut probs = vec![0f32; span.len()];
+        probs.clear();
+        probs.resize(span.len(), 0f32);
         for head in 0..heads {
             let qh = &q[t * h + head * hd..t * h + (head + 1) * hd];
             let mut max = f32::NEG_INFINITY;
             for (p, s) in probs.iter_mut().zip(span.clone()) {
                 let kh = &k[s * h + head * hd..s * h + (head + 1) * hd];
-                *p = qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale;
+                *p = dot_lanes(qh, kh) * scale;
                 max = max.max(*p);
             }
             let mut sum = 0f32;
@@ -340,6 +529,20 @@ fn attention(
             }
         }
     });
+}
+
+/// Dot product summed in 8 lanes (vectorises; a single running sum does not).
+#[inline(always)]
+fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    for (ca, cb) in a8.zip(b8) {
+        for ((l, x), y) in lanes.iter_mut().zip(ca).zip(cb) {
+            *l += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// `x = LayerNorm(x + residual)` per token.
@@ -361,16 +564,35 @@ fn layer_norm(x: &mut [f32], residual: Option<&[f32]>, norm: &LayerNorm, h: usiz
 
 /// GELU with the exact error function (BERT's), erf by Abramowitz & Stegun 7.1.26
 /// (absolute error below 1.5e-7).
+#[inline(always)]
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
+#[inline(always)]
 fn erf(x: f32) -> f32 {
-    let sign = x.signum();
-    let x = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    sign * (1.0 - poly * (-x * x).exp())
+    (1.0 - poly * exp_nonpositive(-a * a)).copysign(x)
+}
+
+/// e^x for x <= 0 (relative error below 3e-7; below -87 it is 0), branch-free so a loop
+/// over it vectorises, unlike the libm call: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by
+/// its Taylor series to r^7, 2^n built in the exponent bits.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E + ROUND_MAGIC) - ROUND_MAGIC;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    // n is in -126..=0 here, so 2^n is a normal number.
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 #[cfg(test)]
@@ -397,14 +619,135 @@ mod tests {
         let layer = Linear { weight: QMatrix::from_q4(&bytes, 2, 64), bias: vec![1.0, -1.0] };
         let x: Vec<f32> = (0..64).map(|i| ((i % 5) as f32 - 2.0) * 0.25).collect();
         let mut acts = Quantized::default();
-        acts.quantize(&x, 64);
-        let mut out = vec![0f32; 2];
-        linear(&layer, &acts, &mut out);
         let mut row = vec![0f32; 64];
-        for (r, o) in out.iter().enumerate() {
-            layer.weight.row_f32(r, &mut row);
-            let want = layer.bias[r] + row.iter().zip(&x).map(|(w, x)| w * x).sum::<f32>();
-            assert!((o - want).abs() < 1e-2, "row {r}: {o} vs {want}");
+        for kernel in [Kernel::Portable, Kernel::detect()] {
+            acts.quantize(&x, 64, kernel);
+            let mut out = vec![0f32; 2];
+            linear(kernel, &layer, &acts, &mut out, &mut Vec::new());
+            for (r, o) in out.iter().enumerate() {
+                layer.weight.row_f32(r, &mut row);
+                let want = layer.bias[r] + row.iter().zip(&x).map(|(w, x)| w * x).sum::<f32>();
+                assert!((o - want).abs() < 1e-2, "{kernel:?} row {r}: {o} vs {want}");
+            }
         }
+    }
+
+    /// xorshift64: reproducible test data without a dependency.
+    fn stream(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
+    /// Random 4-bit weights (every nibble value occurs) with scales between 2^-10 and 2^-4.
+    fn random_matrix(rows: usize, cols: usize, next: &mut impl FnMut() -> u64) -> QMatrix {
+        let mut bytes = Vec::new();
+        for _ in 0..rows * cols / BLOCK {
+            let scale = 0x1400u16 + (next() % 0x1800) as u16;
+            bytes.extend_from_slice(&scale.to_le_bytes());
+            bytes.extend((0..16).map(|_| next() as u8));
+        }
+        QMatrix::from_q4(&bytes, rows, cols)
+    }
+
+    fn random_activations(n: usize, next: &mut impl FnMut() -> u64) -> Vec<f32> {
+        (0..n).map(|_| (next() % 200_001) as f32 / 10_000.0 - 10.0).collect()
+    }
+
+    #[test]
+    fn avx2_and_portable_kernels_agree() {
+        if !Kernel::Avx2.is_available() {
+            eprintln!("no AVX2 on this CPU: only the portable kernel runs here");
+            return;
+        }
+        let mut next = stream(0x9e37_79b9_7f4a_7c15);
+        // Token counts cover every tile remainder; 20 rows leave a partial rayon task.
+        for (rows, cols, tokens) in [(16, 384, 1), (16, 384, 2), (16, 384, 3), (32, 1536, 4), (20, 64, 9), (5, 32, 7)] {
+            let w = random_matrix(rows, cols, &mut next);
+            let x = random_activations(tokens * cols, &mut next);
+            let (mut portable, mut avx2) = (Quantized::default(), Quantized::default());
+            portable.quantize(&x, cols, Kernel::Portable);
+            avx2.quantize(&x, cols, Kernel::Avx2);
+            assert_eq!(portable.values, avx2.values, "quantized values, {tokens} x {cols}");
+            assert_eq!(portable.scales, avx2.scales, "quantization scales, {tokens} x {cols}");
+            // All rows, and rows starting past the first (a later rayon task's slice).
+            for first in [0, rows / 3] {
+                let n = (rows - first) * tokens;
+                let (mut want, mut got) = (vec![0f32; n], vec![0f32; n]);
+                dot_rows(Kernel::Portable, &w, first, &portable, &mut want);
+                dot_rows(Kernel::Avx2, &w, first, &portable, &mut got);
+                for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                    assert!(
+                        (w - g).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "{rows}x{cols}, {tokens} tokens, #{i}: {w} vs {g}"
+                    );
+                }
+            }
+            let layer = Linear { weight: w, bias: (0..rows).map(|r| r as f32 * 0.5).collect() };
+            let (mut want, mut got) = (vec![0f32; rows * tokens], vec![0f32; rows * tokens]);
+            linear(Kernel::Portable, &layer, &portable, &mut want, &mut Vec::new());
+            linear(Kernel::Avx2, &layer, &portable, &mut got, &mut Vec::new());
+            for (w, g) in want.iter().zip(&got) {
+                assert!((w - g).abs() <= 1e-5 * (1.0 + w.abs()), "linear {rows}x{cols}: {w} vs {g}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_products_do_not_saturate_at_the_extremes() {
+        if !Kernel::Avx2.is_available() {
+            return;
+        }
+        // Every weight -8 (nibble 0) and every activation -127: the largest pair sums
+        // `maddubs` sees (2 x 8 x 127); a saturating kernel would come out short.
+        let mut bytes = Vec::new();
+        for _ in 0..2 * 64 / BLOCK {
+            bytes.extend_from_slice(&0x3c00u16.to_le_bytes()); // scale 1.0
+            bytes.extend([0u8; 16]);
+        }
+        let w = QMatrix::from_q4(&bytes, 2, 64);
+        let mut acts = Quantized::default();
+        acts.quantize(&[-1.0f32; 64 * 3], 64, Kernel::Avx2);
+        let scale = 1.0f32 / 127.0;
+        let want = 64.0 * 8.0 * 127.0 * scale;
+        for kernel in [Kernel::Portable, Kernel::Avx2] {
+            let mut out = vec![0f32; 2 * 3];
+            dot_rows(kernel, &w, 0, &acts, &mut out);
+            for o in out {
+                assert!((o - want).abs() < 1e-3, "{kernel:?}: {o} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn fast_exp_and_gelu_match_libm() {
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            assert!((got - want).abs() <= 3e-7 * want, "exp({x}) = {got}, libm {want}");
+            x += 0.013;
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-1000.0), exp_nonpositive(-87.0));
+        let reference = |x: f32| {
+            let a = (x * std::f32::consts::FRAC_1_SQRT_2).abs();
+            let t = 1.0 / (1.0 + 0.327_591_1 * a);
+            let poly =
+                t * (0.254_829_6 + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152_1 + t * 1.061_405_4))));
+            let erf = (1.0 - poly * (-a * a).exp()).copysign(x);
+            0.5 * x * (1.0 + erf)
+        };
+        let xs: Vec<f32> = (0..4001).map(|i| (i as f32 - 2000.0) / 200.0).collect();
+        for &x in &xs {
+            assert!((gelu(x) - reference(x)).abs() <= 2e-6 * (1.0 + x.abs()), "gelu({x})");
+        }
+        // The AVX2 build of the element-wise pass gives the same bits.
+        let (mut portable, mut fast) = (xs.clone(), xs.clone());
+        gelu_slice(Kernel::Portable, &mut portable);
+        gelu_slice(Kernel::detect(), &mut fast);
+        assert_eq!(portable, fast);
     }
 }

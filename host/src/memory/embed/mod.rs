@@ -32,6 +32,7 @@ use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
 use format::{BLOCK, DType};
+pub use forward::Kernel;
 use forward::{Encoder, Q4Rows};
 use tokenizer::Tokenizer;
 
@@ -127,6 +128,18 @@ impl EmbedModel {
         Ok(model)
     }
 
+    /// The dot-product kernel in use ([`Kernel::detect`] at load).
+    pub fn kernel(&self) -> Kernel {
+        self.encoder.kernel()
+    }
+
+    /// This model running on `kernel` (benchmarks compare kernels; tests check they agree).
+    /// An error if this CPU cannot run it.
+    pub fn with_kernel(mut self, kernel: Kernel) -> Result<EmbedModel> {
+        self.encoder.set_kernel(kernel)?;
+        Ok(self)
+    }
+
     /// Vector length (384).
     pub fn dim(&self) -> usize {
         self.encoder.shape.hidden
@@ -212,9 +225,17 @@ pub fn normalize(v: &mut [f32]) {
     }
 }
 
-/// Cosine of two unit vectors.
+/// Cosine of two unit vectors (summed in 8 lanes, which vectorises).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    for (ca, cb) in a8.zip(b8) {
+        for ((l, x), y) in lanes.iter_mut().zip(ca).zip(cb) {
+            *l += x * y;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Which model file a home uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else the
