@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use skillhost::capabilities::{Access, Mount};
 use skillhost::capabilities::{CapabilitySet, Limits};
 use skillhost::memory::{Memory, MemoryConfig, MemoryStore};
-use skillhost::capabilities::{Access, Mount};
 use skillhost::sandbox::{
     CallError, CallGrant, CallOutcome, Invocation, MakeAhead, PreparedSkill, Runtime, RuntimeOptions,
 };
@@ -300,7 +300,10 @@ fn an_instance_made_ahead_is_fresh_and_gets_only_its_own_calls_grant() {
         };
         // Two inline calls; the second leaves an instance made ahead.
         for _ in 0..2 {
-            assert_eq!(call(grant(limits(2_000, 30_000)), count()).await.result.unwrap().output, "call 1 of this instance");
+            assert_eq!(
+                call(grant(limits(2_000, 30_000)), count()).await.result.unwrap().output,
+                "call 1 of this instance"
+            );
         }
         wait_made_ahead(&rig.prepared);
         // The made-ahead instance serves one call, fresh, with that call's invocation.
@@ -314,11 +317,14 @@ fn an_instance_made_ahead_is_fresh_and_gets_only_its_own_calls_grant() {
         let text = format!("{:?}", refused.result);
         assert!(refused.result.is_err() && !text.contains("canary-7f3a"), "{text}");
         wait_made_ahead(&rig.prepared);
-        let echo = call(grant(limits(2_000, 30_000)), Invocation {
-            session_id: "s-ahead".into(),
-            step: 7,
-            params: json!({"mode": "echo", "arg": "mine"}).to_string(),
-        })
+        let echo = call(
+            grant(limits(2_000, 30_000)),
+            Invocation {
+                session_id: "s-ahead".into(),
+                step: 7,
+                params: json!({"mode": "echo", "arg": "mine"}).to_string(),
+            },
+        )
         .await;
         assert_eq!(echo.result.unwrap().output, "s-ahead|7|mine");
     });
@@ -361,7 +367,9 @@ fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inlin
     let inline = rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Never });
     multi_thread().block_on(async {
         for _ in 0..2 {
-            rig.runtime.call(&rig.prepared, grant(limits(2_000, 30_000)), invocation("m", json!({"mode": "noop"}))).await;
+            rig.runtime
+                .call(&rig.prepared, grant(limits(2_000, 30_000)), invocation("m", json!({"mode": "noop"})))
+                .await;
         }
         wait_made_ahead(&rig.prepared);
         let ahead = rig.runtime.call(&rig.prepared, grant(tiny), invocation("m", json!({"mode": "noop"}))).await;

@@ -62,7 +62,8 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
         .collect());
 
     let made_ahead = Runtime::new(cache.clone()).unwrap();
-    let inline = Runtime::with_options(cache, RuntimeOptions { make_ahead: MakeAhead::Never, ..Default::default() }).unwrap();
+    let inline =
+        Runtime::with_options(cache, RuntimeOptions { make_ahead: MakeAhead::Never, ..Default::default() }).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let call = |runtime: &Runtime, prepared: &PreparedSkill| {
         let grant = CallGrant {
@@ -201,7 +202,9 @@ fn main() {
     }
 
     let base = &rows[0].1;
-    println!("skillhost guest-language benchmark (ratios to the Rust probe in the same run; warm: calls 3 ms apart, the next instance made ahead for a skill slow to instantiate; inline: back to back, instantiating in the call, ratio to warm)");
+    println!(
+        "skillhost guest-language benchmark (ratios to the Rust probe in the same run; warm: calls 3 ms apart, the next instance made ahead for a skill slow to instantiate; inline: back to back, instantiating in the call, ratio to warm)"
+    );
     println!(
         "  {:<18} {:>9} {:>12} {:>12} {:>18} {:>20} {:>20}",
         "language", "size KiB", "compile ms", "cache ms", "warm p50 us", "inline p50 us", "skill run p50 ms"

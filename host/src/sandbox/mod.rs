@@ -275,6 +275,13 @@ impl Runtime {
         &self.default_tier().engine
     }
 
+    /// Seal compile-cache entries with `key` (the home's host key, which the library has
+    /// loaded already) rather than loading it a second time.
+    pub fn sealing_with(mut self, key: Option<crate::fsutil::SealKey>) -> Runtime {
+        self.cache.use_key(key);
+        self
+    }
+
     /// Calls this runtime runs at once.
     pub fn max_concurrent_calls(&self) -> u32 {
         self.max_calls

@@ -123,7 +123,13 @@ impl ReadySlot {
 
     /// After a call: make the next instance on the blocking pool if this skill wants one,
     /// has none and the runtime's budget allows. Needs a tokio runtime (calls run on one).
-    pub fn refill(self: &Arc<Self>, policy: MakeAhead, budget: &Arc<AtomicUsize>, tier: usize, pre: SkillPre<CallState>) {
+    pub fn refill(
+        self: &Arc<Self>,
+        policy: MakeAhead,
+        budget: &Arc<AtomicUsize>,
+        tier: usize,
+        pre: SkillPre<CallState>,
+    ) {
         if !self.wanted(policy) || self.has_one() || self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
