@@ -287,8 +287,9 @@ impl Runtime {
         self.max_calls
     }
 
-    /// Compile `wasm` (at install) and store it in the cache. Rejects anything that is not
-    /// a component with a message saying what it is and what to do.
+    /// Compile `wasm` (at install) and store it in the cache, or reuse the sealed entry these
+    /// bytes already have. Rejects anything that is not a component with a message saying
+    /// what it is and what to do.
     pub fn compile(&self, wasm: &[u8], progress: &dyn Fn(&str)) -> Result<(Component, CompileOutcome)> {
         check_is_component(wasm)?;
         self.cache.compile(self.engine(), wasm, progress).map_err(explain_compile_error)
