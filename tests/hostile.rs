@@ -545,3 +545,167 @@ fn header_maps_a_guest_hoards_are_bounded_in_host_memory() {
     assert_eq!(output(&run(&lib, "hoarder", json!({"mode": "fields-hoard", "n": 500}))), "holding 500 header maps");
     assert_eq!(output(&run(&lib, "hoarder", json!({"mode": "noop"}))), "ok");
 }
+
+// ---- 8. Resource growth: disk writes, session data, log volume ------------------------
+
+/// A read-write mount of the workspace with a 1 MiB disk-write budget.
+const ONE_MIB_DISK: &str = "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read-write\nlimits:\n  disk_write_mb: 1\n";
+/// 1 MiB less the block the target file's creation costs.
+const ONE_MIB_LESS_A_FILE: u64 = (1 << 20) - 4096;
+
+fn bytes_under(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+}
+
+fn disk(lib: &Library, name: &str, way: &str, file: &str, n: u64) -> RunReport {
+    run(lib, name, json!({"mode": "disk", "body": way, "arg": file, "n": n}))
+}
+
+fn disk_error(r: &RunReport) -> String {
+    let out = r.result.as_ref().unwrap_or_else(|e| panic!("{e:?}"));
+    out.metadata.iter().find(|(k, _)| k == "error").map(|(_, v)| v.clone()).unwrap_or_default()
+}
+
+fn assert_disk_limit_named(r: &RunReport) {
+    let d = r.denials.iter().find(|d| d.message.contains("disk-write limit")).unwrap_or_else(|| {
+        panic!("no disk-write denial: {:?}", r.denials);
+    });
+    assert_eq!(d.capability, "filesystem");
+    assert!(d.message.contains("1 MiB") && d.message.contains("disk_write_mb"), "{}", d.message);
+    assert!(d.message.contains("policy grant"), "says how to raise it: {}", d.message);
+}
+
+#[test]
+fn disk_writes_through_a_read_write_mount_are_capped_per_call_whatever_the_way() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "filler", ONE_MIB_DISK);
+    let ws = env.workspace.path();
+    // Every way of writing stops at the budget, with insufficient-space, and names the limit.
+    for (i, way) in ["stream", "append", "zeroes", "small"].into_iter().enumerate() {
+        let file = format!("fill-{i}");
+        let r = disk(&lib, "filler", way, &file, 4 << 20);
+        assert_eq!(output(&r), ONE_MIB_LESS_A_FILE.to_string(), "{way}: {:?}", r.result);
+        assert!(disk_error(&r).contains("insufficient-space"), "{way}: {}", disk_error(&r));
+        assert_disk_limit_named(&r);
+        assert_eq!(std::fs::metadata(ws.join(&file)).unwrap().len(), ONE_MIB_LESS_A_FILE, "{way}");
+    }
+    // Many files: each costs a block, whether or not anything is written to it.
+    let r = disk(&lib, "filler", "many", "empty", 10_000);
+    assert_eq!(output(&r), "256", "{:?}", r.result);
+    assert_disk_limit_named(&r);
+    // Growing a file without writing to it: set-size, a write far past the end, a stream
+    // opened there. Each would make a file that reads as 2 MiB.
+    for way in ["set-size", "far", "stream-far"] {
+        let file = format!("grow-{way}");
+        let r = disk(&lib, "filler", way, &file, 2 << 20);
+        assert_eq!(output(&r), "0", "{way}: {:?}", r.result);
+        assert!(disk_error(&r).contains("insufficient-space"), "{way}: {}", disk_error(&r));
+        assert_disk_limit_named(&r);
+        assert_eq!(std::fs::metadata(ws.join(&file)).unwrap().len(), 0, "{way}");
+    }
+    // Within the budget each of them works.
+    assert_eq!(output(&disk(&lib, "filler", "set-size", "grown", 512 << 10)), (512 << 10).to_string());
+    let r = disk(&lib, "filler", "stream", "small-file", 10_000);
+    assert_eq!(output(&r), "10000");
+    assert!(r.denials.is_empty(), "{:?}", r.denials);
+    // The audit log has the refusal of every call that hit the limit.
+    let capped = audit_lines(env.home.path())
+        .iter()
+        .filter(|l| l["denials"].as_array().is_some_and(|d| d.iter().any(|d| d.to_string().contains("disk-write limit"))))
+        .count();
+    assert_eq!(capped, 8, "four writers, many files and three growths");
+    // The default budget is larger than 1 MiB: the same skill without the limit writes 4 MiB.
+    env.install_granted(&lib, "roomy", &ONE_MIB_DISK.replace("limits:\n  disk_write_mb: 1\n", ""));
+    let r = disk(&lib, "roomy", "stream", "roomy", 4 << 20);
+    assert_eq!(output(&r), (4u64 << 20).to_string(), "{:?}", r.denials);
+    assert!(bytes_under(ws) < (4 << 20) + 8 * (1 << 20) + (512 << 10) + 20_000);
+}
+
+#[test]
+fn concurrent_calls_each_have_their_own_disk_budget() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "filler", ONE_MIB_DISK);
+    env.install_granted(&lib, "plain", "");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let lib = std::sync::Arc::new(lib);
+    let reports = rt.block_on(async {
+        let calls: Vec<_> = (0..12)
+            .map(|i| {
+                let lib = lib.clone();
+                tokio::spawn(async move {
+                    let params = if i % 3 == 2 {
+                        ("plain", json!({"mode": "noop"}))
+                    } else {
+                        ("filler", json!({"mode": "disk", "body": "stream", "arg": format!("c-{i}"), "n": 3 << 20}))
+                    };
+                    (i, lib.run(params.0, params.1, &RunOptions::default()).await.unwrap())
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for c in calls {
+            out.push(c.await.unwrap());
+        }
+        out
+    });
+    for (i, r) in reports {
+        if i % 3 == 2 {
+            assert_eq!(output(&r), "ok");
+            assert!(r.denials.is_empty(), "{:?}", r.denials);
+            continue;
+        }
+        // Neither starved by the others nor given their budget.
+        assert_eq!(output(&r), ONE_MIB_LESS_A_FILE.to_string(), "call {i}: {:?}", r.result);
+        assert_disk_limit_named(&r);
+        let len = std::fs::metadata(env.workspace.path().join(format!("c-{i}"))).unwrap().len();
+        assert_eq!(len, ONE_MIB_LESS_A_FILE, "call {i}");
+    }
+}
+
+#[test]
+fn filesystem_refusals_inside_the_guest_are_one_aggregated_denial_in_the_audit_log() {
+    let env = Env::new();
+    std::fs::write(env.workspace.path().join("data.txt"), "inside").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", env.workspace.path().join("link")).unwrap();
+    let lib = env.library();
+    env.install_granted(
+        &lib,
+        "reader",
+        "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
+    );
+    let opts = RunOptions { session: "s-fs".into(), ..Default::default() };
+    let call = |mode: &str, arg: &str, n: u64| common::run_with(&lib, "reader", json!({"mode": mode, "arg": arg, "n": n}), &opts);
+    // A path out of the mount, a symlink pointing out, a write to the read-only mount.
+    for (mode, arg, shown) in [
+        ("read-file", "/workspace/../etc/passwd", "etc/passwd"),
+        ("read-file", "/workspace/link", "/workspace/link"),
+        ("write-file", "/workspace/new.txt", "/workspace/new.txt"),
+    ] {
+        let r = call(mode, arg, 0);
+        assert!(r.result.is_err(), "{arg}: {:?}", r.result);
+        let d: Vec<_> = r.denials.iter().filter(|d| d.capability == "filesystem").collect();
+        assert_eq!(d.len(), 1, "{arg}: {:?}", r.denials);
+        assert!(d[0].message.contains("refused inside the skill's mounts") && d[0].message.contains(shown), "{arg}: {}", d[0].message);
+        assert!(!everything_shown(&r).contains("root:"), "{arg}: /etc/passwd leaked");
+    }
+    assert!(!env.workspace.path().join("new.txt").exists());
+    // A guest retrying in a loop: one denial with the count and the first few paths.
+    let r = call("read-many", "/workspace/../etc/shadow", 500);
+    assert_eq!(output(&r), "read 0 of 500");
+    let d: Vec<_> = r.denials.iter().filter(|d| d.capability == "filesystem").collect();
+    assert_eq!(d.len(), 1, "{:?}", r.denials);
+    assert!(d[0].message.starts_with("500 filesystem operation(s) refused"), "{}", d[0].message);
+    assert!(d[0].message.contains("and 495 more") && d[0].message.len() < 2_000, "{}", d[0].message);
+    // A permitted read leaves no denial; every refused call has its audit line.
+    let ok = call("read-file", "/workspace/data.txt", 0);
+    assert_eq!(output(&ok), "inside");
+    assert!(ok.denials.is_empty(), "{:?}", ok.denials);
+    let refused = audit_lines(env.home.path())
+        .iter()
+        .filter(|l| l["session"] == "s-fs")
+        .filter(|l| l["denials"].as_array().is_some_and(|d| d.iter().any(|d| d["capability"] == "filesystem")))
+        .count();
+    assert_eq!(refused, 4);
+}
