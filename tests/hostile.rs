@@ -709,3 +709,43 @@ fn filesystem_refusals_inside_the_guest_are_one_aggregated_denial_in_the_audit_l
         .count();
     assert_eq!(refused, 4);
 }
+
+#[test]
+fn session_data_and_log_volume_are_limits_with_clear_errors() {
+    let env = Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "sess", "capabilities:\n  session: true\nlimits:\n  session_kb: 8\n  log_kb: 1\n");
+    let opts = RunOptions { session: "s-caps".into(), ..Default::default() };
+    let kib = "v".repeat(1024);
+    // 8 KiB of session: seven keys of 1 KiB fit with their names, the eighth does not.
+    let r = common::run_with(&lib, "sess", json!({"mode": "session-fill", "arg": kib, "n": 20}), &opts);
+    assert_eq!(r.limits.session_kb, 8);
+    assert_eq!(output(&r), "7", "{:?}", r.result);
+    let out = r.result.as_ref().unwrap();
+    let error = &out.metadata.iter().find(|(k, _)| k == "error").unwrap().1;
+    assert!(error.contains("session_kb") && error.contains("limit of 8 KiB"), "{error}");
+    // Overwriting keeps the size: the same keys again all fit.
+    let r = common::run_with(&lib, "sess", json!({"mode": "session-fill", "arg": kib, "n": 7}), &opts);
+    assert_eq!(output(&r), "7", "{:?}", r.result);
+    // 1 KiB of log: the lines up to it, then one line naming the limit, then nothing.
+    let r = common::run_with(&lib, "sess", json!({"mode": "log", "arg": "x".repeat(100), "n": 500}), &opts);
+    assert_eq!(output(&r), "logged");
+    assert!(r.logs.len() < 15, "{} lines kept", r.logs.len());
+    let kept: usize = r.logs.iter().map(|l| l.message.len()).sum();
+    let last = r.logs.last().unwrap();
+    assert!(last.message.contains("log capped at 1 KiB") && last.message.contains("log_kb"), "{}", last.message);
+    assert!(kept - last.message.len() <= 1024);
+
+    // Defaults, consent and policy caps, as for every limit.
+    env.install_ungranted(&lib, "greedy", "capabilities:\n  session: true\nlimits:\n  session_kb: 8192\n  log_kb: 2048\n  disk_write_mb: 512\n");
+    let r = run(&lib, "greedy", json!({"mode": "noop"}));
+    let (d, l) = (skillhost::capabilities::Limits::DEFAULT, &r.limits);
+    assert_eq!((l.session_kb, l.log_kb, l.disk_write_mb), (d.session_kb, d.log_kb, d.disk_write_mb), "not granted: defaults");
+    let dir = env.probe_as("capped", "limits:\n  log_kb: 2048\n");
+    let cap = skillhost::capabilities::LimitsRequest { log_kb: Some(2), disk_write_mb: Some(3), ..Default::default() };
+    lib.install(&dir, &|_| Ok(Some(Grant { capabilities: Default::default(), limits: cap }))).unwrap();
+    let r = run(&lib, "capped", json!({"mode": "noop"}));
+    assert_eq!((r.limits.log_kb, r.limits.disk_write_mb), (2, 3), "the policy caps both");
+    let listed = text(&cli(&env, &["policy", "show", "capped"]).stdout);
+    assert!(listed.contains("log_kb = 2") && listed.contains("disk_write_mb = 3"), "{listed}");
+}

@@ -269,6 +269,15 @@ impl Skill for Probe {
                 ctx.session_set("probe", &p.arg)?;
                 Ok(SkillResult::success("stored"))
             }
+            "session-fill" => {
+                // Keys `k-0`..`k-{n-1}`, each holding `arg`, until the host refuses one.
+                for i in 0..p.n {
+                    if let Err(e) = ctx.session_set(&format!("k-{i}"), &p.arg) {
+                        return Ok(SkillResult::success(i.to_string()).meta("error", format!("{e:?}")));
+                    }
+                }
+                Ok(SkillResult::success(p.n.to_string()))
+            }
             "session-get" => Ok(SkillResult::success(ctx.session_get("probe")?.unwrap_or_default())),
             "remember" => {
                 let mut r = SkillResult::success("proposed");
