@@ -41,6 +41,7 @@ mod statement;
 mod store;
 mod tokens;
 mod vectors;
+mod instructions;
 mod view;
 mod writes;
 
@@ -54,6 +55,7 @@ pub use records::{
 };
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
+pub use instructions::{instruction_like, prompt_content};
 pub use view::{MemoryView, ViewSection};
 pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};
 
