@@ -119,7 +119,10 @@ impl Policy {
             bail!("policy {}: [memory] max_skill_priority = {p} is out of range; use 0 to 5", path.display());
         }
         if let Some(p) = policy.memory.skill_view_share.filter(|p| *p > 100) {
-            bail!("policy {}: [memory] skill_view_share = {p} is out of range; use a percent from 0 to 100", path.display());
+            bail!(
+                "policy {}: [memory] skill_view_share = {p} is out of range; use a percent from 0 to 100",
+                path.display()
+            );
         }
         for (name, caps) in &policy.skills {
             caps.validate().map_err(|(f, m)| anyhow!("policy {}: [skills.{name}] {f}: {m}", path.display()))?;

@@ -31,6 +31,7 @@ pub mod embed;
 mod handle;
 mod hybrid;
 mod index;
+mod instructions;
 mod lock;
 mod merge;
 mod records;
@@ -41,7 +42,6 @@ mod statement;
 mod store;
 mod tokens;
 mod vectors;
-mod instructions;
 mod view;
 mod writes;
 
@@ -49,13 +49,13 @@ pub use daily::DailyEntry;
 pub use handle::{Memory, SemanticStats};
 pub use hybrid::FusionParams;
 pub use index::DailyHit;
+pub use instructions::{instruction_like, prompt_content};
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
-pub use instructions::{instruction_like, prompt_content};
 pub use view::{MemoryView, ViewSection};
 pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};
 

@@ -616,10 +616,14 @@ impl Store {
         }
         let (view, next_expiry) = self.with_namespace(namespace, |records| {
             let live: Vec<&MemoryRecord> = records.values().filter(|r| r.is_live(now)).collect();
-            let view =
-                view::render(namespace, &live, self.config.budget_tokens, self.config.skill_view_share, now, &mut |r| {
-                    self.cached_line_tokens(r)
-                });
+            let view = view::render(
+                namespace,
+                &live,
+                self.config.budget_tokens,
+                self.config.skill_view_share,
+                now,
+                &mut |r| self.cached_line_tokens(r),
+            );
             (view, live.iter().filter_map(|r| r.expires_ms).min().unwrap_or(u64::MAX))
         })?;
         // Valid until the next hour (recency moves slowly) or the next expiry, whichever is first.

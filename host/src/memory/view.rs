@@ -181,8 +181,11 @@ pub(super) fn render(
     }
     // Each section's reserved room, filled by its own ranking.
     let room = budget.saturating_sub(frame) as f64;
-    let mut shares =
-        SkillShares { cap: (room * skill_share.clamp(0.0, 1.0)) as usize, used: Default::default(), full: Default::default() };
+    let mut shares = SkillShares {
+        cap: (room * skill_share.clamp(0.0, 1.0)) as usize,
+        used: Default::default(),
+        full: Default::default(),
+    };
     for (section, share) in SECTION_SHARE.iter().enumerate() {
         let reserved = (room * share) as usize;
         let mut members: Vec<usize> =

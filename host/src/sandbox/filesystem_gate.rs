@@ -27,10 +27,10 @@ use anyhow::Result;
 use bytes::Bytes;
 use wasmtime::component::{HasData, Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView};
+use wasmtime_wasi::p2::bindings::filesystem::preopens;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     self, ErrorCode, HostDescriptor, HostDirectoryEntryStream, OpenFlags,
 };
-use wasmtime_wasi::p2::bindings::filesystem::preopens;
 use wasmtime_wasi::p2::{
     DynInputStream, DynOutputStream, FsError, FsResult, OutputStream, Pollable, StreamError, StreamResult,
 };
@@ -499,7 +499,11 @@ impl HostDescriptor for GatedFs<'_> {
         self.state.note("unlink", |s| s.join(rep, &target), r)
     }
 
-    fn read_via_stream(&mut self, fd: Resource<Descriptor>, offset: types::Filesize) -> FsResult<Resource<DynInputStream>> {
+    fn read_via_stream(
+        &mut self,
+        fd: Resource<Descriptor>,
+        offset: types::Filesize,
+    ) -> FsResult<Resource<DynInputStream>> {
         HostDescriptor::read_via_stream(&mut self.inner, fd, offset)
     }
 
@@ -515,7 +519,9 @@ impl HostDescriptor for GatedFs<'_> {
             (Some((budget, file)), Ok(stream)) => {
                 // A stream writes on from `offset`: the hole before it is its only gap.
                 let hole = offset.saturating_sub(size_of(&file)?);
-                if budget.charge(hole) { self.budgeted(stream, budget) } else {
+                if budget.charge(hole) {
+                    self.budgeted(stream, budget)
+                } else {
                     self.inner.table.delete(stream)?;
                     Err(no_space())
                 }

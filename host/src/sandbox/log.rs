@@ -6,8 +6,8 @@ use serde::Serialize;
 use wasmtime::component::{HasData, Linker};
 
 use super::CallState;
-use crate::capabilities::Limits;
 use super::bindings::skillhost::skill::log::{self as wit_log, Host, Level};
+use crate::capabilities::Limits;
 
 const MAX_LINES: usize = 1_000;
 const MAX_LINE_BYTES: usize = 4_096;
@@ -73,7 +73,10 @@ impl Host for LogBuffer {
             } else {
                 format!("{MAX_LINES} lines")
             };
-            self.lines.push(LogLine { level: "warn", message: format!("[skillhost: log capped at {why}; the rest of this call's log lines were dropped]") });
+            self.lines.push(LogLine {
+                level: "warn",
+                message: format!("[skillhost: log capped at {why}; the rest of this call's log lines were dropped]"),
+            });
             return Ok(());
         }
         self.bytes += message.len();
