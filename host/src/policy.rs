@@ -73,6 +73,10 @@ pub struct MemoryPolicy {
     /// the user's, so a skill cannot crowd the user's own memories out of MEMORY.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_skill_priority: Option<u8>,
+    /// Percent of the MEMORY.md view one skill's records may take (default 20), so a skill
+    /// that floods memory cannot push the user's records out; the user's own are not limited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill_view_share: Option<u8>,
 }
 
 impl MemoryPolicy {
@@ -86,6 +90,14 @@ impl MemoryPolicy {
     /// The cap in force.
     pub fn max_skill_priority(&self) -> u8 {
         self.max_skill_priority.unwrap_or(Self::DEFAULT_MAX_SKILL_PRIORITY).min(5)
+    }
+
+    /// One skill's share of the view unless the policy says otherwise (percent).
+    pub const DEFAULT_SKILL_VIEW_SHARE: u8 = 20;
+
+    /// The share in force, as a fraction.
+    pub fn skill_view_share(&self) -> f64 {
+        f64::from(self.skill_view_share.unwrap_or(Self::DEFAULT_SKILL_VIEW_SHARE).min(100)) / 100.0
     }
 }
 
@@ -105,6 +117,12 @@ impl Policy {
         })?;
         if let Some(p) = policy.memory.max_skill_priority.filter(|p| *p > 5) {
             bail!("policy {}: [memory] max_skill_priority = {p} is out of range; use 0 to 5", path.display());
+        }
+        if let Some(p) = policy.memory.skill_view_share.filter(|p| *p > 100) {
+            bail!(
+                "policy {}: [memory] skill_view_share = {p} is out of range; use a percent from 0 to 100",
+                path.display()
+            );
         }
         for (name, caps) in &policy.skills {
             caps.validate().map_err(|(f, m)| anyhow!("policy {}: [skills.{name}] {f}: {m}", path.display()))?;
@@ -146,6 +164,11 @@ impl Policy {
         // A project may lower the skills' memory priority cap, never raise it.
         if let Some(p) = project.memory.max_skill_priority {
             self.memory.max_skill_priority = Some(p.min(self.memory.max_skill_priority()));
+        }
+        // ... and lower one skill's share of the view.
+        if let Some(p) = project.memory.skill_view_share {
+            let user = self.memory.skill_view_share.unwrap_or(MemoryPolicy::DEFAULT_SKILL_VIEW_SHARE);
+            self.memory.skill_view_share = Some(p.min(user));
         }
         // A project may make leaks fail calls, never let them pass again.
         if project.secrets.on_leak() == LeakAction::Fail {

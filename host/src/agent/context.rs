@@ -143,7 +143,7 @@ impl MemorySummary {
         if !recalled.is_empty() {
             text.push_str("\n\nRecalled for this goal:\n");
             for r in recalled {
-                let content = r.content.split_whitespace().collect::<Vec<_>>().join(" ");
+                let content = crate::memory::prompt_content(&r);
                 let _ = writeln!(text, "- [#{} p{} {}] {content}", r.id, r.priority, r.kind.as_str());
             }
         }

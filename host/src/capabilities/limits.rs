@@ -23,6 +23,17 @@ pub struct LimitsRequest {
     /// needs more than the default. Rounded down to a power of two from 512 to 8192.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_kb: Option<u64>,
+    /// Bytes one call may write through its read-write mounts (MiB): file contents, growth
+    /// by set-size or by writing past the end, and a block for each new file or directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_write_mb: Option<u64>,
+    /// The size of an agent session's working memory after a `session.set` (KiB, keys and
+    /// values of every skill in the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_kb: Option<u64>,
+    /// Log text one call may write (KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_kb: Option<u64>,
 }
 
 /// The limits in force for one call.
@@ -35,6 +46,9 @@ pub struct Limits {
     pub max_new_memories: u64,
     pub max_memory_bytes: u64,
     pub stack_kb: u64,
+    pub disk_write_mb: u64,
+    pub session_kb: u64,
+    pub log_kb: u64,
 }
 
 impl Limits {
@@ -47,6 +61,12 @@ impl Limits {
         max_new_memories: 8,
         max_memory_bytes: 2_048,
         stack_kb: 512,
+        // As much as the default memory limit lets a skill hold: one output of its own size.
+        disk_write_mb: 64,
+        // Working memory handed between steps (summaries, snapshots), not a file store.
+        session_kb: 1_024,
+        // 1,000 lines of 256 bytes: a chatty skill's progress, not a dump.
+        log_kb: 256,
     };
     /// No policy can raise a limit above these.
     pub const CEILING: Limits = Limits {
@@ -57,6 +77,11 @@ impl Limits {
         max_new_memories: 100,
         max_memory_bytes: 16_384,
         stack_kb: 8_192,
+        disk_write_mb: 4_096,
+        // 256 keys of 256 KiB, the most a session could hold before it was a limit.
+        session_kb: 65_536,
+        // 1,000 lines of 4 KiB, the most a call could log before it was a limit.
+        log_kb: 4_096,
     };
 
     /// The wasm stack sizes the sandbox runs (KiB): one engine per size, so a resolved
@@ -89,6 +114,9 @@ impl Limits {
                 c.max_memory_bytes,
             ),
             stack_kb: Limits::stack_tier_kb(pick(request.stack_kb, cap.stack_kb, d.stack_kb, c.stack_kb)),
+            disk_write_mb: pick(request.disk_write_mb, cap.disk_write_mb, d.disk_write_mb, c.disk_write_mb),
+            session_kb: pick(request.session_kb, cap.session_kb, d.session_kb, c.session_kb),
+            log_kb: pick(request.log_kb, cap.log_kb, d.log_kb, c.log_kb),
         }
     }
 
@@ -135,6 +163,9 @@ impl LimitsRequest {
             max_new_memories: f(self.max_new_memories, lower.max_new_memories, d.max_new_memories),
             max_memory_bytes: f(self.max_memory_bytes, lower.max_memory_bytes, d.max_memory_bytes),
             stack_kb: f(self.stack_kb, lower.stack_kb, d.stack_kb),
+            disk_write_mb: f(self.disk_write_mb, lower.disk_write_mb, d.disk_write_mb),
+            session_kb: f(self.session_kb, lower.session_kb, d.session_kb),
+            log_kb: f(self.log_kb, lower.log_kb, d.log_kb),
         }
     }
 
@@ -149,6 +180,9 @@ impl LimitsRequest {
             ("max_new_memories", self.max_new_memories, d.max_new_memories),
             ("max_memory_bytes", self.max_memory_bytes, d.max_memory_bytes),
             ("stack_kb", self.stack_kb, d.stack_kb),
+            ("disk_write_mb", self.disk_write_mb, d.disk_write_mb),
+            ("session_kb", self.session_kb, d.session_kb),
+            ("log_kb", self.log_kb, d.log_kb),
         ]
         .into_iter()
         .filter_map(|(name, v, default)| {
@@ -167,6 +201,9 @@ impl LimitsRequest {
             ("max_new_memories", self.max_new_memories),
             ("max_memory_bytes", self.max_memory_bytes),
             ("stack_kb", self.stack_kb),
+            ("disk_write_mb", self.disk_write_mb),
+            ("session_kb", self.session_kb),
+            ("log_kb", self.log_kb),
         ]
         .into_iter()
         .filter_map(|(name, v)| v.map(|v| format!("limit {name} {v}")))
@@ -183,6 +220,9 @@ impl LimitsRequest {
             max_new_memories: self.max_new_memories.or(fallback.max_new_memories),
             max_memory_bytes: self.max_memory_bytes.or(fallback.max_memory_bytes),
             stack_kb: self.stack_kb.or(fallback.stack_kb),
+            disk_write_mb: self.disk_write_mb.or(fallback.disk_write_mb),
+            session_kb: self.session_kb.or(fallback.session_kb),
+            log_kb: self.log_kb.or(fallback.log_kb),
         }
     }
 }

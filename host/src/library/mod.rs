@@ -250,6 +250,10 @@ impl Library {
     pub fn memory(&self) -> Result<Arc<Memory>> {
         init_once(&self.store, &self.store_init, || {
             let mut config = MemoryConfig::default();
+            // A policy that does not load is reported by the call that needs it.
+            if let Ok(policy) = self.policy() {
+                config.skill_view_share = policy.memory.skill_view_share();
+            }
             if let Ok(ms) = std::env::var("SKILLHOST_MEMORY_WAIT_MS") {
                 let ms: u64 = ms
                     .trim()

@@ -31,6 +31,7 @@ pub mod embed;
 mod handle;
 mod hybrid;
 mod index;
+mod instructions;
 mod lock;
 mod merge;
 mod records;
@@ -48,6 +49,7 @@ pub use daily::DailyEntry;
 pub use handle::{Memory, SemanticStats};
 pub use hybrid::FusionParams;
 pub use index::DailyHit;
+pub use instructions::{instruction_like, prompt_content};
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,

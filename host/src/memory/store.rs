@@ -51,6 +51,9 @@ const MAX_TRACKED_SESSIONS: usize = 4096;
 pub struct MemoryConfig {
     /// Hard budget of the MEMORY.md view, in cl100k_base tokens.
     pub budget_tokens: usize,
+    /// Share of the view one skill's records may take (0-1; the policy's `[memory]
+    /// skill_view_share`, in percent); the user's records are not limited by it.
+    pub skill_view_share: f64,
     /// Largest record accepted (content + tags, bytes); bigger ones must be summarized.
     pub max_record_bytes: usize,
     /// Records of priority <= 1 expire this long after they were written.
@@ -84,6 +87,7 @@ impl Default for MemoryConfig {
     fn default() -> MemoryConfig {
         MemoryConfig {
             budget_tokens: 2000,
+            skill_view_share: 0.20,
             max_record_bytes: 4096,
             low_priority_ttl_ms: super::schema::DAY_MS,
             daily_archive_days: 90,
@@ -612,8 +616,14 @@ impl Store {
         }
         let (view, next_expiry) = self.with_namespace(namespace, |records| {
             let live: Vec<&MemoryRecord> = records.values().filter(|r| r.is_live(now)).collect();
-            let view =
-                view::render(namespace, &live, self.config.budget_tokens, now, &mut |r| self.cached_line_tokens(r));
+            let view = view::render(
+                namespace,
+                &live,
+                self.config.budget_tokens,
+                self.config.skill_view_share,
+                now,
+                &mut |r| self.cached_line_tokens(r),
+            );
             (view, live.iter().filter_map(|r| r.expires_ms).min().unwrap_or(u64::MAX))
         })?;
         // Valid until the next hour (recency moves slowly) or the next expiry, whichever is first.

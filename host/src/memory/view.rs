@@ -7,10 +7,14 @@
 //! importance score (see [`MemoryRecord::importance_at`]) while it fits. Writes that would make the priority-5
 //! records alone overflow the budget are refused by the store, so the view never has to
 //! drop one silently.
+//!
+//! Records a skill wrote take at most a share of the budget per skill (the policy's
+//! `[memory] skill_view_share`), so a skill flooding memory cannot crowd the user's records
+//! (or other skills') out of the view; the user's own records are never limited by it.
 
 use serde::Serialize;
 
-use super::records::{MemoryKind, MemoryRecord};
+use super::records::{MemoryKind, MemoryRecord, is_reserved_source};
 use super::tokens::count_tokens;
 
 /// The smallest bullet (`- [#1 p0] x\n`) is more than this many tokens.
@@ -56,10 +60,10 @@ impl MemoryView {
     }
 }
 
-/// One bullet: the id and priority let a model or user refer to the record.
+/// One bullet: the id and priority let a model or user refer to the record. A skill's
+/// record that reads like instructions is quoted data (see [`super::instructions`]).
 pub(super) fn line(r: &MemoryRecord) -> String {
-    let content = r.content.split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("- [#{} p{}] {content}\n", r.id, r.priority)
+    format!("- [#{} p{}] {}\n", r.id, r.priority, super::instructions::prompt_content(r))
 }
 
 fn header(namespace: &str) -> String {
@@ -89,6 +93,47 @@ fn render_text(namespace: &str, chosen: &[&MemoryRecord]) -> (String, Vec<ViewSe
 /// and standing preferences and a project's base facts never make it in.
 const SECTION_SHARE: [f64; 4] = [0.25, 0.30, 0.15, 0.10];
 
+/// The skill whose share a record counts against: the skill that first wrote it, unless
+/// the user wrote it too or it came from a source that is not a skill (an MCP client, an
+/// import, the host).
+fn skill_of(r: &MemoryRecord) -> Option<&str> {
+    if r.is_user_written() {
+        return None;
+    }
+    let first = &r.provenance.first()?.skill;
+    (!is_reserved_source(first) && !first.contains(':')).then_some(first.as_str())
+}
+
+/// Tokens each skill's records use in the view, against the per-skill share.
+struct SkillShares<'a> {
+    cap: usize,
+    used: std::collections::HashMap<&'a str, usize>,
+    /// Skills a record of did not fit: the rest of theirs are skipped untokenized.
+    full: std::collections::HashSet<&'a str>,
+}
+
+impl<'a> SkillShares<'a> {
+    /// Is `r` still worth tokenizing? Records of no skill always are.
+    fn admits(&self, r: &MemoryRecord) -> bool {
+        match skill_of(r) {
+            Some(skill) => !self.full.contains(skill),
+            None => true,
+        }
+    }
+
+    /// Take `cost` from `r`'s skill share; false (and the skill is full) if it does not fit.
+    fn take(&mut self, r: &'a MemoryRecord, cost: usize) -> bool {
+        let Some(skill) = skill_of(r) else { return true };
+        let used = self.used.entry(skill).or_default();
+        if *used + cost > self.cap {
+            self.full.insert(skill);
+            return false;
+        }
+        *used += cost;
+        true
+    }
+}
+
 /// Within a section's reserved room: higher priority first; in project knowledge, facts
 /// before task results and snapshots; then importance.
 fn reserved_rank(r: &MemoryRecord, importance: f64) -> (u8, bool, f64) {
@@ -99,11 +144,13 @@ fn reserved_rank(r: &MemoryRecord, importance: f64) -> (u8, bool, f64) {
 /// cache it); the final text is always counted in full.
 ///
 /// Priority 5 first, then each section's reserved room (see [`SECTION_SHARE`]), then the
-/// rest by importance while it fits.
+/// rest by importance while it fits; a skill's records below priority 5 within
+/// `skill_share` of the room (see [`skill_of`]).
 pub(super) fn render(
     namespace: &str,
     live: &[&MemoryRecord],
     budget: usize,
+    skill_share: f64,
     now_ms: u64,
     line_tokens: &mut dyn FnMut(&MemoryRecord) -> usize,
 ) -> MemoryView {
@@ -134,6 +181,11 @@ pub(super) fn render(
     }
     // Each section's reserved room, filled by its own ranking.
     let room = budget.saturating_sub(frame) as f64;
+    let mut shares = SkillShares {
+        cap: (room * skill_share.clamp(0.0, 1.0)) as usize,
+        used: Default::default(),
+        full: Default::default(),
+    };
     for (section, share) in SECTION_SHARE.iter().enumerate() {
         let reserved = (room * share) as usize;
         let mut members: Vec<usize> =
@@ -151,8 +203,11 @@ pub(super) fn render(
                 break;
             }
             let r = ranked[i].0;
+            if !shares.admits(r) {
+                continue;
+            }
             let cost = line_tokens(r);
-            if section_used[section] + cost <= reserved && used + cost <= budget {
+            if section_used[section] + cost <= reserved && used + cost <= budget && shares.take(r, cost) {
                 used += cost;
                 section_used[section] += cost;
                 chosen.push(r);
@@ -172,8 +227,11 @@ pub(super) fn render(
         if misses >= MAX_MISSES || used + MIN_LINE_TOKENS > budget {
             break;
         }
+        if !shares.admits(r) {
+            continue;
+        }
         let cost = line_tokens(r);
-        if used + cost <= budget {
+        if used + cost <= budget && shares.take(r, cost) {
             used += cost;
             chosen.push(r);
             taken[i] = true;

@@ -7,6 +7,10 @@
 //! the home) is refused, and the call with it: through it a skill could grant itself
 //! rights, swap compiled code, read memory or truncate the audit log. A preopen cannot
 //! exclude a subtree, so refusing is the only safe answer.
+//!
+//! What the guest then does inside its mounts is seen by the host too
+//! ([`super::filesystem_gate`]): writes are charged to the call's `disk_write_mb`, and
+//! wasmtime-wasi's refusals become one `filesystem` denial.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,18 +21,20 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime::component::Linker;
 
 use super::capability::{CallSetup, Enforce};
+use super::filesystem_gate::FsState;
 use super::{CallState, Denial};
 use crate::capabilities::filesystem::Filesystem;
 use crate::capabilities::filesystem::resolve_mount_host;
 use crate::capabilities::{Access, Mount};
 
 impl Enforce for Filesystem {
-    type State = ();
+    type State = FsState;
     const GOVERNS: &'static [&'static str] = &["wasi:filesystem/types", "wasi:filesystem/preopens"];
 
-    /// Linked with WASI's core (`Runtime::new`): without preopens it reaches nothing.
-    fn add_to_linker(_linker: &mut Linker<CallState>) -> Result<()> {
-        Ok(())
+    /// Linked with WASI's core (`Runtime::new`), without preopens it reaches nothing; then
+    /// re-linked through the gate that charges writes and records refusals.
+    fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
+        super::filesystem_gate::add_to_linker(linker)
     }
 
     fn prepare(
@@ -36,8 +42,13 @@ impl Enforce for Filesystem {
         call: &CallSetup<'_>,
         wasi: &mut WasiCtxBuilder,
         denials: &mut Vec<Denial>,
-    ) -> Result<()> {
-        apply(mounts, &call.grant.paths, call.protected, wasi, denials)
+    ) -> Result<FsState> {
+        let writable = apply(mounts, &call.grant.paths, call.protected, wasi, denials)?;
+        Ok(FsState::new(&call.grant.limits, writable))
+    }
+
+    fn take_denials(state: &mut FsState) -> Vec<Denial> {
+        state.take_denials()
     }
 }
 
@@ -47,7 +58,8 @@ fn apply(
     protected: &[PathBuf],
     builder: &mut WasiCtxBuilder,
     denials: &mut Vec<Denial>,
-) -> Result<()> {
+) -> Result<bool> {
+    let mut writable = false;
     for m in mounts {
         let host = match resolve_mount_host(&m.host, paths) {
             Ok(p) => p,
@@ -73,6 +85,7 @@ fn apply(
             .preopened_dir(&host, &m.guest, perms)
             .map_err(anyhow::Error::from)
             .with_context(|| format!("cannot mount {} at {}: does the directory exist?", host.display(), m.guest))?;
+        writable |= m.access == Access::ReadWrite;
     }
-    Ok(())
+    Ok(writable)
 }

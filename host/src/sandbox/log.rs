@@ -1,11 +1,13 @@
-//! `log`: leveled lines from the guest, capped per call so a chatty skill cannot exhaust
-//! host memory. Always available (it grants nothing).
+//! `log`: leveled lines from the guest, capped per call (lines, and bytes by the `log_kb`
+//! limit) so a chatty skill cannot exhaust host memory or the audit log. Always available
+//! (it grants nothing).
 
 use serde::Serialize;
 use wasmtime::component::{HasData, Linker};
 
 use super::CallState;
 use super::bindings::skillhost::skill::log::{self as wit_log, Host, Level};
+use crate::capabilities::Limits;
 
 const MAX_LINES: usize = 1_000;
 const MAX_LINE_BYTES: usize = 4_096;
@@ -20,6 +22,21 @@ pub struct LogLine {
 #[derive(Default)]
 pub(super) struct LogBuffer {
     pub lines: Vec<LogLine>,
+    /// Message bytes kept so far, and the most the call may keep (`log_kb`).
+    bytes: usize,
+    max_bytes: usize,
+    /// Lines dropped over either cap (said once, in the last line).
+    dropped: u64,
+}
+
+impl LogBuffer {
+    pub(super) fn new(limits: &Limits) -> LogBuffer {
+        LogBuffer { max_bytes: (limits.log_kb as usize).saturating_mul(1024), ..LogBuffer::default() }
+    }
+
+    fn capped(&self) -> bool {
+        self.dropped > 0
+    }
 }
 
 struct LogView;
@@ -36,17 +53,33 @@ pub(super) fn add_to_linker(linker: &mut Linker<CallState>) -> anyhow::Result<()
 
 impl Host for LogBuffer {
     async fn write(&mut self, level: Level, mut message: String) -> wasmtime::Result<()> {
-        let lines = &mut self.lines;
-        if lines.len() >= MAX_LINES {
-            if lines.len() == MAX_LINES {
-                lines.push(LogLine { level: "warn", message: format!("[skillhost: log capped at {MAX_LINES} lines]") });
-            }
+        if self.capped() {
+            self.dropped += 1;
             return Ok(());
         }
         if message.len() > MAX_LINE_BYTES {
             message.truncate(message.floor_char_boundary(MAX_LINE_BYTES));
             message.push_str(" [truncated]");
         }
+        let over_bytes = self.bytes.saturating_add(message.len()) > self.max_bytes;
+        if self.lines.len() >= MAX_LINES || over_bytes {
+            self.dropped = 1;
+            let why = if over_bytes {
+                format!(
+                    "{} KiB (limit log_kb; a skill may ask for up to {} with `limits: log_kb`, granted with `skillhost policy grant NAME limits`)",
+                    self.max_bytes / 1024,
+                    Limits::CEILING.log_kb
+                )
+            } else {
+                format!("{MAX_LINES} lines")
+            };
+            self.lines.push(LogLine {
+                level: "warn",
+                message: format!("[skillhost: log capped at {why}; the rest of this call's log lines were dropped]"),
+            });
+            return Ok(());
+        }
+        self.bytes += message.len();
         let level = match level {
             Level::Trace => "trace",
             Level::Debug => "debug",
@@ -54,7 +87,7 @@ impl Host for LogBuffer {
             Level::Warn => "warn",
             Level::Error => "error",
         };
-        lines.push(LogLine { level, message });
+        self.lines.push(LogLine { level, message });
         Ok(())
     }
 }

@@ -22,6 +22,7 @@ mod capability;
 mod cpu;
 mod env;
 mod filesystem;
+mod filesystem_gate;
 mod imports;
 mod log;
 mod memory;
@@ -610,7 +611,7 @@ impl CallState {
             table: bounded_table(),
             caps,
             limiter: MemoryLimiter { max: (grant.limits.memory_mb as usize) << 20, total: 0, peak: 0, hit: false },
-            logs: log::LogBuffer::default(),
+            logs: log::LogBuffer::new(&grant.limits),
             stopped: None,
         })
     }

@@ -28,6 +28,8 @@ pub(crate) struct SessionState {
     held: bool,
     store: Option<Arc<dyn MemoryStore>>,
     session_id: String,
+    /// The most the session may hold after a `set` (keys and values, bytes: `session_kb`).
+    max_bytes: usize,
     denials: Vec<Denial>,
     /// Values the host holds: a session value carrying one is refused (it would outlive
     /// the call and reach the next skill that reads the session).
@@ -55,6 +57,7 @@ impl Enforce for Session {
             held: *held,
             store: call.grant.store.clone(),
             session_id: call.invocation.session_id.clone(),
+            max_bytes: (call.grant.limits.session_kb as usize).saturating_mul(1024),
             denials: Vec::new(),
             secrets: call.secrets.clone(),
         })
@@ -112,12 +115,26 @@ impl Host for SessionState {
             self.denials.push(Denial { capability: "secrets".into(), message: message.clone() });
             return Ok(Err(HostError::Denied(message)));
         }
-        let session = self.session_id.clone();
+        let (session, max_bytes) = (self.session_id.clone(), self.max_bytes);
         Ok(off_executor(self.store.as_ref(), move |s| {
             let keys = s.session_keys(&session).map_err(unavailable)?;
             if keys.len() >= MAX_KEYS && !keys.contains(&key) {
                 return Err(HostError::InvalidInput(format!(
                     "this session already holds {MAX_KEYS} keys; overwrite an existing key instead"
+                )));
+            }
+            // The session's size with this value in place of the key's old one. Bounded by
+            // the limit itself (no set makes it larger), so reading it back stays cheap.
+            let mut size = key.len() + value.len();
+            for k in keys.iter().filter(|k| **k != key) {
+                size += k.len() + s.session_get(&session, k).map_err(unavailable)?.map_or(0, |v| v.len());
+            }
+            if size > max_bytes {
+                return Err(HostError::InvalidInput(format!(
+                    "session.set of `{key}` refused: the session would hold {} KiB, over its limit of {} KiB (limit session_kb); overwrite or shorten existing keys, or declare `limits: session_kb: N` in SKILL.md (at most {}) and have the user grant it with `skillhost policy grant NAME limits`",
+                    size.div_ceil(1024),
+                    max_bytes / 1024,
+                    crate::capabilities::Limits::CEILING.session_kb
                 )));
             }
             s.session_set(&session, &key, &value).map_err(unavailable)

@@ -23,6 +23,106 @@ struct Params {
 
 struct Probe;
 
+/// `disk`: write through the first mount with the raw `wasi:filesystem` calls, the way a
+/// disk-filling skill would; `body` picks how. Succeeds with the count of bytes (or files)
+/// that went through, and the error that stopped it in `error` metadata.
+/// - `stream`: `n` bytes to file `arg` through an output stream, 4 KiB at a time;
+/// - `append`: the same through an append stream; `zeroes`: through `write-zeroes`;
+/// - `small`: `n` bytes in 64-byte `write`s at consecutive offsets;
+/// - `many`: `n` empty files `arg-0`, `arg-1`...;
+/// - `set-size`: grow file `arg` to `n` bytes; `far`: one byte written at offset `n`;
+/// - `stream-far`: one byte through a stream opened at offset `n`.
+fn disk(p: &Params) -> SkillResult {
+    use wasip2::filesystem::types::{Descriptor, DescriptorFlags, ErrorCode, OpenFlags, PathFlags};
+    use wasip2::io::streams::{OutputStream, StreamError};
+    let Some((dir, _)) = wasip2::filesystem::preopens::get_directories().into_iter().next() else {
+        return SkillResult::success("0").meta("error", "no mount");
+    };
+    let open = |name: &str| -> Result<Descriptor, ErrorCode> {
+        dir.open_at(PathFlags::empty(), name, OpenFlags::CREATE, DescriptorFlags::READ | DescriptorFlags::WRITE)
+    };
+    let stream_error = |e: StreamError| match e {
+        StreamError::LastOperationFailed(e) => {
+            format!("{:?}", wasip2::filesystem::types::filesystem_error_code(&e))
+        }
+        StreamError::Closed => "closed".to_string(),
+    };
+    let chunk = [b'd'; 4096];
+    let through_stream = |s: OutputStream, zeroes: bool| -> (u64, String) {
+        let mut done = 0;
+        while done < p.n {
+            let len = (p.n - done).min(4096);
+            let r = if zeroes {
+                s.blocking_write_zeroes_and_flush(len)
+            } else {
+                s.blocking_write_and_flush(&chunk[..len as usize])
+            };
+            if let Err(e) = r {
+                return (done, stream_error(e));
+            }
+            done += len;
+        }
+        (done, String::new())
+    };
+    let first = if p.body == "many" { Err(ErrorCode::Invalid) } else { open(&p.arg) };
+    let (done, error) = match (p.body.as_str(), first) {
+        ("many", _) => {
+            let mut made = 0;
+            let mut error = String::new();
+            for i in 0..p.n {
+                match open(&format!("{}-{i}", p.arg)) {
+                    Ok(_) => made += 1,
+                    Err(e) => {
+                        error = format!("{e:?}");
+                        break;
+                    }
+                }
+            }
+            (made, error)
+        }
+        (_, Err(e)) => (0, format!("open: {e:?}")),
+        ("stream" | "zeroes", Ok(f)) => match f.write_via_stream(0) {
+            Ok(s) => through_stream(s, p.body == "zeroes"),
+            Err(e) => (0, format!("{e:?}")),
+        },
+        ("append", Ok(f)) => match f.append_via_stream() {
+            Ok(s) => through_stream(s, false),
+            Err(e) => (0, format!("{e:?}")),
+        },
+        ("small", Ok(f)) => {
+            let mut done = 0;
+            let mut error = String::new();
+            while done < p.n {
+                match f.write(&[b's'; 64][..(p.n - done).min(64) as usize], done) {
+                    Ok(k) => done += k,
+                    Err(e) => {
+                        error = format!("{e:?}");
+                        break;
+                    }
+                }
+            }
+            (done, error)
+        }
+        ("set-size", Ok(f)) => match f.set_size(p.n) {
+            Ok(()) => (p.n, String::new()),
+            Err(e) => (0, format!("{e:?}")),
+        },
+        ("far", Ok(f)) => match f.write(b"f", p.n) {
+            Ok(k) => (k, String::new()),
+            Err(e) => (0, format!("{e:?}")),
+        },
+        ("stream-far", Ok(f)) => match f.write_via_stream(p.n) {
+            Ok(s) => match s.blocking_write_and_flush(b"f") {
+                Ok(()) => (1, String::new()),
+                Err(e) => (0, stream_error(e)),
+            },
+            Err(e) => (0, format!("{e:?}")),
+        },
+        (other, _) => (0, format!("unknown disk way '{other}'")),
+    };
+    SkillResult::success(done.to_string()).meta("error", error)
+}
+
 /// Calls this instance has served (`count`): 1 in every call of a fresh instance.
 static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -140,6 +240,11 @@ impl Skill for Probe {
             "read-file" => std::fs::read_to_string(&p.arg)
                 .map(SkillResult::success)
                 .map_err(|e| SkillError::failed(format!("cannot read {}: {e}", p.arg))),
+            "read-many" => {
+                // `n` attempts at `arg`: a guest retrying a refused open in a loop.
+                let read = (0..p.n).filter(|_| std::fs::read(&p.arg).is_ok()).count();
+                Ok(SkillResult::success(format!("read {read} of {}", p.n)))
+            }
             "write-file" => std::fs::write(&p.arg, "written by probe")
                 .map(|_| SkillResult::success("written"))
                 .map_err(|e| SkillError::failed(format!("cannot write {}: {e}", p.arg))),
@@ -161,6 +266,7 @@ impl Skill for Probe {
                 http_send(&p.arg, &p.header, p.body.as_bytes()).map(SkillResult::success).map_err(SkillError::failed)
             }
             "leak" => leak(&p, ctx),
+            "disk" => Ok(disk(&p)),
             "memory-search" => {
                 let hits = ctx.memory_search(&p.arg, 5)?;
                 let lines: Vec<String> = hits.iter().map(|h| h.content.clone()).collect();
@@ -169,6 +275,15 @@ impl Skill for Probe {
             "session-set" => {
                 ctx.session_set("probe", &p.arg)?;
                 Ok(SkillResult::success("stored"))
+            }
+            "session-fill" => {
+                // Keys `k-0`..`k-{n-1}`, each holding `arg`, until the host refuses one.
+                for i in 0..p.n {
+                    if let Err(e) = ctx.session_set(&format!("k-{i}"), &p.arg) {
+                        return Ok(SkillResult::success(i.to_string()).meta("error", format!("{e:?}")));
+                    }
+                }
+                Ok(SkillResult::success(p.n.to_string()))
             }
             "session-get" => Ok(SkillResult::success(ctx.session_get("probe")?.unwrap_or_default())),
             "remember" => {
