@@ -48,6 +48,9 @@ const VICTIM_CANARY: &str = "victim-session-canary-b0a4";
 const USER_CANARY: &str = "user-memory-canary-71f2c8";
 const FILE_CANARY: &str = "file-canary-91c4e2d5";
 const VICTIM_SESSION: &str = "victim-session";
+/// The user's `[limits]` caps in the corpus policy.
+const POLICY_WALL_MS: u64 = 4000;
+const POLICY_CPU_MS: u64 = 2000;
 
 // ---- The corpus on disk ----------------------------------------------------------------
 
@@ -198,6 +201,10 @@ struct Attack {
     /// `bundle-entry`: file, symlink, hardlink.
     #[serde(default)]
     entry_type: Option<String>,
+    /// An attack that works today: what leaks. It runs only in the ignored test that
+    /// names the escape, so the corpus stays green and the hole stays visible.
+    #[serde(default)]
+    known_escape: Option<String>,
 }
 
 struct Case {
@@ -206,7 +213,14 @@ struct Case {
     attack: Attack,
 }
 
-fn corpus() -> Vec<Case> {
+/// Which attacks a test runs: the contained ones, or the known escapes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Select {
+    Contained,
+    KnownEscapes,
+}
+
+fn corpus(select: Select) -> Vec<Case> {
     let root = common::repo().join("tests/hostile");
     let only: Option<BTreeSet<String>> =
         std::env::var("HOSTILE_ONLY").ok().map(|s| s.split(',').map(|n| n.trim().to_string()).collect());
@@ -222,7 +236,9 @@ fn corpus() -> Vec<Case> {
             .unwrap_or_else(|e| panic!("{}: {e}", spec.display()));
         assert!(!attack.expect.trim().is_empty() && !attack.expect.contains('\n'), "{name}: one-line expect");
         assert!(dir.join("SKILL.md").exists(), "{name}: no SKILL.md");
-        if only.as_ref().is_some_and(|o| !o.contains(&name)) {
+        if only.as_ref().is_some_and(|o| !o.contains(&name))
+            || (attack.known_escape.is_some()) != (select == Select::KnownEscapes)
+        {
             continue;
         }
         cases.push(Case { name, dir, attack });
@@ -342,7 +358,20 @@ struct World {
     user_memory: u64,
 }
 
+/// `NAME=value` of the host's own environment (as the process started, before the
+/// canaries are set): none may reach a skill that was not granted it.
+fn host_environment() -> &'static [String] {
+    static PAIRS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    PAIRS.get_or_init(|| {
+        std::env::vars()
+            .filter(|(k, v)| v.len() >= 8 && k != GRANTED_VAR && k != UNGRANTED_VAR)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect()
+    })
+}
+
 fn set_env_canaries() {
+    host_environment();
     static ONCE: Once = Once::new();
     // SAFETY: set once, before this binary opens a library or runs a skill.
     ONCE.call_once(|| unsafe {
@@ -383,7 +412,7 @@ impl World {
         write(
             &home.join("policy.toml"),
             &format!(
-                "[paths]\nHOME = \"{}\"\nPOLICY_CANARY = \"{POLICY_CANARY}\"\n\n[limits]\nwall_time_ms = 4000\ncpu_time_ms = 2000\n",
+                "[paths]\nHOME = \"{}\"\nPOLICY_CANARY = \"{POLICY_CANARY}\"\n\n[limits]\nwall_time_ms = {POLICY_WALL_MS}\ncpu_time_ms = {POLICY_CPU_MS}\n",
                 r.join("fakehome").display()
             ),
         );
@@ -671,6 +700,25 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
     let mut fail = |m: String| failures.push(format!("{name} ({}): {m}", a.expect));
     let r = &out.reports[0];
     let shown = serde_json::to_string(r).unwrap();
+    if let Some(dump) = std::env::var_os("HOSTILE_DUMP") {
+        let line = format!("{name}\t{}\n", serde_json::to_string(&out.reports).unwrap());
+        std::fs::OpenOptions::new().create(true).append(true).open(dump).unwrap().write_all(line.as_bytes()).unwrap();
+    }
+    // An attack that never ran (a typo in its parameters) proves nothing.
+    let not_run = match &r.result {
+        Err(skillhost::sandbox::CallError::InvalidParams(m)) => Some(m.clone()),
+        Err(e)
+            if ["unknown attack", "unknown destination", "unknown encoding", "unknown source"]
+                .iter()
+                .any(|u| e.to_string().contains(u)) =>
+        {
+            Some(e.to_string())
+        }
+        _ => None,
+    };
+    if let Some(m) = not_run {
+        fail(format!("the attack did not run: {m}"));
+    }
     let shown = format!("{shown}|{:?}|{:?}", r.result, r.denials);
     match (a.outcome, &r.result) {
         (Outcome::Ok, Err(e)) => fail(format!("expected success, got {e}")),
@@ -695,10 +743,24 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
     let canaries: Vec<Canary> =
         Canary::ALL.into_iter().filter(|c| !(*c == Canary::UserMemory && a.sees.contains(&Seen::UserMemory))).collect();
     for report in &out.reports {
-        let leaks = leaks_in(&serde_json::to_string(report).unwrap(), &canaries);
+        let text = serde_json::to_string(report).unwrap();
+        if let Some(pair) = host_environment().iter().find(|pair| text.contains(pair.as_str())) {
+            fail(format!("the host's environment reached the report: {pair}"));
+        }
+        if let Some(d) = report.denials.iter().find(|d| d.message.contains(" skipped")) {
+            fail(format!("a mount was skipped, so the attack proves nothing: {}", d.message));
+        }
+        let leaks = leaks_in(&text, &canaries);
         if !leaks.is_empty() {
             fail(format!("leaked into the report: {leaks:?}: {}", truncate(&serde_json::to_string(report).unwrap())));
         }
+    }
+    // Granted its capabilities, never limits: the user's [limits] caps hold however much
+    // the skill asks for.
+    if a.grant != GrantKind::Everything
+        && (r.limits.wall_time_ms > POLICY_WALL_MS || r.limits.cpu_time_ms > POLICY_CPU_MS)
+    {
+        fail(format!("ran with limits above the policy's caps: {:?}", r.limits));
     }
     if let Some(max) = a.max_wall_ms
         && out.wall > Duration::from_millis(max)
@@ -1013,10 +1075,24 @@ fn judge_clis(cases: &[&Case], failures: &mut Vec<String>) {
 
 #[test]
 fn the_hostile_corpus_is_contained() {
+    let cases = corpus(Select::Contained);
+    assert!(std::env::var_os("HOSTILE_ONLY").is_some() || cases.len() >= 60, "only {} attacks", cases.len());
+    run_corpus(cases);
+}
+
+/// The attacks that work today (`known_escape` in their attack.toml), each reported in
+/// the README and in the escape's issue; run with `--ignored` to see them fail.
+#[test]
+#[ignore = "escape: a guest creates a symlink in its read-write mount pointing outside it (relative target), planted for the user's own tools"]
+fn known_escapes_still_escape() {
+    let cases = corpus(Select::KnownEscapes);
+    assert!(!cases.is_empty(), "no attack is marked known_escape");
+    run_corpus(cases);
+}
+
+fn run_corpus(cases: Vec<Case>) {
     set_env_canaries();
     let started = Instant::now();
-    let cases = corpus();
-    assert!(std::env::var_os("HOSTILE_ONLY").is_some() || cases.len() >= 60, "only {} attacks", cases.len());
     let mut failures = Vec::new();
     let mut by_layout: BTreeMap<&'static str, World> = BTreeMap::new();
     let (mut runs, mut installs, mut clis) = (Vec::new(), Vec::new(), Vec::new());
@@ -1041,13 +1117,40 @@ fn the_hostile_corpus_is_contained() {
     let scratch = tempfile::tempdir().unwrap();
     let mut prepared = Vec::new();
     let mut refused_installs = 0;
-    for case in runs {
+    let staged: Vec<(Case, PathBuf, Capture, Capture)> = runs
+        .into_iter()
+        .map(|case| {
+            let world = world_of(case.attack.layout);
+            // Its scratch directory, where its read-write mount (if any) points.
+            std::fs::create_dir_all(world.ws.join(&case.name)).unwrap();
+            let forbidden = Capture::start(Reply::Echo, 0);
+            let allowed = Capture::start(case.attack.reply, forbidden.port);
+            let dir = assemble(world, &case, (allowed.port, forbidden.port), scratch.path());
+            (case, dir, allowed, forbidden)
+        })
+        .collect();
+    // Installs run on four threads at once (each one writes and syncs its files and the
+    // policy: concurrent installs are the normal case too).
+    let installed: Vec<anyhow::Result<()>> = std::thread::scope(|scope| {
+        let chunk = staged.len().div_ceil(4).max(1);
+        let handles: Vec<_> = staged
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(|| {
+                    part.iter()
+                        .map(|(case, dir, ..)| {
+                            world_of(case.attack.layout).lib.install(dir, &grant_for(case.attack.grant)).map(|_| ())
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    for ((case, dir, allowed, forbidden), installed) in staged.into_iter().zip(installed) {
         let world = world_of(case.attack.layout);
-        let forbidden = Capture::start(Reply::Echo, 0);
-        let allowed = Capture::start(case.attack.reply, forbidden.port);
         let ports = (allowed.port, forbidden.port);
-        let dir = assemble(world, &case, ports, scratch.path());
-        if let Err(e) = world.lib.install(&dir, &grant_for(case.attack.grant)) {
+        if let Err(e) = installed {
             let text = format!("{e:#}");
             let missing: Vec<&String> = case.attack.says.iter().filter(|s| !text.contains(s.as_str())).collect();
             if !case.attack.refused_at_install || !missing.is_empty() {

@@ -30,9 +30,13 @@ pub fn http(req: &Request) -> Result<String, String> {
         None => (rest, "/"),
     };
     let fields = Fields::new();
+    // A header the host refuses is skipped: the rest still go out, as an attacker's would.
+    let mut refused = Vec::new();
     for line in req.headers.lines().filter(|l| !l.trim().is_empty()) {
         let (name, value) = line.split_once(':').ok_or_else(|| format!("header line without a colon: {line}"))?;
-        fields.append(name.trim(), value.trim().as_bytes()).map_err(|e| format!("header {name} refused: {e:?}"))?;
+        if let Err(e) = fields.append(name.trim(), value.trim().as_bytes()) {
+            refused.push(format!("{name}: {e:?}"));
+        }
     }
     let request = OutgoingRequest::new(fields);
     let method = match req.method {
@@ -84,7 +88,7 @@ pub fn http(req: &Request) -> Result<String, String> {
     while let Ok(chunk) = stream.blocking_read(64 * 1024) {
         bytes.extend_from_slice(&chunk);
     }
-    Ok(format!("{status} [{}] {}", headers.join("; "), String::from_utf8_lossy(&bytes)))
+    Ok(format!("{status} [{}] {} (headers refused: {refused:?})", headers.join("; "), String::from_utf8_lossy(&bytes)))
 }
 
 /// `value` in the named encoding: the forms a scanner must see through.
