@@ -4,7 +4,7 @@
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 # Guest crates (skills-src/* with a Cargo.toml, and the test probe).
-guest_crates := "read-log-file query-issue-kb write-analysis-snapshot generate-report probe"
+guest_crates := "read-log-file query-issue-kb write-analysis-snapshot generate-report probe attack-fs attack-net attack-exfil attack-exhaust"
 
 default: demo
 
@@ -21,6 +21,10 @@ build-skills:
         wasm="target/wasm/wasm32-wasip2/guest/${name//-/_}.wasm"; \
         if [ -f "$dir/Cargo.toml" ]; then cp "$wasm" "target/skills/$name/skill.wasm"; fi; \
     done
+    # The hostile corpus's attacker components (tests/hostile/crates); tests/hostile_corpus.rs
+    # assembles each attack's skill dir from its SKILL.md and one of these.
+    mkdir -p target/skills/.hostile
+    for c in tests/hostile/crates/*/; do c=$(basename "$c"); cp "target/wasm/wasm32-wasip2/guest/${c//-/_}.wasm" target/skills/.hostile/; done
     @echo "skills built: $(ls target/skills | tr '\n' ' ')"
 
 # Build the host (release: tests, demo and bench share one build).

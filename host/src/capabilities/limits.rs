@@ -148,6 +148,23 @@ impl LimitsRequest {
         Ok(())
     }
 
+    /// Granted limits (`self`) bounded by what the skill `declared`: each field the grant
+    /// sets, lowered to the declared value; a field it leaves unset stays unset, so the
+    /// policy's `[limits]` keep capping it (an unset field read as the default would
+    /// override a lower global cap for any skill that merely asks for more).
+    pub fn granted_within(&self, declared: &LimitsRequest) -> LimitsRequest {
+        let f = |granted: Option<u64>, asked: Option<u64>| granted.map(|g| asked.map_or(g, |a| g.min(a)));
+        LimitsRequest {
+            wall_time_ms: f(self.wall_time_ms, declared.wall_time_ms),
+            cpu_time_ms: f(self.cpu_time_ms, declared.cpu_time_ms),
+            memory_mb: f(self.memory_mb, declared.memory_mb),
+            output_kb: f(self.output_kb, declared.output_kb),
+            max_new_memories: f(self.max_new_memories, declared.max_new_memories),
+            max_memory_bytes: f(self.max_memory_bytes, declared.max_memory_bytes),
+            stack_kb: f(self.stack_kb, declared.stack_kb),
+        }
+    }
+
     /// Per-field minimum of `self` (unset meaning the default) and `lower` where it is set.
     pub fn lowered_by(&self, lower: &LimitsRequest) -> LimitsRequest {
         let d = Limits::DEFAULT;

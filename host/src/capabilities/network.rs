@@ -212,7 +212,7 @@ impl NetRule {
 ///   decodes twice), a NUL or a control character, a raw `\`;
 /// - a segment that is a dot segment once its `;parameters` are cut (`..;x`: Tomcat and
 ///   Jetty strip path parameters before routing, so `/ok/..;/admin` reaches `/admin`);
-/// - dot segments that climb above the root;
+/// - dot segments that climb above the root, or over an empty segment (`//..`);
 /// - a malformed escape.
 pub fn normalize_path(path: &str) -> Option<String> {
     let bytes = path.as_bytes();
@@ -252,8 +252,12 @@ pub fn normalize_path(path: &str) -> Option<String> {
         }
         match *seg {
             "." => {}
+            // Climbing over an empty segment is read two ways: servers that merge slashes
+            // (nginx by default) resolve `/api//../admin` to `/admin`, not `/api/admin`.
             ".." => {
-                out.pop()?;
+                if out.pop()?.is_empty() {
+                    return None;
+                }
             }
             s => out.push(s),
         }

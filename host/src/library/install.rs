@@ -227,7 +227,7 @@ impl Library {
         // Decide grants before touching the installed copy, so a refused grant installs nothing.
         let granted_now = grants(&manifest)?.map(|g| Grant {
             capabilities: manifest.capabilities.intersect(&g.capabilities),
-            limits: g.limits.lowered_by(&manifest.limits),
+            limits: g.limits.granted_within(&manifest.limits),
         });
 
         // Stage, then swap in with renames.

@@ -6,7 +6,8 @@
 //! A mount that contains the skillhost home or the project policy file (or lies inside
 //! the home) is refused, and the call with it: through it a skill could grant itself
 //! rights, swap compiled code, read memory or truncate the audit log. A preopen cannot
-//! exclude a subtree, so refusing is the only safe answer.
+//! exclude a subtree, so refusing is the only safe answer. So is a mount in /proc, /sys or
+//! /dev: the host's process environments, its whole tree (`/proc/self/root`), its devices.
 //!
 //! What the guest then does inside its mounts is seen by the host too
 //! ([`super::filesystem_gate`]): writes are charged to the call's `disk_write_mb`, and
@@ -52,6 +53,9 @@ impl Enforce for Filesystem {
     }
 }
 
+/// Host directories no mount may be in.
+const KERNEL_DIRS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
 fn apply(
     mounts: &[Mount],
     paths: &BTreeMap<String, String>,
@@ -73,6 +77,16 @@ fn apply(
                 "mount {m} ({}) would expose {}, which holds the skillhost home or the project policy (grants, compiled code, installed skills, memory, audit log); refusing to run. Run from a directory that does not contain it or pass --workspace DIR, or keep the home elsewhere (SKILLHOST_HOME / --home)",
                 host.display(),
                 p.display()
+            );
+            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            anyhow::bail!(message);
+        }
+        // Kernel views of the host: /proc/<pid>/environ is the host's environment (API keys)
+        // and /proc/<pid>/root every file; /dev and /sys are its devices.
+        if let Some(kernel) = KERNEL_DIRS.iter().find(|k| host.starts_with(k)) {
+            let message = format!(
+                "mount {m} ({}) is inside {kernel}, the kernel's view of the host (process environments and files, devices); refusing to run. Mount a project directory instead",
+                host.display()
             );
             denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
             anyhow::bail!(message);

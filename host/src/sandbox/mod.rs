@@ -495,6 +495,8 @@ impl Runtime {
             CallError::Failed(m) => CallError::Failed(redact("the error", m)),
             CallError::InvalidParams(m) => CallError::InvalidParams(redact("the error", m)),
             CallError::Trap(m) => CallError::Trap(redact("the error", m)),
+            // A panic message is the guest's own text (quoted from its stderr), like a trap's.
+            CallError::Panic(m) => CallError::Panic(redact("the error", m)),
             other => other,
         });
         let logs: Vec<LogLine> = std::mem::take(&mut state.logs.lines)
@@ -507,7 +509,11 @@ impl Runtime {
         // The policy may fail a call that tried to hand back a held value at all, rather
         // than pass on its (redacted) result.
         let result = match result {
-            Ok(_) | Err(CallError::Failed(_)) | Err(CallError::InvalidParams(_)) | Err(CallError::Trap(_))
+            Ok(_)
+            | Err(CallError::Failed(_))
+            | Err(CallError::InvalidParams(_))
+            | Err(CallError::Trap(_))
+            | Err(CallError::Panic(_))
                 if leaked.get() && grant.secret_values.leak_action() == LeakAction::Fail =>
             {
                 Err(CallError::Failed(
