@@ -162,6 +162,9 @@ impl LimitsRequest {
             max_new_memories: f(self.max_new_memories, declared.max_new_memories),
             max_memory_bytes: f(self.max_memory_bytes, declared.max_memory_bytes),
             stack_kb: f(self.stack_kb, declared.stack_kb),
+            disk_write_mb: f(self.disk_write_mb, declared.disk_write_mb),
+            session_kb: f(self.session_kb, declared.session_kb),
+            log_kb: f(self.log_kb, declared.log_kb),
         }
     }
 
