@@ -1,42 +1,27 @@
 //! The memory system (SPEC §5) through its public API and real files: redb on disk, the
 //! tantivy index, daily notes, the real cl100k tokenizer.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::memory_store::{DAY_MS, clock, open_at, provenance, record};
 use skillhost::memory::{
     Memory, MemoryConfig, MemoryKind, MemoryStore, NewRecord, Provenance, SearchFilter, SearchOrder, count_tokens,
 };
 
-const DAY: u64 = 86_400_000;
+const DAY: u64 = DAY_MS;
 
 fn prov(skill: &str, hash: &str, step: u32) -> Provenance {
-    Provenance { skill: skill.into(), skill_hash: hash.into(), session: "sess-1".into(), step }
+    provenance(skill, hash, "sess-1", step)
 }
 
 fn rec(content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
-    NewRecord {
-        namespace: "default".into(),
-        kind,
-        content: content.into(),
-        priority,
-        tags: vec![],
-        provenance: prov("probe", "aaaa1111", 1),
-    }
-}
-
-/// A store with a clock the test moves.
-fn open_at(dir: &Path, clock: &Arc<AtomicU64>) -> Memory {
-    let c = clock.clone();
-    Memory::open(dir, MemoryConfig::default()).unwrap().with_clock(move || c.load(Ordering::SeqCst))
-}
-
-fn clock() -> Arc<AtomicU64> {
-    Arc::new(AtomicU64::new(1_790_000_000_000))
+    record(content, kind, priority, prov("probe", "aaaa1111", 1))
 }
 
 /// Small deterministic PRNG (xorshift64*), so a failure names a reproducible seed.

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::memory_eval::{self, print_table};
-use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig};
+use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig, archive_reason};
 
 fn config(model: EmbedModelChoice) -> MemoryConfig {
     MemoryConfig { embed_model: model, ..MemoryConfig::default() }
@@ -115,4 +115,71 @@ fn fusion_sweep() {
             t.abstained * 100.0
         );
     }
+}
+
+/// The update rules over the whole set: every memory added in day order (as `memory add`
+/// would), then each record archived as outdated must be one the set labels as replaced by
+/// its successor (the `supersedes` chain the newest-of-updates class is built on), and
+/// every labelled update must have replaced its predecessor. Lexical only: the rules do
+/// not depend on the model.
+#[test]
+fn updates_in_the_set_supersede_exactly_the_records_it_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let (memory, ids) = memory_eval::load(&dir.path().join("memory"), config(EmbedModelChoice::Off));
+    let set = memory_eval::memories();
+    let replaces: HashMap<&str, &str> =
+        set.iter().filter_map(|m| m.supersedes.as_deref().map(|old| (m.key.as_str(), old))).collect();
+    let content_of: HashMap<&str, &str> = set.iter().map(|m| (m.key.as_str(), m.content.as_str())).collect();
+    // Every key a record id holds (a merge folds several keys into one id).
+    let mut keys_of: HashMap<u64, Vec<&str>> = HashMap::new();
+    for (key, id) in &ids {
+        keys_of.entry(*id).or_default().push(key.as_str());
+    }
+    // Does `new` replace `old`, directly or through a chain of labelled updates?
+    let labelled = |new: &str, old: &str| {
+        let mut at = new;
+        while let Some(prev) = replaces.get(at) {
+            if *prev == old {
+                return true;
+            }
+            at = prev;
+        }
+        false
+    };
+    let archive = memory.archive().unwrap();
+    let mut outdated: Vec<(u64, u64)> = Vec::new();
+    let mut false_updates = Vec::new();
+    for e in archive.iter().filter(|e| e.reason == archive_reason::OUTDATED) {
+        let successor = e.superseded_by.expect("an outdated record names its successor");
+        outdated.push((e.record.id, successor));
+        let (olds, news) = (&keys_of[&e.record.id], &keys_of[&successor]);
+        if !olds.iter().any(|o| news.iter().any(|n| labelled(n, o))) {
+            false_updates.push(format!(
+                "{:?} -> {:?}",
+                e.record.content,
+                news.iter().map(|n| content_of[n]).collect::<Vec<_>>()
+            ));
+        }
+    }
+    let missed: Vec<String> = replaces
+        .iter()
+        .filter(|(new, old)| !outdated.contains(&(ids[**old], ids[**new])))
+        .map(|(new, old)| format!("{:?} -> {:?}", content_of[old], content_of[new]))
+        .collect();
+    let merged: Vec<String> = archive
+        .iter()
+        .filter(|e| e.reason == archive_reason::MERGED)
+        .map(|e| format!("{:?} into {:?}", e.record.content, e.merged_into.map(|id| keys_of[&id].clone())))
+        .collect();
+    println!("{} outdated, {} labelled updates, {} merges", outdated.len(), replaces.len(), merged.len());
+    for m in &merged {
+        println!("  merged: {m}");
+    }
+    assert!(
+        false_updates.is_empty(),
+        "{} records archived as outdated by a record the set does not label as their update:\n{}",
+        false_updates.len(),
+        false_updates.join("\n")
+    );
+    assert!(missed.is_empty(), "{} labelled updates did not supersede:\n{}", missed.len(), missed.join("\n"));
 }
