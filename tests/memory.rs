@@ -241,13 +241,15 @@ fn the_same_fact_in_different_words_becomes_one_record_with_both_provenances() {
     let zh1 = m.add(rec("串口乱码是波特率不匹配导致的", MemoryKind::Pitfall, 3)).unwrap();
     let zh2 = m.add(rec("波特率不匹配导致串口乱码", MemoryKind::Pitfall, 3)).unwrap();
     assert_eq!(zh1, zh2);
-    // Different numbers are different facts; a different topic is a different fact.
+    // Another number is not the same fact: a new measurement of the same thing updates
+    // it (a bare number is a value, issue 13); a different topic is a different fact.
     let n1 = m.add(rec("UART error count was 512 at 115200 baud", MemoryKind::Fact, 3)).unwrap();
     let n2 = m.add(rec("UART error count was 513 at 115200 baud", MemoryKind::Fact, 3)).unwrap();
     assert_ne!(n1, n2);
+    assert!(m.get(n1).unwrap().is_none(), "the older count is archived as outdated");
     let other = m.add(rec("DMA ring overrun drops bytes when the ISR is late", MemoryKind::Fact, 3)).unwrap();
     assert_ne!(other, id_a);
-    assert_eq!(m.live("default").unwrap().len(), 5, "before the negation checks");
+    assert_eq!(m.live("default").unwrap().len(), 4, "before the negation checks");
     // The folded-in version is in the archive and can come back as its own record.
     let archive = m.archive().unwrap();
     let merged: Vec<_> = archive.iter().filter(|e| e.reason == "merged").collect();

@@ -49,6 +49,16 @@ fn hybrid_search_finds_what_was_meant() {
     println!("loaded {} memories with embeddings in {:.1} s", ids.len(), started.elapsed().as_secs_f64());
     let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
     let hybrid = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
+    // The prompt recall rule (recent records plus the highest-priority relevant ones) must
+    // find a relevant record at least as often as search's top five.
+    let (mut recalled, mut graded) = (0usize, 0usize);
+    for q in memory_eval::queries().iter().filter(|q| q.cls != "none") {
+        let wanted: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
+        graded += 1;
+        recalled += usize::from(memory.recall("default", &q.query).unwrap().iter().any(|r| wanted.contains(&r.id)));
+    }
+    let recall_rate = recalled as f64 / graded as f64;
+    println!("recall rule finds a relevant record for {recalled} of {graded} queries ({recall_rate:.3})");
     drop(memory);
     let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
     let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
@@ -58,13 +68,13 @@ fn hybrid_search_finds_what_was_meant() {
     for miss in &hybrid.misses {
         println!("  hybrid miss at 5: {miss}");
     }
-    // Target 1.0. Since the update rules landed, one exact query ("青鸟小程序 微信审核") misses
-    // in every engine: its record is archived as outdated by another 青鸟小程序 record (a
-    // false update, open in the stop 17 note). The floor allows that one miss, no more.
-    assert!(hybrid.class("exact").r5() >= 0.96, "exact R@5 {:.3}", hybrid.class("exact").r5());
-    assert!(hybrid.overall().r5() >= 0.80, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
+    // Floors a little under what was measured (see the table `just bench` prints).
+    assert_eq!(hybrid.class("exact").r5(), 1.0, "exact R@5");
+    assert!(hybrid.overall().r5() >= 0.85, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
     assert!(hybrid.class("paraphrase").r5() >= 0.55, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
-    assert!(hybrid.class("crosslingual").r5() >= 0.6, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("crosslingual").r5() >= 0.7, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("newest").r5() >= 0.9, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
+    assert!(recall_rate >= hybrid.overall().r5(), "recall {recall_rate:.3} < search R@5 {:.3}", hybrid.overall().r5());
     // Hybrid must not lose what words alone found.
     assert!(hybrid.overall().mrr() >= lexical.overall().mrr());
     assert!(hybrid.abstained >= 0.5, "queries about nothing got answers: {:.0} %", hybrid.abstained * 100.0);

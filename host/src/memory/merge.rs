@@ -55,8 +55,9 @@ pub(crate) fn relation(old: &Statement, new: &Statement, threshold: f64) -> Rela
     let cover_max = shared.len() as f64 / max as f64;
     // ...and in words (Chinese as runs of shared character pairs, see `Statement::subject`):
     // a shared project name alone is one word, not five units.
-    let pair_cover_max =
-        old.subject.intersection(&new.subject).count() as f64 / old.subject.len().max(new.subject.len()).max(1) as f64;
+    let shared_pairs = old.subject.intersection(&new.subject).count() as f64;
+    let pair_cover_min = shared_pairs / old.subject.len().min(new.subject.len()).max(1) as f64;
+    let pair_cover_max = shared_pairs / old.subject.len().max(new.subject.len()).max(1) as f64;
     let substituted = only_old > 0 && only_new > 0;
     // Only the relation verb differs ("lives in Paris" / "likes Paris"): another statement
     // about the same object, not a new value of this one.
@@ -80,7 +81,13 @@ pub(crate) fn relation(old: &Statement, new: &Statement, threshold: f64) -> Rela
     let overlap = if new.marker {
         cover_min >= 0.5 && cover_max >= 0.34 && (cover_max >= 0.5 || old.shared_words(new) >= 2)
     } else {
-        cover_min >= 0.6 && cover_max >= 0.5 && (pair_cover_max >= 0.75 || old.shared_words(new) >= 2)
+        // Without a marker the pairs must be shared as widely as the characters: two facts
+        // of one project share many characters but few pairs beyond the name.
+        cover_min >= 0.6
+            && cover_max >= 0.5
+            && pair_cover_min >= 0.5
+            && pair_cover_max >= 0.5
+            && (pair_cover_max >= 0.75 || old.shared_words(new) >= 2)
     };
     let same_subject = ids_agree && (attribute || overlap);
     // A marker with something new ("is now Elena Rossi; Tom Becker left") changes the value
