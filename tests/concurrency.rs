@@ -8,9 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use skillhost::capabilities::{Access, Mount};
 use skillhost::capabilities::{CapabilitySet, Limits};
 use skillhost::memory::{Memory, MemoryConfig, MemoryStore};
-use skillhost::sandbox::{CallError, CallGrant, CallOutcome, Invocation, PreparedSkill, Runtime, RuntimeOptions};
+use skillhost::sandbox::{
+    CallError, CallGrant, CallOutcome, Invocation, MakeAhead, PreparedSkill, Runtime, RuntimeOptions,
+};
 
 struct Rig {
     runtime: Arc<Runtime>,
@@ -19,9 +22,13 @@ struct Rig {
 }
 
 fn rig(max_concurrent_calls: u32) -> Rig {
+    rig_with(RuntimeOptions { max_concurrent_calls, ..Default::default() })
+}
+
+fn rig_with(options: RuntimeOptions) -> Rig {
     let tmp = tempfile::tempdir().unwrap();
     let wasm = std::fs::read(common::probe_wasm()).unwrap();
-    let runtime = Runtime::with_options(tmp.path().join("cache"), RuntimeOptions { max_concurrent_calls }).unwrap();
+    let runtime = Runtime::with_options(tmp.path().join("cache"), options).unwrap();
     let sha = {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(&wasm))
@@ -255,5 +262,119 @@ fn a_call_over_its_memory_limit_does_not_disturb_the_others() {
         let (over, _) = over.await.unwrap();
         assert!(matches!(&over.result, Err(CallError::MemoryLimit(m)) if m.contains("8 MiB")), "{:?}", over.result);
         assert_eq!(fine.await.unwrap().0.result.unwrap().output, "allocated 2 MiB");
+    });
+}
+
+/// A rig whose every skill gets an instance made ahead from its second call on.
+fn rig_making_ahead() -> Rig {
+    rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Always })
+}
+
+/// Wait (at most 10 s) until `prepared` has an instance made ahead for its next call.
+fn wait_made_ahead(prepared: &PreparedSkill) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !prepared.has_instance_made_ahead() {
+        assert!(Instant::now() < until, "no instance was made ahead within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn reading(dir: &std::path::Path) -> CallGrant {
+    let mut g = grant(limits(2_000, 30_000));
+    g.capabilities.filesystem =
+        vec![Mount { host: dir.display().to_string(), guest: "/data".into(), access: Access::Read }];
+    g
+}
+
+#[test]
+fn an_instance_made_ahead_is_fresh_and_gets_only_its_own_calls_grant() {
+    let rig = rig_making_ahead();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("canary.txt"), "canary-7f3a").unwrap();
+    let read = || invocation("ahead", json!({"mode": "read-file", "arg": "/data/canary.txt"}));
+    let count = || invocation("ahead", json!({"mode": "count"}));
+    multi_thread().block_on(async {
+        let call = |g: CallGrant, inv: Invocation| {
+            let (runtime, prepared) = (rig.runtime.clone(), rig.prepared.clone());
+            async move { runtime.call(&prepared, g, inv).await }
+        };
+        // Two inline calls; the second leaves an instance made ahead.
+        for _ in 0..2 {
+            assert_eq!(
+                call(grant(limits(2_000, 30_000)), count()).await.result.unwrap().output,
+                "call 1 of this instance"
+            );
+        }
+        wait_made_ahead(&rig.prepared);
+        // The made-ahead instance serves one call, fresh, with that call's invocation.
+        let out = call(grant(limits(2_000, 30_000)), count()).await;
+        assert_eq!(out.result.unwrap().output, "call 1 of this instance");
+        // A grant given to one call is there for it and gone for the next one, both made ahead.
+        wait_made_ahead(&rig.prepared);
+        assert_eq!(call(reading(data.path()), read()).await.result.unwrap().output, "canary-7f3a");
+        wait_made_ahead(&rig.prepared);
+        let refused = call(grant(limits(2_000, 30_000)), read()).await;
+        let text = format!("{:?}", refused.result);
+        assert!(refused.result.is_err() && !text.contains("canary-7f3a"), "{text}");
+        wait_made_ahead(&rig.prepared);
+        let echo = call(
+            grant(limits(2_000, 30_000)),
+            Invocation {
+                session_id: "s-ahead".into(),
+                step: 7,
+                params: json!({"mode": "echo", "arg": "mine"}).to_string(),
+            },
+        )
+        .await;
+        assert_eq!(echo.result.unwrap().output, "s-ahead|7|mine");
+    });
+}
+
+#[test]
+fn concurrent_calls_with_instances_made_ahead_each_see_their_own_grant() {
+    let rig = rig_making_ahead();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("canary.txt"), "canary-91c2").unwrap();
+    multi_thread().block_on(async {
+        let t0 = Instant::now();
+        for round in 0..4 {
+            let pending: Vec<_> = (0..8)
+                .map(|i| {
+                    let g = if i % 2 == 0 { reading(data.path()) } else { grant(limits(2_000, 30_000)) };
+                    let mode = if i % 4 < 2 { "read-file" } else { "count" };
+                    let inv = invocation("c", json!({"mode": mode, "arg": "/data/canary.txt"}));
+                    (i, mode, spawn(&rig, g, inv, t0))
+                })
+                .collect();
+            for (i, mode, p) in pending {
+                let (out, _) = p.await.unwrap();
+                match (mode, i % 2 == 0) {
+                    ("count", _) => assert_eq!(out.result.unwrap().output, "call 1 of this instance", "round {round}"),
+                    (_, true) => assert_eq!(out.result.unwrap().output, "canary-91c2", "round {round}"),
+                    (_, false) => assert!(out.result.is_err(), "round {round}: call {i} read without a grant"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+#[test]
+fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inline_one() {
+    let rig = rig_making_ahead();
+    // No memory at all: whatever the probe had at instantiation is over it.
+    let tiny = Limits { memory_mb: 0, ..limits(2_000, 30_000) };
+    let inline = rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Never });
+    multi_thread().block_on(async {
+        for _ in 0..2 {
+            rig.runtime
+                .call(&rig.prepared, grant(limits(2_000, 30_000)), invocation("m", json!({"mode": "noop"})))
+                .await;
+        }
+        wait_made_ahead(&rig.prepared);
+        let ahead = rig.runtime.call(&rig.prepared, grant(tiny), invocation("m", json!({"mode": "noop"}))).await;
+        let never = inline.runtime.call(&inline.prepared, grant(tiny), invocation("m", json!({"mode": "noop"}))).await;
+        assert!(never.result.is_err(), "instantiating the probe should exceed a limit of 0 MiB: {:?}", never.result);
+        assert_eq!(format!("{:?}", ahead.result), format!("{:?}", never.result));
     });
 }

@@ -212,6 +212,47 @@ fn sdk_through_the_real_host(lang: Lang) {
     };
     assert_eq!(session("one"), json!({"before": null, "after": "one", "keys": ["py"]}));
     assert_eq!(session("two"), json!({"before": "one", "after": "two", "keys": ["py"]}));
+    if matches!(lang, Lang::Python) {
+        a_long_lived_host_makes_fresh_python_instances_ahead(home, &dir);
+    }
+}
+
+/// In one process (a server), a Python component is slow enough to instantiate that its
+/// next instance is made ahead; every call still gets a fresh one (module globals start over).
+fn a_long_lived_host_makes_fresh_python_instances_ahead(home: &Path, dir: &Path) {
+    use sha2::Digest;
+    use skillhost::capabilities::{CapabilitySet, Limits};
+    use skillhost::sandbox::{CallGrant, CompileOutcome, Invocation};
+    let library = skillhost::library::Library::open(home, None, None).unwrap();
+    let runtime = library.runtime().unwrap();
+    let wasm = std::fs::read(dir.join("skill.wasm")).unwrap();
+    let sha = hex::encode(sha2::Sha256::digest(&wasm));
+    let (prepared, outcome) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+    assert!(matches!(outcome, CompileOutcome::Hit { .. }), "{outcome:?}");
+    let grant = || CallGrant {
+        skill: "pymodes".into(),
+        skill_hash: sha.clone(),
+        capabilities: CapabilitySet::default(),
+        limits: Limits::DEFAULT,
+        paths: Default::default(),
+        store: None,
+        namespace: "default".into(),
+        secret_values: Default::default(),
+    };
+    let count =
+        || Invocation { session_id: "s".into(), step: 1, params: json!({"mode": "count", "arg": ""}).to_string() };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for call in 0..5 {
+        if call >= 2 {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !prepared.has_instance_made_ahead() {
+                assert!(std::time::Instant::now() < until, "no Python instance was made ahead before call {call}");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        let out = rt.block_on(runtime.call(&prepared, grant(), count()));
+        assert_eq!(out.result.unwrap().output, "call 1 of this instance", "call {call}");
+    }
 }
 
 #[test]

@@ -529,6 +529,31 @@ fn a_cache_entry_of_the_previous_format_is_verified_and_migrated() {
     assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
 }
 
+fn entries_of_other_engines_are_removed_when_a_component_is_compiled() {
+    let env = env_with_probe_installed();
+    let entry = cache_entry(env.home.path());
+    let stem = entry.file_stem().unwrap().to_string_lossy().into_owned();
+    let (component_sha, engine_key) = stem.split_once('-').unwrap();
+    let cache = env.home.path().join("cache");
+    // What an older skillhost left: the same component under another engine key, and another
+    // component (still installed for all we know) under that key.
+    let stale = [format!("{component_sha}-00000000deadbeef.cwasm"), format!("{component_sha}-00000000deadbeef.seal")];
+    let other = format!("{}-00000000deadbeef.cwasm", "ab".repeat(32));
+    for name in stale.iter().chain([&other]) {
+        std::fs::write(cache.join(name), b"old").unwrap();
+    }
+    std::fs::remove_file(&entry).unwrap();
+    let lib = env.library();
+    let r = run(&lib, "p", json!({"mode": "noop"}));
+    assert!(matches!(r.compile, Some(CompileOutcome::Recompiled { .. })), "{:?}", r.compile);
+    for name in &stale {
+        assert!(!cache.join(name).exists(), "{name} was left behind");
+    }
+    assert!(cache.join(&other).exists(), "another component's entry is not this compile's to remove");
+    assert!(cache.join(format!("{component_sha}-{engine_key}.cwasm")).exists());
+    assert!(cache.join(format!("{component_sha}-{engine_key}.seal")).exists());
+}
+
 /// Recursion this deep needs about 2 MiB of wasm stack (~100 bytes a frame): it overflows
 /// the default 512 KiB and fits in 4 MiB.
 const DEEP_RECURSION: u64 = 20_000;
@@ -757,6 +782,7 @@ on_both_runtimes!(
     a_cache_entry_with_a_forged_seal_is_recompiled,
     a_copied_home_loads_its_compiled_skills_without_recompiling,
     a_cache_entry_of_the_previous_format_is_verified_and_migrated,
+    entries_of_other_engines_are_removed_when_a_component_is_compiled,
     a_skill_gets_the_stack_it_asks_for_within_the_policy,
     a_stack_request_outside_the_sizes_is_refused_at_install,
     tampered_installed_component_is_refused,

@@ -13,13 +13,17 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use skillhost::capabilities::{CapabilitySet, Limits};
-use skillhost::sandbox::{CallGrant, Invocation, PreparedSkill, Runtime};
+use skillhost::sandbox::{CallGrant, Invocation, MakeAhead, PreparedSkill, Runtime, RuntimeOptions};
 
 struct Figures {
     size_kib: usize,
     compile: Duration,
     cache_load: Duration,
+    /// Calls 3 ms apart (a server between model turns): the skill's next instance is made
+    /// ahead if its instantiation is slow.
     warm_p50: Duration,
+    /// Back to back, every call instantiating inline (`MakeAhead::Never`).
+    inline_p50: Duration,
     process_p50: Duration,
 }
 
@@ -57,10 +61,11 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
         })
         .collect());
 
-    let runtime = Runtime::new(cache).unwrap();
-    let (prepared, _) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+    let made_ahead = Runtime::new(cache.clone()).unwrap();
+    let inline =
+        Runtime::with_options(cache, RuntimeOptions { make_ahead: MakeAhead::Never, ..Default::default() }).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let call = |prepared: &PreparedSkill| {
+    let call = |runtime: &Runtime, prepared: &PreparedSkill| {
         let grant = CallGrant {
             skill: name.into(),
             skill_hash: sha.clone(),
@@ -75,23 +80,30 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
         let out = rt.block_on(runtime.call(prepared, grant, inv));
         assert!(out.result.is_ok(), "{name}: {:?}", out.result);
     };
-    for _ in 0..20 {
-        call(&prepared);
-    }
-    // `SKILLHOST_BENCH_PROFILE=warm`: only warm calls of the last language, for `perf record`.
-    if std::env::var("SKILLHOST_BENCH_PROFILE").as_deref() == Ok("warm") && name != "probe" {
-        for _ in 0..2000 {
-            call(&prepared);
+    let timed = |runtime: &Runtime, apart: Duration| {
+        let (prepared, _) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
+        for _ in 0..20 {
+            call(runtime, &prepared);
         }
-        std::process::exit(0);
-    }
-    let warm_p50 = p50((0..300)
-        .map(|_| {
-            let started = Instant::now();
-            call(&prepared);
-            started.elapsed()
-        })
-        .collect());
+        // `SKILLHOST_BENCH_PROFILE=warm`: only inline warm calls of the first language after
+        // the probe, for `perf record`.
+        if std::env::var("SKILLHOST_BENCH_PROFILE").as_deref() == Ok("warm") && name != "probe" {
+            for _ in 0..2000 {
+                call(runtime, &prepared);
+            }
+            std::process::exit(0);
+        }
+        p50((0..300)
+            .map(|_| {
+                std::thread::sleep(apart);
+                let started = Instant::now();
+                call(runtime, &prepared);
+                started.elapsed()
+            })
+            .collect())
+    };
+    let inline_p50 = timed(&inline, Duration::ZERO);
+    let warm_p50 = timed(&made_ahead, Duration::from_millis(3));
 
     // The whole CLI process: a home with the skill installed, then `skill run` per call.
     let home = tmp.join(format!("home-{name}"));
@@ -116,7 +128,7 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
             started.elapsed()
         })
         .collect());
-    Figures { size_kib: wasm.len() / 1024, compile, cache_load, warm_p50, process_p50 }
+    Figures { size_kib: wasm.len() / 1024, compile, cache_load, warm_p50, inline_p50, process_p50 }
 }
 
 /// A guest toolchain: the path `env` names, else where `.ci/guest-toolchains` puts it.
@@ -190,20 +202,24 @@ fn main() {
     }
 
     let base = &rows[0].1;
-    println!("skillhost guest-language benchmark (ratios to the Rust probe in the same run)");
     println!(
-        "  {:<18} {:>9} {:>12} {:>12} {:>18} {:>20}",
-        "language", "size KiB", "compile ms", "cache ms", "warm p50 us", "skill run p50 ms"
+        "skillhost guest-language benchmark (ratios to the Rust probe in the same run; warm: calls 3 ms apart, the next instance made ahead for a skill slow to instantiate; inline: back to back, instantiating in the call, ratio to warm)"
+    );
+    println!(
+        "  {:<18} {:>9} {:>12} {:>12} {:>18} {:>20} {:>20}",
+        "language", "size KiB", "compile ms", "cache ms", "warm p50 us", "inline p50 us", "skill run p50 ms"
     );
     for (name, f) in &rows {
         println!(
-            "  {:<18} {:>9} {:>12.1} {:>12.1} {:>9.1} ({:>5.1}x) {:>11.1} ({:>5.1}x)",
+            "  {:<18} {:>9} {:>12.1} {:>12.1} {:>9.1} ({:>5.1}x) {:>9.1} ({:>5.2}x w) {:>11.1} ({:>5.1}x)",
             name,
             f.size_kib,
             ms(f.compile),
             ms(f.cache_load),
             f.warm_p50.as_secs_f64() * 1e6,
             f.warm_p50.as_secs_f64() / base.warm_p50.as_secs_f64(),
+            f.inline_p50.as_secs_f64() * 1e6,
+            f.inline_p50.as_secs_f64() / f.warm_p50.as_secs_f64(),
             ms(f.process_p50),
             f.process_p50.as_secs_f64() / base.process_p50.as_secs_f64(),
         );

@@ -237,6 +237,7 @@ impl FileStamp {
 /// were hashed and found good, and the file has not changed since". Anyone who cannot read
 /// the key cannot forge a seal, so a writer of the sealed files alone (a damaged disk, a
 /// stray tool, a mount that somehow reached them) gets a re-verification, never trust.
+#[derive(Clone)]
 pub struct SealKey(ring::hmac::Key);
 
 impl SealKey {

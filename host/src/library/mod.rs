@@ -240,7 +240,8 @@ impl Library {
         init_once(&self.runtime, &self.runtime_init, || {
             self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);
             let protected = std::iter::once(self.root.clone()).chain(self.policy.project.clone());
-            Ok(Runtime::new(self.root.join("cache"))?.protecting(protected))
+            let runtime = Runtime::new(self.root.join("cache"))?.protecting(protected);
+            Ok(runtime.sealing_with(self.seal_key().cloned()))
         })
     }
 

@@ -94,6 +94,11 @@ impl CompileCache {
         CompileCache { dir, engine_key: format!("{:016x}", h.finish()), key: OnceLock::new() }
     }
 
+    /// Use `key` (the host key its owner already loaded) instead of loading it again.
+    pub fn use_key(&mut self, key: Option<SealKey>) {
+        self.key = OnceLock::from(key);
+    }
+
     fn path_for(&self, sha256: &str) -> PathBuf {
         self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
     }
@@ -242,7 +247,26 @@ impl CompileCache {
             component.serialize().map_err(anyhow::Error::from).context("cannot serialize the compiled component")?;
         create_private_dir(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
         self.store_payload(&self.path_for(sha256), sha256, &payload)?;
+        self.remove_other_engines(sha256);
         Ok((component, ms))
+    }
+
+    /// Remove this component's entries compiled by other engines (an older skillhost or
+    /// wasmtime): nothing loads them again, and a Python component's entry is ~35 MB.
+    fn remove_other_engines(&self, sha256: &str) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else { return };
+        let ours = format!("{sha256}-{}.", self.engine_key);
+        for entry in dir.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let stale = name.starts_with(sha256)
+                && name.as_bytes().get(sha256.len()) == Some(&b'-')
+                && (name.ends_with(".cwasm") || name.ends_with(".seal"))
+                && !name.starts_with(&ours);
+            if stale {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Write the payload, then its seal: a crash in between leaves a payload whose old (or

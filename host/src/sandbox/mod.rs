@@ -26,6 +26,7 @@ mod imports;
 mod log;
 mod memory;
 mod network;
+mod ready;
 mod secrets;
 mod session;
 mod sockets;
@@ -33,7 +34,7 @@ mod toolchain;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,7 @@ pub use cache::{CompileOutcome, ComponentBytes};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
+pub use ready::MakeAhead;
 pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
@@ -100,11 +102,14 @@ pub struct RuntimeOptions {
     /// Calls running at once (instances in the pool). Further calls wait for a slot, up
     /// to their wall-time limit, then fail with "host busy".
     pub max_concurrent_calls: u32,
+    /// Whether skills slow to instantiate get an instance made ahead of their next call
+    /// (see [`MakeAhead`]; made-ahead instances hold pool slots of their own).
+    pub make_ahead: MakeAhead,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        RuntimeOptions { max_concurrent_calls: 64 }
+        RuntimeOptions { max_concurrent_calls: 64, make_ahead: MakeAhead::default() }
     }
 }
 
@@ -126,6 +131,9 @@ pub struct Runtime {
     ticker: Arc<AtomicBool>,
     admission: Semaphore,
     max_calls: u32,
+    make_ahead: MakeAhead,
+    /// Made-ahead instances this runtime may still hold (see [`ready`]).
+    ahead_budget: Arc<AtomicUsize>,
     /// Host paths no mount may expose (see `filesystem`).
     protected: Vec<PathBuf>,
 }
@@ -143,6 +151,14 @@ pub struct PreparedSkill {
     pre: SkillPre<CallState>,
     component: Component,
     larger: Arc<[OnceLock<SkillPre<CallState>>; Limits::STACK_TIERS_KB.len()]>,
+    ready: Arc<ready::ReadySlot>,
+}
+
+impl PreparedSkill {
+    /// Whether an instance is waiting, made ahead, for this skill's next call.
+    pub fn has_instance_made_ahead(&self) -> bool {
+        self.ready.has_one()
+    }
 }
 
 impl StackTier {
@@ -210,8 +226,9 @@ impl Runtime {
 
     pub fn with_options(cache_dir: PathBuf, options: RuntimeOptions) -> Result<Runtime> {
         let calls = options.max_concurrent_calls.max(1);
+        let ahead = if options.make_ahead == MakeAhead::Never { 0 } else { ready::MAX_MADE_AHEAD };
         let ticker = Arc::new(AtomicBool::new(false));
-        let default_tier = StackTier::new(Limits::STACK_TIERS_KB[0], calls, &ticker)?;
+        let default_tier = StackTier::new(Limits::STACK_TIERS_KB[0], calls + ahead as u32, &ticker)?;
         let cache = cache::CompileCache::new(cache_dir, &default_tier.engine);
         let tiers =
             std::array::from_fn(|i| if i == 0 { OnceLock::from(default_tier.clone()) } else { OnceLock::new() });
@@ -222,6 +239,8 @@ impl Runtime {
             ticker,
             admission: Semaphore::new(calls as usize),
             max_calls: calls,
+            make_ahead: options.make_ahead,
+            ahead_budget: Arc::new(AtomicUsize::new(ahead)),
             protected: Vec::new(),
         })
     }
@@ -239,7 +258,8 @@ impl Runtime {
         if let Some(t) = self.tiers[index].get() {
             return Ok(t);
         }
-        let tier = StackTier::new(Limits::STACK_TIERS_KB[index], self.max_calls, &self.ticker)?;
+        let ahead = if self.make_ahead == MakeAhead::Never { 0 } else { ready::MAX_MADE_AHEAD as u32 };
+        let tier = StackTier::new(Limits::STACK_TIERS_KB[index], self.max_calls + ahead, &self.ticker)?;
         Ok(self.tiers[index].get_or_init(|| tier))
     }
 
@@ -253,6 +273,13 @@ impl Runtime {
     /// The engine of the default stack size.
     pub fn engine(&self) -> &Engine {
         &self.default_tier().engine
+    }
+
+    /// Seal compile-cache entries with `key` (the home's host key, which the library has
+    /// loaded already) rather than loading it a second time.
+    pub fn sealing_with(mut self, key: Option<crate::fsutil::SealKey>) -> Runtime {
+        self.cache.use_key(key);
+        self
     }
 
     /// Calls this runtime runs at once.
@@ -296,7 +323,8 @@ impl Runtime {
         let (component, outcome) =
             self.cache.load(self.engine(), &checked, sha256, progress).map_err(explain_compile_error)?;
         let pre = link(&self.default_tier().linker, &component)?;
-        Ok((PreparedSkill { pre, component, larger: Arc::new(Default::default()) }, outcome))
+        let ready = Arc::new(ready::ReadySlot::new());
+        Ok((PreparedSkill { pre, component, larger: Arc::new(Default::default()), ready }, outcome))
     }
 
     /// `skill` linked for the stack tier `index`: the default one, or (first call of this
@@ -363,8 +391,17 @@ impl Runtime {
                 return CallOutcome::failed(e, denials, started);
             }
         };
-        let engine = pre.engine().clone();
-        let mut store = Store::new(&engine, state);
+        // An instance made ahead (never run, no capability) takes this call's state before
+        // any export runs; one whose instantiation used more memory than this call may have
+        // is dropped, and the inline instantiation below reports the limit as before.
+        let (mut store, made_ahead) = match skill.ready.take(tier) {
+            Some(made) if made.store.data().limiter.total <= state.limiter.max => {
+                let mut store = made.store;
+                store.data_mut().adopt(state);
+                (store, Some(made.instance))
+            }
+            _ => (Store::new(pre.engine(), state), None),
+        };
         store.limiter(|s| &mut s.limiter);
         let meter = Arc::new(cpu::CpuMeter::default());
         let deadline_meter = meter.clone();
@@ -395,12 +432,21 @@ impl Runtime {
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         });
 
+        let mut inline_instantiation = None;
         let result = {
             let run = async {
-                let instance = pre
-                    .instantiate_async(&mut store)
-                    .await
-                    .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
+                let instance = match made_ahead {
+                    Some(instance) => instance,
+                    None => {
+                        let instantiating = Instant::now();
+                        let instance = pre
+                            .instantiate_async(&mut store)
+                            .await
+                            .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
+                        inline_instantiation = Some(instantiating.elapsed());
+                        instance
+                    }
+                };
                 match instance.call_execute(&mut store, &invocation.to_wit()).await {
                     Err(e) => Err(classify_trap(e, store.data_mut(), &limits, &stderr)),
                     Ok(Err(wit::SkillError::InvalidParams(m))) => Err(CallError::InvalidParams(m)),
@@ -417,6 +463,8 @@ impl Runtime {
         };
         let execute_end = Instant::now();
         let mut state = store.into_data();
+        skill.ready.called(inline_instantiation);
+        skill.ready.refill(self.make_ahead, &self.ahead_budget, tier, pre);
         // Everything handed back is scrubbed of held values (secrets, granted env values)
         // before the denials are collected: a redaction is itself a denial.
         let caps = &state.caps;
@@ -564,6 +612,35 @@ impl CallState {
             logs: log::LogBuffer::default(),
             stopped: None,
         })
+    }
+}
+
+impl CallState {
+    /// The state a made-ahead instance is instantiated in: no capability, no grant.
+    fn with_nothing() -> Result<CallState> {
+        let grant = CallGrant {
+            skill: String::new(),
+            skill_hash: String::new(),
+            capabilities: CapabilitySet::default(),
+            limits: Limits::CEILING,
+            paths: BTreeMap::new(),
+            store: None,
+            namespace: String::new(),
+            secret_values: SecretValues::default(),
+        };
+        let invocation = Invocation { session_id: String::new(), step: 0, params: "{}".into() };
+        let sink = || MemoryOutputPipe::new(1024);
+        let mut denials = Vec::new();
+        CallState::new(&grant, &invocation, &[], sink(), sink(), &mut denials)
+    }
+
+    /// Take `call`'s state for a made-ahead instance: everything but what instantiation
+    /// created (resource handles, memory in use).
+    fn adopt(&mut self, mut call: CallState) {
+        call.table = std::mem::replace(&mut self.table, bounded_table());
+        call.limiter.total = self.limiter.total;
+        call.limiter.peak = self.limiter.peak;
+        *self = call;
     }
 }
 

@@ -4,6 +4,9 @@ import json
 
 from skillhost_sdk import Context, InvalidParams, Result, world
 
+# Calls this instance has served (mode `count`): 1 in every call of a fresh instance.
+CALLS = 0
+
 
 def execute(ctx: Context, params: dict) -> Result:
     mode, arg = params["mode"], params["arg"]
@@ -25,6 +28,10 @@ def execute(ctx: Context, params: dict) -> Result:
         before = ctx.session_get("py")
         ctx.session_set("py", arg)
         return Result.success(json.dumps({"before": before, "after": ctx.session_get("py"), "keys": ctx.session_keys()}))
+    if mode == "count":
+        global CALLS
+        CALLS += 1
+        return Result.success(f"call {CALLS} of this instance")
     raise InvalidParams(f"mode: unknown mode {mode!r}")
 
 

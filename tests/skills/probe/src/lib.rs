@@ -23,6 +23,9 @@ struct Params {
 
 struct Probe;
 
+/// Calls this instance has served (`count`): 1 in every call of a fresh instance.
+static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// Recursion `n` deep on the wasm stack: several live values per frame, and work after
 /// the call so the compiler cannot make it a loop.
 #[inline(never)]
@@ -42,6 +45,10 @@ impl Skill for Probe {
     fn execute(p: Params, ctx: &Context) -> Result<SkillResult, SkillError> {
         match p.mode.as_str() {
             "noop" => Ok(SkillResult::success("ok")),
+            "count" => {
+                let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                Ok(SkillResult::success(format!("call {n} of this instance")))
+            }
             "recurse" => Ok(SkillResult::success(format!("depth {} ({})", p.n, deep(p.n, 1, 2, 3, 4) % 10))),
             "echo" => Ok(SkillResult::success(format!("{}|{}|{}", ctx.session_id(), ctx.step(), p.arg))),
             "loop" => {

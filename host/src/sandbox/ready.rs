@@ -1,0 +1,209 @@
+//! Instances made ahead of calls, for components that are slow to instantiate.
+//!
+//! A Python component is a dozen dynamically linked core modules; wasmtime fills their
+//! shared function table eagerly (its segments sit at offsets only known at link time), so
+//! instantiating one costs over a millisecond, more than the call itself. For such a skill
+//! the runtime keeps one instance made ahead on the blocking pool after each call, and the
+//! next call starts at `execute`.
+//!
+//! Isolation is unchanged: a made-ahead instance has never run a call. It was instantiated
+//! with no capability at all (a WASI context with nothing in it, no grant), and the call's
+//! own state (WASI context, capabilities, limits, pipes) replaces that before any export
+//! runs; only what instantiation itself created (the resource table, memory accounting)
+//! carries over. Each instance serves one call and is dropped with it, as before.
+//!
+//! Whether a skill is worth it is measured, not guessed: the first instantiations are timed
+//! inline, and only a component slower than [`WORTH_MAKING_AHEAD`] gets made-ahead instances
+//! (a Rust component instantiates in tens of microseconds, less than the hand-off costs).
+//! Nothing is made ahead before a skill's second call, so a one-shot `skill run` pays nothing.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use wasmtime::{Store, UpdateDeadline};
+
+use super::CallState;
+use super::bindings::{Skill, SkillPre};
+
+/// Instantiation slower than this (the faster of a skill's first two) makes instances ahead.
+pub(crate) const WORTH_MAKING_AHEAD: Duration = Duration::from_micros(250);
+/// Made-ahead instances one runtime holds at once (each holds a pool slot).
+pub(crate) const MAX_MADE_AHEAD: usize = 16;
+/// Wall time a background instantiation may take (start functions run guest code).
+const MAKE_AHEAD_WALL: Duration = Duration::from_secs(2);
+
+/// When a runtime makes instances ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MakeAhead {
+    /// For skills whose instantiation is measured slower than [`WORTH_MAKING_AHEAD`].
+    #[default]
+    WhenSlow,
+    /// For every skill from its second call on (tests, and hosts that want the lowest latency).
+    Always,
+    /// Never: every call instantiates inline.
+    Never,
+}
+
+/// One instance ready for a call, with the stack tier it was made for.
+pub(crate) struct Made {
+    pub tier: usize,
+    pub store: Store<CallState>,
+    pub instance: Skill,
+    _held: Held,
+}
+
+/// A unit of the runtime's made-ahead budget, given back on drop.
+struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    fn take(budget: &Arc<AtomicUsize>) -> Option<Held> {
+        budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).ok()?;
+        Some(Held(budget.clone()))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A skill's made-ahead instance and what decides whether it gets one.
+#[derive(Default)]
+pub(crate) struct ReadySlot {
+    made: Mutex<Option<Made>>,
+    refilling: AtomicBool,
+    calls: AtomicU32,
+    /// Fastest inline instantiation seen, in µs (`u64::MAX`: none yet).
+    fastest_us: AtomicU64,
+    inline_seen: AtomicU32,
+    /// A background instantiation failed: this skill is instantiated inline from now on.
+    broken: AtomicBool,
+}
+
+impl ReadySlot {
+    pub fn new() -> ReadySlot {
+        ReadySlot { fastest_us: AtomicU64::new(u64::MAX), ..Default::default() }
+    }
+
+    /// The instance made ahead for `tier`, if there is one (another tier's is dropped).
+    pub fn take(&self, tier: usize) -> Option<Made> {
+        let made = self.made.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        (made.tier == tier).then_some(made)
+    }
+
+    pub fn has_one(&self) -> bool {
+        self.made.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Count a call, and time an inline instantiation.
+    pub fn called(&self, inline_instantiation: Option<Duration>) {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        if let Some(took) = inline_instantiation {
+            self.fastest_us.fetch_min(took.as_micros() as u64, Ordering::AcqRel);
+            self.inline_seen.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn wanted(&self, policy: MakeAhead) -> bool {
+        if self.broken.load(Ordering::Acquire) || self.calls.load(Ordering::Acquire) < 2 {
+            return false;
+        }
+        match policy {
+            MakeAhead::Never => false,
+            MakeAhead::Always => true,
+            MakeAhead::WhenSlow => {
+                self.inline_seen.load(Ordering::Acquire) >= 2
+                    && self.fastest_us.load(Ordering::Acquire) >= WORTH_MAKING_AHEAD.as_micros() as u64
+            }
+        }
+    }
+
+    /// After a call: make the next instance on the blocking pool if this skill wants one,
+    /// has none and the runtime's budget allows. Needs a tokio runtime (calls run on one).
+    pub fn refill(
+        self: &Arc<Self>,
+        policy: MakeAhead,
+        budget: &Arc<AtomicUsize>,
+        tier: usize,
+        pre: SkillPre<CallState>,
+    ) {
+        if !self.wanted(policy) || self.has_one() || self.refilling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(held) = Held::take(budget) else {
+            self.refilling.store(false, Ordering::Release);
+            return;
+        };
+        let (slot, handle) = (self.clone(), tokio::runtime::Handle::current());
+        tokio::task::spawn_blocking(move || {
+            match handle.block_on(make(&pre)) {
+                Ok((store, instance)) => {
+                    let made = Made { tier, store, instance, _held: held };
+                    *slot.made.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
+                }
+                // The next call instantiates inline and reports the error with its own limits.
+                Err(_) => slot.broken.store(true, Ordering::Release),
+            }
+            slot.refilling.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// Instantiate `pre` in a store with no capability, bounded in time and memory.
+async fn make(pre: &SkillPre<CallState>) -> wasmtime::Result<(Store<CallState>, Skill)> {
+    let state = CallState::with_nothing().map_err(|e| wasmtime::Error::msg(format!("{e:#}")))?;
+    let mut store = Store::new(pre.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    let started = Instant::now();
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if started.elapsed() >= MAKE_AHEAD_WALL {
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        Ok(UpdateDeadline::Continue(1))
+    });
+    let instance = pre.instantiate_async(&mut store).await?;
+    Ok((store, instance))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot_after(calls: &[Option<u64>]) -> ReadySlot {
+        let slot = ReadySlot::new();
+        for c in calls {
+            slot.called(c.map(Duration::from_micros));
+        }
+        slot
+    }
+
+    #[test]
+    fn only_a_skill_slow_to_instantiate_is_made_ahead_and_only_from_its_second_call() {
+        // One call, however slow: a one-shot `skill run` never pays for a background instance.
+        assert!(!slot_after(&[Some(5_000)]).wanted(MakeAhead::WhenSlow));
+        assert!(slot_after(&[Some(1_300), Some(1_900)]).wanted(MakeAhead::WhenSlow));
+        // The faster of the first instantiations decides: one slow outlier is not enough.
+        assert!(!slot_after(&[Some(2_000), Some(20)]).wanted(MakeAhead::WhenSlow));
+        assert!(!slot_after(&[Some(30), Some(25), Some(40)]).wanted(MakeAhead::WhenSlow));
+        assert!(slot_after(&[Some(30), Some(25)]).wanted(MakeAhead::Always));
+        assert!(!slot_after(&[Some(3_000), Some(3_000)]).wanted(MakeAhead::Never));
+        let broken = slot_after(&[Some(3_000), Some(3_000)]);
+        broken.broken.store(true, Ordering::Release);
+        assert!(!broken.wanted(MakeAhead::Always));
+    }
+
+    #[test]
+    fn the_budget_of_made_ahead_instances_is_given_back_on_drop() {
+        let budget = Arc::new(AtomicUsize::new(2));
+        let (a, b) = (Held::take(&budget).unwrap(), Held::take(&budget).unwrap());
+        assert!(Held::take(&budget).is_none());
+        drop(a);
+        assert_eq!(budget.load(Ordering::Acquire), 1);
+        drop(b);
+        assert_eq!(budget.load(Ordering::Acquire), 2);
+    }
+}
