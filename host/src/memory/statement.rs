@@ -775,15 +775,14 @@ impl Statement {
         let mut i = 0;
         while i < chars.len() {
             let c = chars[i];
-            if !CJK_PARTICLES.contains(&c)
-                && !marker[i]
-                && !generic[i]
-                && !(is_cjk_numeral(c) && !not_number[i])
-                && !(CJK_NEGATIONS.contains(&c) && !not_negation[i])
-            {
-                segment.push(c);
-            } else {
+            // Particles, markers, generic words, numerals and negations end a content segment.
+            let numeral = is_cjk_numeral(c) && !not_number[i];
+            let negation = CJK_NEGATIONS.contains(&c) && !not_negation[i];
+            let dropped = CJK_PARTICLES.contains(&c) || marker[i] || generic[i] || numeral || negation;
+            if dropped {
                 self.end_segment(&mut segment);
+            } else {
+                segment.push(c);
             }
             if marker[i] {
                 self.marker = true;
