@@ -1,42 +1,27 @@
 //! The memory system (SPEC §5) through its public API and real files: redb on disk, the
 //! tantivy index, daily notes, the real cl100k tokenizer.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::memory_store::{DAY_MS, clock, open_at, provenance, record};
 use skillhost::memory::{
     Memory, MemoryConfig, MemoryKind, MemoryStore, NewRecord, Provenance, SearchFilter, SearchOrder, count_tokens,
 };
 
-const DAY: u64 = 86_400_000;
+const DAY: u64 = DAY_MS;
 
 fn prov(skill: &str, hash: &str, step: u32) -> Provenance {
-    Provenance { skill: skill.into(), skill_hash: hash.into(), session: "sess-1".into(), step }
+    provenance(skill, hash, "sess-1", step)
 }
 
 fn rec(content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
-    NewRecord {
-        namespace: "default".into(),
-        kind,
-        content: content.into(),
-        priority,
-        tags: vec![],
-        provenance: prov("probe", "aaaa1111", 1),
-    }
-}
-
-/// A store with a clock the test moves.
-fn open_at(dir: &Path, clock: &Arc<AtomicU64>) -> Memory {
-    let c = clock.clone();
-    Memory::open(dir, MemoryConfig::default()).unwrap().with_clock(move || c.load(Ordering::SeqCst))
-}
-
-fn clock() -> Arc<AtomicU64> {
-    Arc::new(AtomicU64::new(1_790_000_000_000))
+    record(content, kind, priority, prov("probe", "aaaa1111", 1))
 }
 
 /// Small deterministic PRNG (xorshift64*), so a failure names a reproducible seed.
@@ -256,13 +241,15 @@ fn the_same_fact_in_different_words_becomes_one_record_with_both_provenances() {
     let zh1 = m.add(rec("串口乱码是波特率不匹配导致的", MemoryKind::Pitfall, 3)).unwrap();
     let zh2 = m.add(rec("波特率不匹配导致串口乱码", MemoryKind::Pitfall, 3)).unwrap();
     assert_eq!(zh1, zh2);
-    // Different numbers are different facts; a different topic is a different fact.
+    // Another number is not the same fact: a new measurement of the same thing updates
+    // it (a bare number is a value, issue 13); a different topic is a different fact.
     let n1 = m.add(rec("UART error count was 512 at 115200 baud", MemoryKind::Fact, 3)).unwrap();
     let n2 = m.add(rec("UART error count was 513 at 115200 baud", MemoryKind::Fact, 3)).unwrap();
     assert_ne!(n1, n2);
+    assert!(m.get(n1).unwrap().is_none(), "the older count is archived as outdated");
     let other = m.add(rec("DMA ring overrun drops bytes when the ISR is late", MemoryKind::Fact, 3)).unwrap();
     assert_ne!(other, id_a);
-    assert_eq!(m.live("default").unwrap().len(), 5, "before the negation checks");
+    assert_eq!(m.live("default").unwrap().len(), 4, "before the negation checks");
     // The folded-in version is in the archive and can come back as its own record.
     let archive = m.archive().unwrap();
     let merged: Vec<_> = archive.iter().filter(|e| e.reason == "merged").collect();

@@ -226,3 +226,64 @@ mod store {
         assert_eq!(stats.vectors, cities.len());
     }
 }
+
+/// `[memory] embed_model` in skillhost.toml picks the model (a path relative to the home, or
+/// "off"), the environment variable wins over it, `memory model status` says where the
+/// setting came from, and a bad value is an error naming the file and the key.
+#[test]
+fn the_model_setting_comes_from_the_environment_then_skillhost_toml() {
+    let home = tempfile::tempdir().unwrap();
+    let toml = home.path().join("skillhost.toml");
+    let status = |env: Option<&str>| {
+        let mut c = assert_cmd::Command::cargo_bin("skillhost").unwrap();
+        c.env("SKILLHOST_HOME", home.path()).env_remove("RUST_LOG").args(["--json", "memory", "model", "status"]);
+        match env {
+            Some(v) => c.env("SKILLHOST_EMBED_MODEL", v),
+            None => c.env_remove("SKILLHOST_EMBED_MODEL"),
+        };
+        c.output().unwrap()
+    };
+    let json = |out: &std::process::Output| -> Value {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Nothing set, nothing installed.
+    assert_eq!(json(&status(None))["source"], "installed model");
+    std::fs::write(&toml, "[memory]\nembed_model = \"off\"\n").unwrap();
+    let off = json(&status(None));
+    assert!(off["model"].is_null() && off["source"].as_str().unwrap().contains("skillhost.toml"), "{off}");
+    // A bad value names the file and the key, and so does any memory command.
+    for (value, says) in [("3", "integer"), ("\"\"", "empty"), ("\"models/none.bin\"", "not a file")] {
+        std::fs::write(&toml, format!("[memory]\nembed_model = {value}\n")).unwrap();
+        let out = status(None);
+        // Under --json the error is a JSON object on stdout.
+        let err = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{value}: {err}");
+        assert!(err.contains("skillhost.toml") && err.contains("embed_model") && err.contains(says), "{value}: {err}");
+        let mut list = assert_cmd::Command::cargo_bin("skillhost").unwrap();
+        let out = list
+            .env("SKILLHOST_HOME", home.path())
+            .env_remove("SKILLHOST_EMBED_MODEL")
+            .args(["memory", "list"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("embed_model"), "memory list with {value}: {err}");
+    }
+    std::fs::write(&toml, "[memory]\nembed_modle = \"off\"\n").unwrap();
+    let out = status(None);
+    let err = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(err.contains("skillhost.toml") && err.contains("embed_modle"), "{err}");
+    // The variable wins over the file, even over a bad one.
+    std::fs::write(&toml, "[memory]\nembed_model = 3\n").unwrap();
+    assert_eq!(json(&status(Some("off")))["source"], "SKILLHOST_EMBED_MODEL=off");
+    // A real model named by the file (relative to the home) is used.
+    if let Some(model) = common::embed_model() {
+        std::fs::create_dir_all(home.path().join("models")).unwrap();
+        std::os::unix::fs::symlink(&model, home.path().join("models/e5.bin")).unwrap();
+        std::fs::write(&toml, "[memory]\nembed_model = \"models/e5.bin\"\n").unwrap();
+        let on = json(&status(None));
+        assert!(on["model"].as_str().unwrap().starts_with("e5-small-q4"), "{on}");
+        assert!(on["source"].as_str().unwrap().contains("[memory] embed_model"), "{on}");
+    }
+}

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::memory_eval::{self, print_table};
-use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig};
+use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig, archive_reason};
 
 fn config(model: EmbedModelChoice) -> MemoryConfig {
     MemoryConfig { embed_model: model, ..MemoryConfig::default() }
@@ -49,6 +49,16 @@ fn hybrid_search_finds_what_was_meant() {
     println!("loaded {} memories with embeddings in {:.1} s", ids.len(), started.elapsed().as_secs_f64());
     let content: HashMap<u64, String> = memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
     let hybrid = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
+    // The prompt recall rule (recent records plus the highest-priority relevant ones) must
+    // find a relevant record at least as often as search's top five.
+    let (mut recalled, mut graded) = (0usize, 0usize);
+    for q in memory_eval::queries().iter().filter(|q| q.cls != "none") {
+        let wanted: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
+        graded += 1;
+        recalled += usize::from(memory.recall("default", &q.query).unwrap().iter().any(|r| wanted.contains(&r.id)));
+    }
+    let recall_rate = recalled as f64 / graded as f64;
+    println!("recall rule finds a relevant record for {recalled} of {graded} queries ({recall_rate:.3})");
     drop(memory);
     let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
     let lexical = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
@@ -58,13 +68,15 @@ fn hybrid_search_finds_what_was_meant() {
     for miss in &hybrid.misses {
         println!("  hybrid miss at 5: {miss}");
     }
-    // Target 1.0. Since the update rules landed, one exact query ("青鸟小程序 微信审核") misses
-    // in every engine: its record is archived as outdated by another 青鸟小程序 record (a
-    // false update, open in the stop 17 note). The floor allows that one miss, no more.
-    assert!(hybrid.class("exact").r5() >= 0.96, "exact R@5 {:.3}", hybrid.class("exact").r5());
-    assert!(hybrid.overall().r5() >= 0.80, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
+    // Floors a little under what was measured (see the table `just bench` prints).
+    assert_eq!(hybrid.class("exact").r5(), 1.0, "exact R@5");
+    assert!(hybrid.overall().r5() >= 0.85, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
     assert!(hybrid.class("paraphrase").r5() >= 0.55, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
-    assert!(hybrid.class("crosslingual").r5() >= 0.6, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("crosslingual").r5() >= 0.7, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("newest").r5() >= 0.9, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
+    // Issue 13's target is recall >= search R@5; measured 0.840 against 0.859, not met yet.
+    // The floor keeps what was reached.
+    assert!(recall_rate >= 0.82, "recall {recall_rate:.3} (search R@5 {:.3})", hybrid.overall().r5());
     // Hybrid must not lose what words alone found.
     assert!(hybrid.overall().mrr() >= lexical.overall().mrr());
     assert!(hybrid.abstained >= 0.5, "queries about nothing got answers: {:.0} %", hybrid.abstained * 100.0);
@@ -115,4 +127,76 @@ fn fusion_sweep() {
             t.abstained * 100.0
         );
     }
+}
+
+/// The update rules over the whole set: every memory added in day order (as `memory add`
+/// would), then each record archived as outdated must be one the set labels as replaced by
+/// its successor (the `supersedes` chain the newest-of-updates class is built on), and
+/// every labelled update must have replaced its predecessor. Lexical only: the rules do
+/// not depend on the model.
+#[test]
+fn updates_in_the_set_supersede_exactly_the_records_it_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let (memory, ids) = memory_eval::load(&dir.path().join("memory"), config(EmbedModelChoice::Off));
+    let set = memory_eval::memories();
+    let replaces: HashMap<&str, &str> =
+        set.iter().filter_map(|m| m.supersedes.as_deref().map(|old| (m.key.as_str(), old))).collect();
+    let content_of: HashMap<&str, &str> = set.iter().map(|m| (m.key.as_str(), m.content.as_str())).collect();
+    // Every key a record id holds (a merge folds several keys into one id).
+    let mut keys_of: HashMap<u64, Vec<&str>> = HashMap::new();
+    for (key, id) in &ids {
+        keys_of.entry(*id).or_default().push(key.as_str());
+    }
+    // Does `new` replace `old`, directly or through a chain of labelled updates?
+    let labelled = |new: &str, old: &str| {
+        let mut at = new;
+        while let Some(prev) = replaces.get(at) {
+            if *prev == old {
+                return true;
+            }
+            at = prev;
+        }
+        false
+    };
+    let archive = memory.archive().unwrap();
+    let mut outdated: Vec<(u64, u64)> = Vec::new();
+    let mut false_updates = Vec::new();
+    for e in archive.iter().filter(|e| e.reason == archive_reason::OUTDATED) {
+        let successor = e.superseded_by.expect("an outdated record names its successor");
+        outdated.push((e.record.id, successor));
+        let (olds, news) = (&keys_of[&e.record.id], &keys_of[&successor]);
+        if !olds.iter().any(|o| news.iter().any(|n| labelled(n, o))) {
+            false_updates.push(format!(
+                "{:?} -> {:?}",
+                e.record.content,
+                news.iter().map(|n| content_of[n]).collect::<Vec<_>>()
+            ));
+        }
+    }
+    // Known gaps of the rules: 林现在只在周五在家办公 shares only 在家办公 as a run with the
+    // old 林每周二和周四在家办公; "switched editors" and "edits code in Neovim" share only
+    // Lin and Neovim. Any other labelled update must supersede.
+    const KNOWN_MISSES: &[&str] = &["zh-pref-wfh-2", "pref-editor-2"];
+    let missed: Vec<String> = replaces
+        .iter()
+        .filter(|(new, _)| !KNOWN_MISSES.contains(new))
+        .filter(|(new, old)| !outdated.contains(&(ids[**old], ids[**new])))
+        .map(|(new, old)| format!("{:?} -> {:?}", content_of[old], content_of[new]))
+        .collect();
+    let merged: Vec<String> = archive
+        .iter()
+        .filter(|e| e.reason == archive_reason::MERGED)
+        .map(|e| format!("{:?} into {:?}", e.record.content, e.merged_into.map(|id| keys_of[&id].clone())))
+        .collect();
+    println!("{} outdated, {} labelled updates, {} merges", outdated.len(), replaces.len(), merged.len());
+    for m in &merged {
+        println!("  merged: {m}");
+    }
+    assert!(
+        false_updates.is_empty(),
+        "{} records archived as outdated by a record the set does not label as their update:\n{}",
+        false_updates.len(),
+        false_updates.join("\n")
+    );
+    assert!(missed.is_empty(), "{} labelled updates did not supersede:\n{}", missed.len(), missed.join("\n"));
 }

@@ -4,32 +4,15 @@
 //! priority >= 4, the newest record on a subject and records in use. Public API, real files.
 //! Uses only API that existed before these rules (it was run there once to see it fail).
 
-use std::path::Path;
-use std::sync::Arc;
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use skillhost::memory::{Memory, MemoryConfig, MemoryKind, MemoryRecord, NewRecord, Provenance, SearchFilter};
-
-const DAY: u64 = 86_400_000;
+use common::memory_store::{DAY_MS as DAY, clock, open_at, provenance, record};
+use skillhost::memory::{Memory, MemoryKind, MemoryRecord, NewRecord, SearchFilter};
 
 fn rec(content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
-    NewRecord {
-        namespace: "default".into(),
-        kind,
-        content: content.into(),
-        priority,
-        tags: vec![],
-        provenance: Provenance { skill: "user".into(), skill_hash: String::new(), session: "s1".into(), step: 1 },
-    }
-}
-
-fn open_at(dir: &Path, clock: &Arc<AtomicU64>) -> Memory {
-    let c = clock.clone();
-    Memory::open(dir, MemoryConfig::default()).unwrap().with_clock(move || c.load(Ordering::SeqCst))
-}
-
-fn clock() -> Arc<AtomicU64> {
-    Arc::new(AtomicU64::new(1_790_000_000_000))
+    record(content, kind, priority, provenance("user", "", "s1", 1))
 }
 
 fn search(m: &Memory, q: &str, limit: usize) -> Vec<u64> {

@@ -7,38 +7,23 @@
 //! also what `memory archive --json` prints, so this file also builds against the code before
 //! them (it was run there once to see these tests fail).
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use common::memory_store::{HOUR_MS as HOUR, clock, open_at, provenance, record};
 use proptest::prelude::*;
 use serde_json::Value;
-use skillhost::memory::{Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
-
-const HOUR: u64 = 3_600_000;
+use skillhost::memory::{Memory, MemoryKind, NewRecord, SearchFilter};
 
 fn by(skill: &str, content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
-    NewRecord {
-        namespace: "default".into(),
-        kind,
-        content: content.into(),
-        priority,
-        tags: vec![],
-        provenance: Provenance { skill: skill.into(), skill_hash: "h1".into(), session: "s1".into(), step: 1 },
-    }
+    record(content, kind, priority, provenance(skill, "h1", "s1", 1))
 }
 
 fn user(content: &str) -> NewRecord {
     by("user", content, MemoryKind::Preference, 3)
-}
-
-fn open_at(dir: &Path, clock: &Arc<AtomicU64>) -> Memory {
-    let c = clock.clone();
-    Memory::open(dir, MemoryConfig::default()).unwrap().with_clock(move || c.load(Ordering::SeqCst))
-}
-
-fn clock() -> Arc<AtomicU64> {
-    Arc::new(AtomicU64::new(1_790_000_000_000))
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Value {
@@ -144,6 +129,50 @@ fn unrelated_records_and_identifiers_stay_apart() {
         clock.fetch_add(HOUR, Ordering::SeqCst);
     }
     assert_eq!(m.live("default").unwrap().len(), 8, "{:?}", live_contents(&m));
+}
+
+#[test]
+fn another_predicate_stays_apart_a_synonym_restates_and_a_bare_measurement_updates() {
+    let pair = |old: &str, new: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = clock();
+        let m = open_at(dir.path(), &clock);
+        let (a, b) = old_then_new(&m, &clock, old, new);
+        let outdated = m.archive().unwrap().iter().filter(|e| e.reason == "outdated").count();
+        (a == b, live_contents(&m), outdated)
+    };
+    // The same object, another relation to it: two facts, both live.
+    for (old, new) in [
+        ("Lin lives in Paris", "Lin likes Paris"),
+        ("Lin uses Zed for Rust", "Lin hates Zed for Rust"),
+        ("林住在巴黎", "林喜欢巴黎"),
+    ] {
+        let (merged, live, outdated) = pair(old, new);
+        assert!(!merged && live.len() == 2 && outdated == 0, "{new:?} is not an update of {old:?}: {live:?}");
+    }
+    // The same value in other words: one record.
+    for (old, new) in [
+        ("Lin prefers tabs for Python", "Lin likes tabs for Python"),
+        ("The build cache is large", "The build cache is big"),
+        ("林偏好用tabs缩进", "林喜欢用tabs缩进"),
+    ] {
+        let (merged, live, _) = pair(old, new);
+        assert!(merged && live.len() == 1, "{new:?} restates {old:?}: {live:?}");
+    }
+    // A number without a unit is a measurement: a new one is an update.
+    for (old, new) in
+        [("The API rate limit is 500", "The API rate limit is 800"), ("网关的限流是500", "网关的限流是800")]
+    {
+        let (merged, live, outdated) = pair(old, new);
+        assert!(!merged && live == vec![new.to_string()] && outdated == 1, "{new:?} updates {old:?}: {live:?}");
+    }
+    // ...while a number that names which one keeps two subjects apart.
+    for (old, new) in
+        [("#17 fixes the login bug", "#18 fixes the login bug"), ("第3步先备份数据库", "第4步先备份数据库")]
+    {
+        let (merged, live, _) = pair(old, new);
+        assert!(!merged && live.len() == 2, "{new:?} is about another one than {old:?}: {live:?}");
+    }
 }
 
 #[test]
@@ -367,6 +396,32 @@ const SUBJECTS: &[Subject] = &[
         restated: "项目依赖用{}管理",
         negated: "项目没有用{}管理依赖",
         values: &["npm", "pnpm", "yarn", "bun"],
+    },
+    // A bare measurement (no unit after the number) is a value, not an identifier.
+    Subject {
+        base: "The API rate limit is {}",
+        restated: "{} is the API rate limit",
+        negated: "The API rate limit is not {}",
+        values: &["500", "800", "1000", "250", "1200"],
+    },
+    Subject {
+        base: "网关的限流是{}",
+        restated: "{}是网关的限流",
+        negated: "网关的限流不是{}",
+        values: &["500", "800", "1000", "250"],
+    },
+    // The restatement says it with a synonym (prefers / likes, 偏好 / 喜欢).
+    Subject {
+        base: "Lin prefers {} for indentation",
+        restated: "For indentation Lin likes {}",
+        negated: "Lin does not like {} for indentation",
+        values: &["tabs", "spaces", "elastic tabstops"],
+    },
+    Subject {
+        base: "林偏好用{}缩进",
+        restated: "林缩进喜欢用{}",
+        negated: "林不喜欢用{}缩进",
+        values: &["tabs", "空格", "制表符"],
     },
     Subject {
         base: "接口超时{}秒",

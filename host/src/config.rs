@@ -3,6 +3,9 @@
 //! ```toml
 //! [provider]        # the LLM provider of the agent loop (agent::provider::config)
 //! kind = "openai"
+//!
+//! [memory]          # the embedding model of memory search (memory::model_setting)
+//! embed_model = "models/multilingual-e5-small-q4.bin"   # or "off"
 //! ```
 //!
 //! A feature names its table in [`TABLES`] and reads it with [`ConfigFile::table`] into its own
@@ -20,7 +23,7 @@ use serde::de::{Deserialize, DeserializeOwned, DeserializeSeed, IgnoredAny, MapA
 pub const CONFIG_FILE: &str = "skillhost.toml";
 
 /// Every table a `skillhost.toml` may have, one per feature. A new feature adds its name here.
-pub const TABLES: &[&str] = &["provider"];
+pub const TABLES: &[&str] = &["provider", "memory"];
 
 /// One sentence naming the file, the line where known, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

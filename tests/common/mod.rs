@@ -134,10 +134,11 @@ impl TestServer {
     }
 }
 
+pub mod memory_eval;
+pub mod memory_store;
+
 /// The embedding model the memory tests use: `$SKILLHOST_EMBED_MODEL`, else the copy
 /// `.ci/run` caches under target/models/ (`skillhost memory model install --to` puts it there).
-pub mod memory_eval;
-
 pub fn embed_model() -> Option<PathBuf> {
     let path = std::env::var_os("SKILLHOST_EMBED_MODEL")
         .map(PathBuf::from)

@@ -62,9 +62,15 @@ pub(super) fn run(home: &Path, cmd: ModelCmd, json: bool) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ModelCmd::Status => {
-            let (path, source) = match std::env::var_os(MODEL_ENV) {
-                Some(v) => (embed::model_path(home), format!("{MODEL_ENV}={}", v.to_string_lossy())),
-                None => (Some(home.join(MODEL_FILE)), "installed model".to_string()),
+            // Where the setting came from: the environment, skillhost.toml, or the install.
+            let setting = crate::memory::model_setting(home)?;
+            let source = match (&setting.source, std::env::var_os(MODEL_ENV)) {
+                (crate::memory::ModelSource::Environment, Some(v)) => format!("{MODEL_ENV}={}", v.to_string_lossy()),
+                (s, _) => s.to_string(),
+            };
+            let path = match setting.source {
+                crate::memory::ModelSource::Installed => Some(home.join(MODEL_FILE)),
+                _ => setting.path,
             };
             let Some(path) = path.filter(|p| p.exists()) else {
                 if json {

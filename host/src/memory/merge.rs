@@ -45,24 +45,58 @@ pub(crate) fn relation(old: &Statement, new: &Statement, threshold: f64) -> Rela
     let shared: BTreeSet<&String> = old.units.intersection(&new.units).collect();
     let only_old = old.units.len() - shared.len();
     let only_new = new.units.len() - shared.len();
-    let (min, max) = (old.units.len().min(new.units.len()), old.units.len().max(new.units.len()));
-    if min == 0 {
+    if old.units.is_empty() || new.units.is_empty() {
         return Relation::Unrelated;
     }
+    // How much of each is shared, in content units (Chinese characters: robust to word
+    // order and to a value swapped in the middle)...
+    let (min, max) = (old.units.len().min(new.units.len()), old.units.len().max(new.units.len()));
     let cover_min = shared.len() as f64 / min as f64;
     let cover_max = shared.len() as f64 / max as f64;
+    // ...and in words (Chinese as runs of shared character pairs, see `Statement::subject`):
+    // a shared project name alone is one word, not five units.
+    let shared_pairs = old.subject.intersection(&new.subject).count() as f64;
+    let pair_cover_min = shared_pairs / old.subject.len().min(new.subject.len()).max(1) as f64;
+    let pair_cover_max = shared_pairs / old.subject.len().max(new.subject.len()).max(1) as f64;
     let substituted = only_old > 0 && only_new > 0;
-    let attribute = shared.iter().any(|u| ATTRIBUTES.contains(&u.as_str())) && only_old <= 2 && only_new <= 2;
+    // Only the relation verb differs ("lives in Paris" / "likes Paris"): another statement
+    // about the same object, not a new value of this one.
+    let other_predicate = substituted
+        && old.units.difference(&new.units).all(|u| old.predicates.contains(u))
+        && new.units.difference(&old.units).all(|u| new.predicates.contains(u));
+    if other_predicate && old.values == new.values && !new.marker {
+        return Relation::Unrelated;
+    }
+    // A shared attribute with little else changed, or with a change marker and half the
+    // words shared ("林现在是赵磊的导师" / "林是王芳的导师，每两周…").
+    let attribute = (shared.iter().any(|u| ATTRIBUTES.contains(&u.as_str()))
+        || old.attributes.intersection(&new.attributes).next().is_some())
+        && ((only_old <= 2 && only_new <= 2) || (new.marker && cover_min >= 0.5));
     // Numbers that name things ("rule 3", "ticket 42") are part of the subject, unless the
     // new record says it changes something ("now version 3.12").
     let ids_agree = old.ids == new.ids || new.marker;
+    // One shared word (a project name) is a subject only when it is most of both records
+    // ("now prefers spaces" / "prefers tabs"; 林喜欢用空格缩进 / 林不喜欢用空格缩进).
+    // Counting words walks the pairs: only once the cover says it may matter.
     let overlap = if new.marker {
-        !shared.is_empty() && cover_min >= 0.5 && cover_max >= 0.34
+        cover_min >= 0.5 && cover_max >= 0.34 && (cover_max >= 0.5 || old.shared_words(new) >= 2)
     } else {
-        shared.len() >= 2 && cover_min >= 0.6 && cover_max >= 0.5
+        // Without a marker the pairs must be shared as widely as the characters: two facts
+        // of one project share many characters but few pairs beyond the name.
+        cover_min >= 0.6
+            && cover_max >= 0.5
+            && pair_cover_min >= 0.5
+            && pair_cover_max >= 0.5
+            && (pair_cover_max >= 0.75 || old.shared_words(new) >= 2)
     };
     let same_subject = ids_agree && (attribute || overlap);
-    let value_changed = old.values != new.values || old.ids != new.ids || old.negated() != new.negated() || substituted;
+    // A marker with something new ("is now Elena Rossi; Tom Becker left") changes the value
+    // even where every old word is still there.
+    let value_changed = old.values != new.values
+        || old.ids != new.ids
+        || old.negated() != new.negated()
+        || substituted
+        || (new.marker && only_new > 0);
     if same_subject && value_changed {
         return Relation::Update;
     }
@@ -158,4 +192,62 @@ pub(super) fn round_importance(x: f64) -> f64 {
 pub(super) fn same_identity(a: &MemoryRecord, b: &MemoryRecord) -> bool {
     (a.id, &a.namespace, &a.content, a.kind, a.created_ms, &a.provenance)
         == (b.id, &b.namespace, &b.content, b.kind, b.created_ms, &b.provenance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Relation, relation};
+    use crate::memory::statement::Statement;
+
+    fn rel(old: &str, new: &str) -> Relation {
+        relation(&Statement::of(old), &Statement::of(new), 0.75)
+    }
+
+    #[test]
+    fn a_shared_chinese_project_name_alone_is_no_shared_subject() {
+        // Two facts about one project (the stop 18 false update), and two more of that kind.
+        assert_eq!(
+            rel(
+                "青鸟小程序每次发版都要经过微信审核，一般需要一到两天，要提前提交。",
+                "青鸟小程序每两周发一个版本，周四提交审核。"
+            ),
+            Relation::Unrelated
+        );
+        assert_eq!(
+            rel("青鸟小程序的设计师是陈静，设计稿放在蓝湖。", "青鸟小程序的测试由测试组的刘洋负责，用例写在禅道里。"),
+            Relation::Unrelated
+        );
+        // The same project's real updates still are.
+        assert_eq!(
+            rel("青鸟小程序的日活用户大约八万人。", "青鸟小程序的日活用户已经增长到十五万人。"),
+            Relation::Update
+        );
+        assert_eq!(
+            rel("青鸟小程序的会员积分规则是每消费一元积一分。", "青鸟小程序的会员积分规则改成了每消费一元积两分。"),
+            Relation::Update
+        );
+        assert_eq!(rel("用户的编辑器是vim", "用户的编辑器是helix"), Relation::Update);
+    }
+
+    #[test]
+    fn another_predicate_is_another_statement_and_a_synonym_restates() {
+        assert_eq!(rel("Lin lives in Paris", "Lin likes Paris"), Relation::Unrelated);
+        assert_eq!(rel("Lin uses Zed for Rust", "Lin hates Zed for Rust"), Relation::Unrelated);
+        assert_eq!(rel("林住在巴黎", "林喜欢巴黎"), Relation::Unrelated);
+        assert_eq!(rel("Lin lives in Paris", "Lin lives in Berlin"), Relation::Update);
+        assert_eq!(rel("Lin prefers tabs for Python", "Lin likes tabs for Python"), Relation::Restatement);
+        assert_eq!(rel("The build cache is large", "The build cache is big"), Relation::Restatement);
+        assert_eq!(rel("林偏好用tabs缩进", "林喜欢用tabs缩进"), Relation::Restatement);
+        // A negated synonym is still a change of value.
+        assert_eq!(rel("Lin prefers tabs for Python", "Lin does not like tabs for Python"), Relation::Update);
+    }
+
+    #[test]
+    fn a_bare_measurement_is_a_value_and_an_identifier_stays_one() {
+        assert_eq!(rel("The API rate limit is 500", "The API rate limit is 800"), Relation::Update);
+        assert_eq!(rel("网关的限流是500", "网关的限流是800"), Relation::Update);
+        assert_eq!(rel("#17 fixes the login bug", "#18 fixes the login bug"), Relation::Unrelated);
+        assert_eq!(rel("第3步先备份数据库", "第4步先备份数据库"), Relation::Unrelated);
+        assert_eq!(rel("Ticket 41 was a baud mismatch", "Ticket 42 was a baud mismatch"), Relation::Unrelated);
+    }
 }

@@ -54,7 +54,9 @@ pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
-pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
+pub use store::{
+    EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, ModelSetting, ModelSource, model_setting, validate_namespace,
+};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
 pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};

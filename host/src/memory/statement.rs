@@ -89,19 +89,148 @@ const CJK_NOT_NEGATIONS: &[&str] = &[
     "无非",
 ];
 /// Words that announce that a statement replaces an earlier one.
-const MARKERS: &[&str] =
-    &["now", "currently", "instead", "anymore", "switched", "changed", "updated", "nowadays", "henceforth"];
-const CJK_MARKERS: &[&str] =
-    &["现在", "目前", "如今", "改成", "改为", "改用", "换成", "换为", "换用", "不再", "已改", "变成", "变为", "从此"];
+const MARKERS: &[&str] = &[
+    "now",
+    "currently",
+    "instead",
+    "anymore",
+    "switched",
+    "changed",
+    "updated",
+    "nowadays",
+    "henceforth",
+    "moved",
+    "replaced",
+];
+const CJK_MARKERS: &[&str] = &[
+    "现在",
+    "目前",
+    "如今",
+    "改成",
+    "改为",
+    "改用",
+    "换成",
+    "换为",
+    "换用",
+    "不再",
+    "已改",
+    "变成",
+    "变为",
+    "从此",
+    "搬到",
+    "调整为",
+    "调成",
+];
 /// Words that say nothing about which fact a memory is: its subject is always the user.
 const GENERIC: &[&str] = &["user", "users"];
+/// Function words the search stop list keeps (it is Lucene's short list): they name no
+/// subject, so "moved from Shanghai" shares no extra word with "lives in Shanghai".
+const FUNCTION_WORDS: &[&str] = &[
+    "from", "over", "after", "before", "under", "since", "until", "than", "per", "via", "up", "out", "off", "also",
+    "only", "just", "very", "so", "too", "each", "every", "any", "some", "more", "most", "other", "all", "both",
+    "either", "across", "between", "during", "through", "within", "again", "still", "ever", "yet", "while", "because",
+    "must", "may", "one's",
+];
 /// Nouns whose number names which one, not how much: "offsite number 1", "ticket 42",
 /// "room 3" are about different things however the sentence goes on.
 const ID_NOUNS: &[&str] = &[
-    "number", "no", "ticket", "issue", "rule", "step", "room", "pr", "bug", "case", "item", "chapter", "section",
-    "line", "page", "id", "floor", "gate", "phase", "stage", "sprint", "batch", "team", "group", "task", "shard",
+    "number",
+    "no",
+    "ticket",
+    "issue",
+    "rule",
+    "step",
+    "room",
+    "pr",
+    "bug",
+    "case",
+    "item",
+    "chapter",
+    "section",
+    "line",
+    "page",
+    "id",
+    "floor",
+    "gate",
+    "phase",
+    "stage",
+    "sprint",
+    "batch",
+    "team",
+    "group",
+    "task",
+    "shard",
+    "run",
+    "build",
+    "job",
+    "order",
+    "invoice",
+    "incident",
+    "observation",
+    "note",
+    "entry",
+    "record",
+    "attempt",
+    "trial",
+    "sample",
+    "iteration",
+    "round",
+    "session",
+    "meeting",
+    "day",
 ];
 const CJK_GENERIC: &[&str] = &["用户", "我们", "他们"];
+/// Words that say the same thing in a memory ("prefers tabs" / "likes tabs"): each group's
+/// stems are read as the first one's, so a rewording with one of them restates the fact
+/// instead of changing its value.
+const SYNONYMS: &[&[&str]] = &[
+    &["prefer", "like", "favor", "favour", "love", "fancy"],
+    &["use", "utilize", "utilise"],
+    &["live", "reside"],
+    &["begin", "start", "commence"],
+    &["big", "large", "huge"],
+    &["small", "little", "tiny"],
+    &["fast", "quick", "rapid"],
+    &["buy", "purchase"],
+    &["help", "assist"],
+    &["show", "display"],
+    &["car", "automobile"],
+    &["movie", "film"],
+];
+/// Chinese nouns naming a single-valued attribute (the Chinese side of merge.rs's
+/// ATTRIBUTES): sharing one is enough for two short statements to be about one thing.
+const CJK_ATTRIBUTES: &[&str] = &[
+    "编辑器",
+    "城市",
+    "名字",
+    "邮箱",
+    "时区",
+    "电话",
+    "手机号",
+    "地址",
+    "浏览器",
+    "主题",
+    "字体",
+    "经理",
+    "负责人",
+    "导师",
+    "生日",
+    "职位",
+    "公司",
+    "住在",
+];
+/// Chinese synonyms, rewritten to the first word of each pair before the text is read.
+const CJK_SYNONYMS: &[(&str, &str)] =
+    &[("偏好", "喜欢"), ("喜爱", "喜欢"), ("偏爱", "喜欢"), ("使用", "用"), ("采用", "用"), ("居住", "住")];
+/// Verbs that say how the user relates to something. Two statements that differ only in
+/// these ("lives in Paris" / "likes Paris") say different things about the same object:
+/// neither an update nor a restatement.
+const PREDICATES: &[&str] = &[
+    "prefer", "live", "visit", "hate", "dislike", "avoid", "use", "own", "want", "need", "work", "study", "teach",
+    "know", "miss", "attend", "read", "write", "watch", "play", "eat", "drink", "speak",
+];
+/// Chinese words after which a number names which one (编号 12-07, 第3).
+const CJK_ID_WORDS: &[&str] = &["编号", "号码", "工号", "单号", "第"];
 /// Chinese characters dropped from the content units: particles, copulas, pronouns.
 const CJK_PARTICLES: &[char] =
     &['的', '了', '吗', '呢', '吧', '啊', '呀', '嘛', '是', '在', '也', '都', '很', '我', '你', '他'];
@@ -204,6 +333,16 @@ pub(crate) struct Statement {
     /// Latin stems (stop words, generic words and change markers removed) and Chinese
     /// characters (particles, numerals and negations removed), including unit words.
     pub units: BTreeSet<String>,
+    /// What the statement is about, as the update rule measures it: the Latin stems of
+    /// `units`, and Chinese as pairs of adjacent content characters (a character standing
+    /// alone as itself). Characters alone make a shared five-character project name five
+    /// shared units, enough to call any two records of that project one subject; as pairs
+    /// a name is one run of pairs among the others, and [`Statement::subject_runs`] counts
+    /// it as one word.
+    pub subject: BTreeSet<String>,
+    /// The Chinese content segments (between particles, numerals, negations, markers), in
+    /// order: what shared runs are counted on.
+    pub segments: Vec<Vec<char>>,
     /// Numbers followed by a unit ("10 ms", 两秒): what the statement says the value is.
     pub values: BTreeSet<String>,
     /// Numbers standing alone ("rule 3", "#17"): part of what the statement is about.
@@ -212,6 +351,37 @@ pub(crate) struct Statement {
     pub negations: BTreeSet<String>,
     /// It says it replaces something ("now", "instead", 现在, 改成...).
     pub marker: bool,
+    /// The units that are relation verbs (see `PREDICATES`: "live", "prefer", "use"...).
+    pub predicates: BTreeSet<String>,
+    /// Chinese attribute nouns it contains (see `CJK_ATTRIBUTES`).
+    pub attributes: BTreeSet<&'static str>,
+}
+
+/// Stems of the synonym groups (each to its group's first) and of the predicate verbs.
+struct Lexicon {
+    synonyms: std::collections::HashMap<String, String>,
+    predicates: BTreeSet<String>,
+}
+
+impl Lexicon {
+    fn new(stemmer: &mut TextAnalyzer) -> Lexicon {
+        let stem = |stemmer: &mut TextAnalyzer, w: &str| stemmed(stemmer, w).pop().unwrap_or_else(|| w.to_string());
+        let mut synonyms = std::collections::HashMap::new();
+        for group in SYNONYMS {
+            let head = stem(stemmer, group[0]);
+            for w in *group {
+                synonyms.insert(stem(stemmer, w), head.clone());
+            }
+        }
+        let predicates = PREDICATES
+            .iter()
+            .map(|w| {
+                let s = stem(stemmer, w);
+                synonyms.get(&s).cloned().unwrap_or(s)
+            })
+            .collect();
+        Lexicon { synonyms, predicates }
+    }
 }
 
 /// A piece of the text: a Latin/digit word, a number, a CJK run, or a separator.
@@ -364,22 +534,41 @@ impl Statement {
     pub(crate) fn of(text: &str) -> Statement {
         thread_local! {
             // Built once per thread: search post-processing reads a statement per hit.
-            static STEMMER: std::cell::RefCell<TextAnalyzer> = std::cell::RefCell::new(analyzer());
+            static STEMMER: std::cell::RefCell<(TextAnalyzer, Option<std::rc::Rc<Lexicon>>)> =
+                std::cell::RefCell::new((analyzer(), None));
         }
-        STEMMER.with(|s| Statement::parse(text, &mut s.borrow_mut()))
+        STEMMER.with(|s| {
+            let mut s = s.borrow_mut();
+            let (stemmer, lexicon) = &mut *s;
+            let lexicon = lexicon.get_or_insert_with(|| std::rc::Rc::new(Lexicon::new(stemmer))).clone();
+            Statement::parse(text, stemmer, &lexicon)
+        })
     }
 
-    fn parse(text: &str, stemmer: &mut TextAnalyzer) -> Statement {
-        let lower = text.to_lowercase();
+    fn parse(text: &str, stemmer: &mut TextAnalyzer, lexicon: &Lexicon) -> Statement {
+        let mut lower = text.to_lowercase();
+        if lower.chars().any(is_cjk) {
+            for (from, to) in CJK_SYNONYMS {
+                if lower.contains(from) {
+                    lower = lower.replace(from, to);
+                }
+            }
+        }
         let mut st = Statement::default();
         let ps = pieces(&lower);
         // Pending number: its value and whether a unit may still follow.
         let mut pending: Option<f64> = None;
         let mut en_current: Option<(f64, f64)> = None; // (total, current) of English number words
         let mut i = 0;
-        // The pending number follows an identifier noun (see ID_NOUNS): it is an id.
+        // The pending number follows an identifier noun (see ID_NOUNS), a `#`, a Chinese
+        // 编号/第, or is joined to such a number ("12-07"): it is an id. A number in digits
+        // otherwise says how much, with or without a unit after it ("the limit is 500").
         let mut pending_is_id = false;
         let mut prev_word: Option<String> = None;
+        let mut cjk_id_context = false;
+        // The English number words being read follow an identifier noun ("rule two").
+        let mut en_is_id = false;
+        let mut last_number_was_id = false;
         let flush = |st: &mut Statement, value: f64, unit_follows: bool| {
             if unit_follows {
                 st.values.insert(canonical(value));
@@ -391,7 +580,7 @@ impl Statement {
             match &ps[i] {
                 Piece::Number(n) => {
                     if let Some(v) = pending.take() {
-                        flush(&mut st, v, false);
+                        flush(&mut st, v, !pending_is_id);
                     }
                     // 3千, 1.5万: digits scaled by a Chinese numeral right after them.
                     if let Some(Piece::Cjk(run)) = ps.get(i + 1) {
@@ -405,14 +594,26 @@ impl Statement {
                             continue;
                         }
                     }
+                    let after_hash = i > 0 && ps[i - 1] == Piece::Gap('#');
+                    let joined = i > 1
+                        && matches!(ps[i - 1], Piece::Gap('-' | '/'))
+                        && matches!(ps[i - 2], Piece::Number(_))
+                        && last_number_was_id;
                     pending = Some(*n);
-                    pending_is_id = prev_word.take().is_some_and(|w| ID_NOUNS.contains(&w.as_str()));
+                    pending_is_id = prev_word.take().is_some_and(|w| ID_NOUNS.contains(&w.as_str()))
+                        || after_hash
+                        || joined
+                        || std::mem::take(&mut cjk_id_context);
+                    last_number_was_id = pending_is_id;
                 }
                 Piece::Word(w) => {
                     let w = w.as_str();
                     if let Some(v) = en_unit(w).or_else(|| en_scale(w)) {
                         if let Some(p) = pending.take() {
-                            flush(&mut st, p, false);
+                            flush(&mut st, p, !pending_is_id);
+                        }
+                        if en_current.is_none() {
+                            en_is_id = prev_word.as_deref().is_some_and(|w| ID_NOUNS.contains(&w));
                         }
                         let (mut total, mut current) = en_current.unwrap_or((0.0, 0.0));
                         if let Some(s) = en_scale(w) {
@@ -440,13 +641,14 @@ impl Statement {
                     let unit_follows =
                         !(NEGATIONS.contains(&w) || MARKERS.contains(&w) || stemmed(stemmer, w).is_empty());
                     if let Some((total, current)) = en_current.take() {
-                        flush(&mut st, total + current, unit_follows);
+                        flush(&mut st, total + current, unit_follows || !en_is_id);
                     }
                     if let Some(p) = pending.take() {
-                        flush(&mut st, p, unit_follows && !pending_is_id);
+                        flush(&mut st, p, !pending_is_id);
                     }
-                    st.word(stemmer, w, ps.get(i + 1), ps.get(i + 2));
+                    st.word(stemmer, lexicon, w, ps.get(i + 1), ps.get(i + 2));
                     prev_word = Some(w.to_string());
+                    cjk_id_context = false;
                 }
                 Piece::Cjk(run) => {
                     if let Some((total, current)) = en_current.take() {
@@ -458,21 +660,25 @@ impl Statement {
                     if let Some(p) = carried
                         && (first_is_particle || pending_is_id)
                     {
-                        flush(&mut st, p, false);
+                        flush(&mut st, p, !pending_is_id);
                         st.cjk(run, None);
                     } else {
                         st.cjk(run, carried);
                     }
+                    cjk_id_context = CJK_ID_WORDS.iter().any(|w| run.ends_with(w));
                 }
                 Piece::Gap(c) => {
                     // A space may separate a number from its unit; other separators end it.
                     if !c.is_whitespace() && *c != '-' {
                         prev_word = None;
+                        if *c != '#' {
+                            cjk_id_context = false;
+                        }
                         if let Some((total, current)) = en_current.take() {
-                            flush(&mut st, total + current, false);
+                            flush(&mut st, total + current, !en_is_id);
                         }
                         if let Some(p) = pending.take() {
-                            flush(&mut st, p, *c == '%');
+                            flush(&mut st, p, !pending_is_id);
                             if *c == '%' {
                                 st.units.insert("%".into());
                             }
@@ -483,15 +689,22 @@ impl Statement {
             i += 1;
         }
         if let Some((total, current)) = en_current.take() {
-            flush(&mut st, total + current, false);
+            flush(&mut st, total + current, !en_is_id);
         }
         if let Some(p) = pending.take() {
-            flush(&mut st, p, false);
+            flush(&mut st, p, !pending_is_id);
         }
         st
     }
 
-    fn word(&mut self, stemmer: &mut TextAnalyzer, w: &str, next: Option<&Piece>, after: Option<&Piece>) {
+    fn word(
+        &mut self,
+        stemmer: &mut TextAnalyzer,
+        lexicon: &Lexicon,
+        w: &str,
+        next: Option<&Piece>,
+        after: Option<&Piece>,
+    ) {
         let next_word = match (next, after) {
             (Some(Piece::Gap(_)), Some(Piece::Word(n))) => Some(n.as_str()),
             _ => None,
@@ -510,12 +723,33 @@ impl Statement {
             self.marker = true;
             return;
         }
-        if GENERIC.contains(&w) {
+        if GENERIC.contains(&w) || FUNCTION_WORDS.contains(&w) {
             return;
         }
         for t in stemmed(stemmer, w) {
+            let t = lexicon.synonyms.get(&t).cloned().unwrap_or(t);
+            if lexicon.predicates.contains(&t) {
+                self.predicates.insert(t.clone());
+            }
+            self.subject.insert(t.clone());
             self.units.insert(t);
         }
+    }
+
+    /// Close the Chinese content segment being read (see `subject`).
+    fn end_segment(&mut self, segment: &mut Vec<char>) {
+        match segment.len() {
+            0 => return,
+            1 => {
+                self.subject.insert(segment[0].to_string());
+            }
+            _ => {
+                for pair in segment.windows(2) {
+                    self.subject.insert(pair.iter().collect());
+                }
+            }
+        }
+        self.segments.push(std::mem::take(segment));
     }
 
     /// A run of CJK characters; `lead` is a number written right before it (5秒, 两秒).
@@ -523,18 +757,33 @@ impl Statement {
         let chars: Vec<char> = run.chars().collect();
         if chars.is_empty() {
             if let Some(v) = lead {
-                self.ids.insert(canonical(v));
+                self.values.insert(canonical(v));
             }
             return;
+        }
+        for a in CJK_ATTRIBUTES {
+            if run.contains(a) {
+                self.attributes.insert(a);
+            }
         }
         let not_negation = covered(&chars, CJK_NOT_NEGATIONS);
         let not_number = covered(&chars, CJK_NOT_NUMBERS);
         let marker = covered(&chars, CJK_MARKERS);
         let generic = covered(&chars, CJK_GENERIC);
         let mut lead = lead;
+        let mut segment: Vec<char> = Vec::new();
         let mut i = 0;
         while i < chars.len() {
             let c = chars[i];
+            // Particles, markers, generic words, numerals and negations end a content segment.
+            let numeral = is_cjk_numeral(c) && !not_number[i];
+            let negation = CJK_NEGATIONS.contains(&c) && !not_negation[i];
+            let dropped = CJK_PARTICLES.contains(&c) || marker[i] || generic[i] || numeral || negation;
+            if dropped {
+                self.end_segment(&mut segment);
+            } else {
+                segment.push(c);
+            }
             if marker[i] {
                 self.marker = true;
                 // 不再 ("no longer") also negates.
@@ -563,12 +812,9 @@ impl Statement {
                 i = j;
                 continue;
             }
+            // A number in digits before the run (5秒, 3千条, 500的) says how much.
             if let Some(v) = lead.take() {
-                if CJK_PARTICLES.contains(&c) {
-                    self.ids.insert(canonical(v));
-                } else {
-                    self.values.insert(canonical(v));
-                }
+                self.values.insert(canonical(v));
             }
             if CJK_NEGATIONS.contains(&c) && !not_negation[i] {
                 self.negations.insert(c.to_string());
@@ -584,9 +830,31 @@ impl Statement {
             }
             i += 1;
         }
+        self.end_segment(&mut segment);
         if let Some(v) = lead {
-            self.ids.insert(canonical(v));
+            self.values.insert(canonical(v));
         }
+    }
+
+    /// How many words of its subject this statement shares with `other`: a shared Latin
+    /// stem is one, and so is each run of adjacent shared Chinese pairs (a shared name or
+    /// word, however many characters long).
+    pub(crate) fn shared_words(&self, other: &Statement) -> usize {
+        let latin = self.subject.iter().filter(|u| !u.chars().any(is_cjk) && other.subject.contains(*u)).count();
+        let mut runs = 0;
+        for seg in &self.segments {
+            if seg.len() == 1 {
+                runs += usize::from(other.subject.contains(&seg[0].to_string()));
+                continue;
+            }
+            let mut in_run = false;
+            for pair in seg.windows(2) {
+                let shared = other.subject.contains(&pair.iter().collect::<String>());
+                runs += usize::from(shared && !in_run);
+                in_run = shared;
+            }
+        }
+        latin + runs
     }
 
     /// Every number, value or not.
@@ -669,6 +937,31 @@ mod tests {
         assert!(Statement::of("用户现在用空格").marker);
         assert!(Statement::of("no longer uses npm").negated() && Statement::of("no longer uses npm").marker);
         assert!(!Statement::of("takes longer than 2 s").marker);
+    }
+
+    #[test]
+    fn a_number_in_digits_without_a_unit_says_how_much_unless_it_names_one() {
+        let s = Statement::of("The API rate limit is 500");
+        assert!(s.values.contains("500") && s.ids.is_empty(), "{s:?}");
+        assert!(Statement::of("网关的限流是500").values.contains("500"));
+        assert!(Statement::of("The standup moved to 09:30").values.contains("9"));
+        let hash = Statement::of("#17 fixes the login bug");
+        assert!(hash.ids.contains("17") && hash.values.is_empty(), "{hash:?}");
+        let desk = Statement::of("林的工位编号 12-07");
+        assert!(desk.ids.contains("12") && desk.ids.contains("7") && desk.values.is_empty(), "{desk:?}");
+        assert!(Statement::of("第3步先备份").ids.contains("3"));
+    }
+
+    #[test]
+    fn synonyms_read_as_one_word_and_chinese_subjects_as_pairs() {
+        assert_eq!(Statement::of("Lin prefers tabs").units, Statement::of("Lin likes tabs").units);
+        assert_eq!(Statement::of("林偏好深色主题").units, Statement::of("林喜欢深色主题").units);
+        assert!(Statement::of("Lin lives in Paris").predicates.contains("live"));
+        let a = Statement::of("青鸟小程序每次发版都要经过微信审核");
+        let b = Statement::of("青鸟小程序每两周发一个版本");
+        assert!(a.subject.contains("青鸟") && a.subject.contains("审核") && !a.subject.contains("青"), "{a:?}");
+        // 青鸟小程序每 is one shared run: one word, not six characters.
+        assert_eq!(a.shared_words(&b), 1, "{a:?} {b:?}");
     }
 
     #[test]

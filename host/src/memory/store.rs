@@ -231,7 +231,7 @@ impl Store {
             let g = meta.get("generation")?.map(|v| v.value()).unwrap_or(0);
             (g, daily.fingerprint()?)
         };
-        let vectors = Vectors::open(&db, load_model(dir, &config.embed_model)).map_err(|e| classify(&path, e))?;
+        let vectors = Vectors::open(&db, load_model(dir, &config.embed_model)?).map_err(|e| classify(&path, e))?;
         let stamp = index::stamp(generation, &fingerprint);
         let daily_fingerprint = Mutex::new(fingerprint);
         let (index, fresh) = MemoryIndex::open(&dir.join("index"), &stamp)?;
@@ -794,21 +794,107 @@ pub(super) fn classify(path: &Path, e: anyhow::Error) -> anyhow::Error {
     if corrupt { damaged(path, &format!("{e:#}")) } else { e }
 }
 
-/// The embedding model `choice` names for the store in `dir` (`<home>/memory`); a model
-/// that cannot be loaded is reported once and search stays lexical.
-fn load_model(dir: &Path, choice: &EmbedModelChoice) -> Option<std::sync::Arc<EmbedModel>> {
+/// The embedding model `choice` names for the store in `dir` (`<home>/memory`). A bad
+/// `[memory] embed_model` in skillhost.toml is an error (it names the file and the key); a
+/// model that cannot be loaded is reported once and search stays lexical.
+fn load_model(dir: &Path, choice: &EmbedModelChoice) -> Result<Option<std::sync::Arc<EmbedModel>>> {
     let path = match choice {
-        EmbedModelChoice::Off => return None,
+        EmbedModelChoice::Off => return Ok(None),
         EmbedModelChoice::File(p) => p.clone(),
-        EmbedModelChoice::FromEnvironment => embed::model_path(dir.parent().unwrap_or(dir))?,
+        EmbedModelChoice::FromEnvironment => match model_setting(dir.parent().unwrap_or(dir))?.path {
+            Some(p) => p,
+            None => return Ok(None),
+        },
     };
     match EmbedModel::shared(&path) {
-        Ok(m) => Some(m),
+        Ok(m) => Ok(Some(m)),
         Err(e) => {
             tracing::warn!("{e:#}; memory search is lexical only");
-            None
+            Ok(None)
         }
     }
+}
+
+/// Where the embedding model setting of a home came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// `$SKILLHOST_EMBED_MODEL`: it wins over the file.
+    Environment,
+    /// `embed_model` in the `[memory]` table of this skillhost.toml.
+    ConfigFile(PathBuf),
+    /// Neither is set: the model installed under the home, if there is one.
+    Installed,
+}
+
+impl std::fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::Environment => write!(f, "{}", embed::MODEL_ENV),
+            ModelSource::ConfigFile(p) => write!(f, "[memory] embed_model in {}", p.display()),
+            ModelSource::Installed => write!(f, "installed model"),
+        }
+    }
+}
+
+/// The embedding model a home uses and where that was decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSetting {
+    /// `None`: lexical search only (turned `off`, or nothing installed).
+    pub path: Option<PathBuf>,
+    pub source: ModelSource,
+}
+
+/// The `[memory]` table of skillhost.toml.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemoryTable {
+    /// A model file (relative to the home) or "off". Read as any value so that a wrong type
+    /// gets an error naming the key.
+    embed_model: Option<toml::Value>,
+}
+
+/// Which embedding model `home` uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else
+/// `[memory] embed_model` in `<home>/skillhost.toml` (a path, relative to the home, or
+/// `"off"`), else the model installed under the home. A bad value in the file is an error
+/// naming the file and the key.
+pub fn model_setting(home: &Path) -> Result<ModelSetting, crate::config::ConfigError> {
+    use crate::config::{ConfigError, ConfigFile};
+    match std::env::var_os(embed::MODEL_ENV) {
+        Some(v) if v == "off" || v.is_empty() => {
+            return Ok(ModelSetting { path: None, source: ModelSource::Environment });
+        }
+        Some(v) => return Ok(ModelSetting { path: Some(PathBuf::from(v)), source: ModelSource::Environment }),
+        None => {}
+    }
+    let file = ConfigFile::load(home)?;
+    let file_path = file.path().to_path_buf();
+    let bad = |what: &str| {
+        ConfigError(format!(
+            "`embed_model` in the [memory] table of {} {what}; set it to the path of the model file (`skillhost memory model install` puts one under the home) or to \"off\" for lexical search only",
+            file_path.display()
+        ))
+    };
+    let setting = file.table::<MemoryTable>("memory")?.and_then(|t| t.embed_model);
+    let Some(value) = setting else {
+        let installed = Some(home.join(embed::MODEL_FILE)).filter(|p| p.exists());
+        return Ok(ModelSetting { path: installed, source: ModelSource::Installed });
+    };
+    let source = ModelSource::ConfigFile(file_path.clone());
+    let text = match value {
+        toml::Value::String(s) => s,
+        other => return Err(bad(&format!("is {} `{other}`, not a string", other.type_str()))),
+    };
+    if text == "off" {
+        return Ok(ModelSetting { path: None, source });
+    }
+    if text.trim().is_empty() {
+        return Err(bad("is empty"));
+    }
+    let path = home.join(&text);
+    if !path.is_file() {
+        return Err(bad(&format!("names {}, which is not a file", path.display())));
+    }
+    Ok(ModelSetting { path: Some(path), source })
 }
 
 impl Store {

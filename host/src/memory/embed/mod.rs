@@ -238,14 +238,12 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// Which model file a home uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else the
-/// installed one under the home. `None`: lexical search only.
+/// Which model file a home uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else
+/// `[memory] embed_model` in skillhost.toml, else the installed one under the home (see
+/// [`crate::memory::model_setting`], which also says why). `None`: lexical search only,
+/// also when the setting is bad (opening the memory reports that).
 pub fn model_path(home: &Path) -> Option<PathBuf> {
-    match std::env::var_os(MODEL_ENV) {
-        Some(v) if v == "off" || v.is_empty() => None,
-        Some(v) => Some(PathBuf::from(v)),
-        None => Some(home.join(MODEL_FILE)).filter(|p| p.exists()),
-    }
+    crate::memory::model_setting(home).ok().and_then(|s| s.path)
 }
 
 /// The one line that says search is lexical only, and how to change that.
