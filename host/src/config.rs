@@ -161,7 +161,10 @@ mod tests {
     #[test]
     fn an_unknown_table_is_named_with_the_known_ones() {
         let message = parse("[provider]\nkind = \"x\"\n\n[mcpp]\nport = 1\n").unwrap_err().0;
-        assert_eq!(message, "/h/skillhost.toml has an unknown table `mcpp` (line 4); the known tables are: [provider], [memory]");
+        assert_eq!(
+            message,
+            "/h/skillhost.toml has an unknown table `mcpp` (line 4); the known tables are: [provider], [memory]"
+        );
         let message = parse("kind = \"openai\"\n").unwrap_err().0;
         assert!(message.contains("unknown table `kind` (line 1)"), "{message}");
     }
