@@ -93,6 +93,8 @@ pub(crate) struct FsState {
     budget: Option<Arc<DiskBudget>>,
     limit_mb: u64,
     paths: HashMap<u32, String>,
+    /// Guest paths of the mounts (the preopens).
+    roots: Vec<String>,
     refused: u64,
     named: Vec<String>,
 }
@@ -140,6 +142,31 @@ impl FsState {
 
     fn path_of(&self, fd: u32) -> &str {
         self.paths.get(&fd).map_or("(a descriptor)", String::as_str)
+    }
+
+    /// Whether a symlink at `link` (relative to descriptor `dir`) whose text is `target`
+    /// points inside the mount that holds it, judged on the text alone: one that leads out
+    /// is refused even though the sandbox would never follow it, since the user's own tools
+    /// (editors, git, scripts) would.
+    fn link_stays_inside(&self, dir: u32, link: &str, target: &str) -> bool {
+        let Some(dir) = self.paths.get(&dir).and_then(|p| lexical(p)) else { return false };
+        let Some(root) = self
+            .roots
+            .iter()
+            .filter(|r| dir == **r || r.as_str() == "/" || dir.starts_with(&format!("{r}/")))
+            .max_by_key(|r| r.len())
+        else {
+            return false;
+        };
+        if target.starts_with('/') || link.starts_with('/') {
+            return false;
+        }
+        let Some(link) = lexical(&format!("{dir}/{link}")) else { return false };
+        let parent = link.rsplit_once('/').map_or("", |(p, _)| p);
+        match lexical(&format!("{parent}/{target}")) {
+            Some(to) => to == *root || root == "/" || to.starts_with(&format!("{root}/")),
+            None => false,
+        }
     }
 
     fn join(&self, dir: u32, path: &str) -> String {
@@ -204,6 +231,22 @@ fn borrow(rep: u32) -> Resource<Descriptor> {
     Resource::new_borrow(rep)
 }
 
+/// `path` (absolute, guest side) with `.` and `..` resolved on the text; `None` if it climbs
+/// above `/`.
+fn lexical(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
 fn no_space() -> FsError {
     ErrorCode::InsufficientSpace.into()
 }
@@ -258,6 +301,7 @@ impl preopens::Host for GatedFs<'_> {
         let dirs = preopens::Host::get_directories(&mut self.inner)?;
         for (fd, guest) in &dirs {
             self.state.paths.insert(fd.rep(), guest.clone());
+            self.state.roots.push(lexical(guest).unwrap_or_default());
         }
         Ok(dirs)
     }
@@ -487,6 +531,9 @@ impl HostDescriptor for GatedFs<'_> {
 
     async fn symlink_at(&mut self, fd: Resource<Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
         let (rep, target) = (fd.rep(), dest_path.clone());
+        if !self.state.link_stays_inside(rep, &dest_path, &src_path) {
+            return self.state.note("symlink", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
+        }
         let budget = self.charge_entry(&fd)?;
         let r = HostDescriptor::symlink_at(&mut self.inner, fd, src_path, dest_path).await;
         settle_entry(budget, &r);
@@ -639,7 +686,25 @@ impl Pollable for BudgetedStream {
 
 #[cfg(test)]
 mod tests {
-    use super::DiskBudget;
+    use super::{DiskBudget, FsState, lexical};
+
+    #[test]
+    fn a_symlink_may_point_only_inside_its_mount() {
+        let mut fs = FsState::default();
+        fs.paths.insert(1, "/data".into());
+        fs.paths.insert(2, "/data/sub/../deep".into());
+        fs.roots.push("/data".into());
+        assert!(fs.link_stays_inside(1, "link", "file.txt"));
+        assert!(fs.link_stays_inside(1, "a/b/link", "../../file.txt"));
+        assert!(fs.link_stays_inside(2, "link", "../x"));
+        assert!(!fs.link_stays_inside(1, "evil", "../../ws-sibling/canary.txt"));
+        assert!(!fs.link_stays_inside(1, "evil", "../data-sibling/x"));
+        assert!(!fs.link_stays_inside(2, "link", "../../x"));
+        assert!(!fs.link_stays_inside(1, "evil", "/etc/passwd"));
+        assert!(!fs.link_stays_inside(9, "link", "file.txt"), "an unknown descriptor is refused");
+        assert_eq!(lexical("/a/./b/../c"), Some("/a/c".into()));
+        assert_eq!(lexical("/a/../.."), None);
+    }
 
     #[test]
     fn a_budget_is_all_or_nothing_and_refunds() {
