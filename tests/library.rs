@@ -115,14 +115,19 @@ fn killing_an_install_midway_leaves_a_runnable_skill() {
     let cli = |args: &[&str]| {
         std::process::Command::new(&bin).env("SKILLHOST_HOME", env.home.path()).args(args).output().unwrap()
     };
+    // The first install compiles; later ones reuse the compile cache and take a few ms, so
+    // the kill points spread over what a whole install of v2 takes here (timed once).
     assert!(cli(&["skill", "install", v1.to_str().unwrap()]).status.success());
-    // Deterministic pseudo-random kill points across the install (compile, staging, swap).
+    let timed = std::time::Instant::now();
+    assert!(cli(&["skill", "install", v2.to_str().unwrap()]).status.success());
+    let whole_us = (timed.elapsed().as_micros() as u64).max(1_000);
+    // Deterministic pseudo-random kill points across the install (staging, swap).
     let mut seed: u64 = 0x5eed;
     let mut killed_midway = 0;
     for round in 0..12 {
         let src = if round % 2 == 0 { &v2 } else { &v1 };
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let delay = std::time::Duration::from_micros((seed >> 33) % 250_000);
+        let delay = std::time::Duration::from_micros((seed >> 33) % whole_us);
         let mut child = std::process::Command::new(&bin)
             .env("SKILLHOST_HOME", env.home.path())
             .args(["skill", "install", src.to_str().unwrap()])
