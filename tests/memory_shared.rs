@@ -170,8 +170,9 @@ fn hammer(m: Arc<Memory>, threads: usize, rounds: usize) {
                 let session = format!("thread-{t}");
                 let mut mine = Vec::new();
                 for i in 0..rounds {
-                    // Distinct numbers keep the facts distinct (numbers never merge).
-                    let text = format!("thread{t} observed sensor reading {} on bus {i}", t * 1000 + i);
+                    // Distinct identifiers keep the facts distinct: a number after `#` names
+                    // which one (a bare number is a value, and a new value would be an update).
+                    let text = format!("thread{t} observed sensor reading #{} on bus #{i}", t * 1000 + i);
                     let id = m.insert(rec(&text, &session)).unwrap();
                     mine.push((id, text));
                     m.session_set(&session, &format!("k{i}"), &format!("v{t}-{i}")).unwrap();
