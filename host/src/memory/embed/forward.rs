@@ -533,7 +533,7 @@ fn attention(
 
 /// Dot product summed in 8 lanes (vectorises; a single running sum does not).
 #[inline(always)]
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();

@@ -227,15 +227,7 @@ pub fn normalize(v: &mut [f32]) {
 
 /// Cosine of two unit vectors (summed in 8 lanes, which vectorises).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
-    for (ca, cb) in a8.zip(b8) {
-        for ((l, x), y) in lanes.iter_mut().zip(ca).zip(cb) {
-            *l += x * y;
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
+    forward::dot_lanes(a, b)
 }
 
 /// Which model file a home uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else
