@@ -111,6 +111,7 @@ fn main() {
     let rounds: &[usize] = if profile.as_deref() == Some("concurrent") { &[8; 10] } else { &[1, 2, 8, 32] };
     for &callers in rounds {
         let per_caller = CONCURRENT_CALLS / callers;
+        let cpu_before = process_cpu();
         let started = Instant::now();
         mt.block_on(async {
             let tasks: Vec<_> = (0..callers)
@@ -129,7 +130,9 @@ fn main() {
                 t.await.unwrap();
             }
         });
-        throughput.push((callers, (per_caller * callers) as f64 / started.elapsed().as_secs_f64()));
+        let calls = (per_caller * callers) as f64;
+        let cpu_per_call = (process_cpu() - cpu_before).as_secs_f64() * 1e6 / calls;
+        throughput.push((callers, calls / started.elapsed().as_secs_f64(), cpu_per_call));
     }
     drop(mt);
     drop(runtime);
@@ -178,13 +181,20 @@ fn main() {
     println!("  warm call p50 (instantiate+execute)     {:>10.1} us", us(warm_p50));
     println!("  warm call p99                           {:>10.1} us", us(warm_p99));
     println!("  Library::run p50 (policy+validate+audit){:>10.1} us", us(full_p50));
-    let single = throughput[0].1;
-    for (callers, per_sec) in &throughput {
+    let (single, single_cpu) = (throughput[0].1, throughput[0].2);
+    for (callers, per_sec, cpu) in &throughput {
         println!(
             "  trivial calls/s, {callers:>2} concurrent caller(s)  {per_sec:>10.0} /s   ratio {:>7.2}x (to 1 caller, {cores} workers)",
             per_sec / single
         );
+        println!(
+            "      process CPU per call                {cpu:>10.1} us   ratio {:>7.2}x (to 1 caller; above 1 is contention)",
+            cpu / single_cpu
+        );
     }
+    // What the cores could give if nothing else ran: the scaling the call path allows.
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("  load average while measuring: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(" "));
     match native_p50 {
         Some(n) => println!(
             "  baseline native fork+exec p50           {:>10.1} us   ratio {:>7.1}x",
@@ -201,13 +211,23 @@ fn main() {
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!("targets:");
     println!("  warm p50 <= 25 us: {}", verdict(us(warm_p50) <= 25.0));
-    let at8 = throughput.iter().find(|(c, _)| *c == 8).map(|(_, t)| t / single).unwrap_or(0.0);
+    let at8 = throughput.iter().find(|(c, _, _)| *c == 8).map(|(_, t, _)| t / single).unwrap_or(0.0);
     println!("  >= 1.7x single-caller throughput at 8 callers: {} ({at8:.2}x)", verdict(at8 >= 1.7));
     if let Some(n) = native_p50 {
         println!("  >= 25x native baseline: {}", verdict(us(n) / us(warm_p50) >= 25.0));
     }
     println!("  >= 500x python3 baseline: {}", verdict(us(py_p50) / us(warm_p50) >= 500.0));
     println!("  cold first call <= 10 ms: {}", verdict(cold <= Duration::from_millis(10)));
+}
+
+/// CPU time (user + system) of the whole process so far: all workers, the epoch ticker
+/// and the kernel work done for them.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 fn hex_sha(bytes: &[u8]) -> String {
