@@ -301,3 +301,82 @@ fn library_open_sweeps_temp_files_of_killed_atomic_writes_in_the_home() {
     live.kill().unwrap();
     live.wait().unwrap();
 }
+
+/// The compile cache's payload files (`SHA-ENGINE.cwasm`), by component sha256.
+fn cache_payloads(env: &Env) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(env.home.path().join("cache"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".cwasm").map(|s| s[..64].to_string()))
+        .collect()
+}
+
+/// Make every file in the home's cache look `secs` old.
+fn age_cache(env: &Env, secs: u64) {
+    for e in std::fs::read_dir(env.home.path().join("cache")).unwrap().flatten() {
+        if e.path().is_file() {
+            let f = std::fs::File::options().write(true).open(e.path()).unwrap();
+            f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(secs)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn compile_cache_entries_of_components_no_longer_installed_are_swept() {
+    let env = Env::new();
+    let lib = env.library();
+    let sha = |path: &std::path::Path| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+    };
+    let probe = sha(&common::probe_wasm());
+    let other_wasm = common::built("generate-report").join("skill.wasm");
+    let other = sha(&other_wasm);
+    // Two skills on the probe's component, one (`x`) on another component.
+    env.install_granted(&lib, "a", "");
+    env.install_granted(&lib, "b", "");
+    let x = env.probe_as("x", "");
+    std::fs::copy(&other_wasm, x.join("skill.wasm")).unwrap();
+    lib.install(&x, &|_| Ok(None)).unwrap();
+    assert_eq!(cache_payloads(&env), [probe.clone(), other.clone()].into());
+
+    // What else lives in the cache, or was left there by others: files that are not
+    // entries, an old entry of a component nobody installed, a fresh one (an install in
+    // progress elsewhere may have just compiled it).
+    let cache = env.home.path().join("cache");
+    let stale = "ab".repeat(32);
+    std::fs::write(cache.join("notes.txt"), b"not an entry").unwrap();
+    std::fs::write(cache.join(format!("{stale}-00000000deadbeef.cwasm")), b"old").unwrap();
+    std::fs::write(cache.join(format!("{stale}-00000000deadbeef.seal")), b"old").unwrap();
+    age_cache(&env, 3600);
+    let fresh = "cd".repeat(32);
+    std::fs::write(cache.join(format!("{fresh}-00000000deadbeef.cwasm")), b"new").unwrap();
+
+    // Removing `a` leaves the probe's entry: `b` still runs that component.
+    lib.remove("a", false).unwrap();
+    assert_eq!(cache_payloads(&env), [probe.clone(), other.clone(), fresh.clone()].into());
+    assert!(!cache.join(format!("{stale}-00000000deadbeef.seal")).exists(), "the stale seal went with its payload");
+    assert!(cache.join("notes.txt").exists() && cache.join(".key").exists());
+
+    // Upgrading `x` to the probe's component leaves the other component installed nowhere.
+    env.install_granted(&lib, "x", "");
+    assert_eq!(cache_payloads(&env), [probe.clone(), fresh.clone()].into());
+    let seals: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.ends_with(".seal"))
+        .collect();
+    assert!(seals.iter().all(|n| n.starts_with(&probe)), "{seals:?}");
+    assert_eq!(output(&run(&lib, "x", json!({"mode": "noop"}))), "ok");
+
+    // A record that cannot be read means the installed components are not known: nothing goes.
+    age_cache(&env, 3600);
+    std::fs::write(env.home.path().join("skills/b/install.json"), b"{ damaged").unwrap();
+    assert_eq!(lib.sweep_compile_cache(std::time::Duration::ZERO), Default::default());
+    assert!(cache.join(format!("{fresh}-00000000deadbeef.cwasm")).exists());
+    std::fs::remove_dir_all(env.home.path().join("skills/b")).unwrap();
+    let swept = lib.sweep_compile_cache(std::time::Duration::ZERO);
+    assert_eq!(swept.entries, 1, "{swept:?}");
+    assert_eq!(cache_payloads(&env), [probe].into());
+}

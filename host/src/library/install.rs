@@ -303,9 +303,43 @@ impl Library {
             } else {
                 archive(&self.root, name, &old, self.user_grants(name));
             }
+            self.sweep_compile_cache(sandbox::SWEEP_GRACE);
         }
         self.skills.forget(name);
         Ok(())
+    }
+
+    /// Remove compile-cache entries of components no installed skill has any more (replaced,
+    /// rolled back from or removed; a Python skill's entry is ~35 MB). A rollback to an
+    /// archived version compiles it again. Nothing is removed when an install record cannot
+    /// be read: then which components are still installed is not known.
+    pub fn sweep_compile_cache(&self, grace: std::time::Duration) -> sandbox::CacheSweep {
+        let mut keep = std::collections::HashSet::new();
+        let names = match self.names() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("compile cache not swept: cannot list the installed skills ({e:#})");
+                return sandbox::CacheSweep::default();
+            }
+        };
+        for name in names {
+            match InstallRecord::read(&self.skill_dir(&name)) {
+                Ok(record) => keep.extend(record.wasm_sha256),
+                Err(e) => {
+                    tracing::warn!("compile cache not swept: {e:#}");
+                    return sandbox::CacheSweep::default();
+                }
+            }
+        }
+        let swept = sandbox::sweep_compile_cache(&self.root.join("cache"), &keep, grace);
+        if swept.entries > 0 {
+            tracing::info!(
+                "compile cache: removed {} entries ({} bytes) of components no longer installed",
+                swept.entries,
+                swept.bytes
+            );
+        }
+        swept
     }
 
     /// Install from a `.skill` bundle's bytes (verified entry by entry, see [`crate::bundle`]).
@@ -415,6 +449,7 @@ impl Library {
             archive(&self.root, name, &trash, granted_then);
         }
         self.skills.forget(name);
+        self.sweep_compile_cache(sandbox::SWEEP_GRACE);
         Ok(())
     }
 }

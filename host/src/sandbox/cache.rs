@@ -40,6 +40,52 @@ pub enum CompileOutcome {
     Recompiled { compile_ms: u64 },
 }
 
+/// Entries younger than this are never swept: another process may have compiled one for an
+/// install it has not finished yet (sweeping it would only cost that install a recompile).
+pub const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// What [`sweep`] removed from a compile cache.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSweep {
+    /// Entries (a payload and its seal count as one).
+    pub entries: usize,
+    pub bytes: u64,
+}
+
+/// Remove the entries in `dir` of every component whose sha256 is not in `keep` (the
+/// components installed now), whatever engine compiled them, once they are older than
+/// `grace`. Only files named like entries are touched (`SHA-ENGINE.cwasm` / `.seal`); the
+/// host key and everything else stay. A process that has an entry mapped keeps its mapping.
+pub fn sweep(dir: &Path, keep: &std::collections::HashSet<String>, grace: std::time::Duration) -> CacheSweep {
+    let mut swept = CacheSweep::default();
+    let Ok(entries) = std::fs::read_dir(dir) else { return swept };
+    let now = std::time::SystemTime::now();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((stem, is_payload)) =
+            name.strip_suffix(".cwasm").map(|s| (s, true)).or_else(|| name.strip_suffix(".seal").map(|s| (s, false)))
+        else {
+            continue;
+        };
+        let Some((sha, engine)) = stem.split_once('-') else { continue };
+        let hex = |t: &str, len: usize| t.len() == len && t.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex(sha, 64) || !hex(engine, 16) || keep.contains(sha) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        let age = meta.modified().ok().and_then(|m| now.duration_since(m).ok());
+        if !meta.is_file() || age.is_none_or(|a| a < grace) {
+            continue;
+        }
+        if std::fs::remove_file(entry.path()).is_ok() && is_payload {
+            swept.entries += 1;
+            swept.bytes += meta.len();
+        }
+    }
+    swept
+}
+
 /// Where the component's bytes come from when the cache has to compile: read lazily, so a
 /// warm start never reads (or hashes) the component at all.
 pub type ComponentBytes<'a> = &'a dyn Fn() -> Result<Vec<u8>>;

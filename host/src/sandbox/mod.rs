@@ -50,7 +50,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
-pub use cache::{CompileOutcome, ComponentBytes};
+pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use log::LogLine;
 pub use memory::{Absorbed, absorb};
