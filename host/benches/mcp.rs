@@ -22,8 +22,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use skillhost::library::Library;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_skillhost")
+/// The `skillhost` binary measured: this build's, or `SKILLHOST_BENCH_BIN` (an older build,
+/// for an A/B on the same machine state).
+fn bin() -> String {
+    std::env::var("SKILLHOST_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_skillhost").to_string())
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {

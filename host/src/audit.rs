@@ -44,6 +44,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::fsutil::FileStamp;
 use crate::sandbox::Denial;
 
 /// `prev` of the first line.
@@ -132,46 +133,68 @@ pub fn preview(text: &str) -> String {
 /// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
 /// scalars as serde_json writes them. What the chain hashes.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // Only serde_json's own output and ASCII punctuation were written.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
-            pairs.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in pairs.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
+            write_canonical_object(map, out, |_| false);
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(v, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        // Writing a scalar into a Vec cannot fail.
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
+}
+
+/// `map` as a canonical object; returns the offset of the first key for which `mark`
+/// holds (or of the closing brace when none does).
+fn write_canonical_object(map: &Map<String, Value>, out: &mut Vec<u8>, mark: impl Fn(&str) -> bool) -> usize {
+    let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    let mut marked = None;
+    for (i, (k, v)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if marked.is_none() && mark(k) {
+            marked = Some(out.len());
+        }
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        write_canonical(v, out);
+    }
+    let end = out.len();
+    out.push(b'}');
+    marked.unwrap_or(end)
 }
 
 /// The hash a line records: sha256 over `prev` and the canonical line without `hash`.
 fn line_hash(prev: &str, without_hash: &Map<String, Value>) -> String {
+    let mut text = Vec::new();
+    write_canonical_object(without_hash, &mut text, |_| false);
+    hash_of(prev, &text)
+}
+
+fn hash_of(prev: &str, canonical: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(prev.as_bytes());
-    h.update(canonical_json(&Value::Object(without_hash.clone())).as_bytes());
+    h.update(canonical);
     hex::encode(h.finalize())
 }
 
@@ -348,6 +371,24 @@ struct GroupCommit {
     done: Condvar,
     /// Lines are waiting for the background syncer.
     work: Condvar,
+    /// The log file this process appends to, kept open with the end of the chain it
+    /// wrote last (see [`Writer`]). Also what serializes this process's appends: every
+    /// clone's appends flock the same open file, and a second flock of one open file
+    /// would not wait for the first.
+    writer: Mutex<Option<Writer>>,
+}
+
+/// The open log file and what this process knows of its end: the hash and `seq` of the
+/// line it wrote last, and the file's stamp just after that write (under the flock). An
+/// append that finds the file with the same stamp (same inode, size, mtime and ctime)
+/// chains to them without reading the file's end again; any other writer (another
+/// process's append, a seal, an edit) changes the stamp, and the end is read as before.
+#[derive(Debug)]
+struct Writer {
+    file: Arc<File>,
+    stamp: FileStamp,
+    hash: String,
+    seq: u64,
 }
 
 /// Pause of the background syncer between two rounds.
@@ -364,7 +405,7 @@ struct CommitState {
     durable: u64,
     syncing: bool,
     /// Files written since the last sync, one handle per inode (a seal switches files).
-    pending: Vec<(u64, u64, File)>,
+    pending: Vec<(u64, u64, Arc<File>)>,
     /// `sync_data` rounds run, for [`AuditLog::syncs`].
     syncs: u64,
     /// Appends do not wait for the disk; the background syncer runs.
@@ -380,13 +421,13 @@ impl GroupCommit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Record a written line (its file unlocked, still open); its ticket.
-    fn written(&self, file: File) -> u64 {
-        let id = file.metadata().map(|m| (m.dev(), m.ino())).unwrap_or((0, 0));
+    /// Record a written line (its file unlocked, still open; `id` its device and inode);
+    /// its ticket.
+    fn written(&self, file: &Arc<File>, id: (u64, u64)) -> u64 {
         let mut st = self.lock();
         st.written += 1;
         if !st.pending.iter().any(|(dev, ino, _)| (*dev, *ino) == id) {
-            st.pending.push((id.0, id.1, file));
+            st.pending.push((id.0, id.1, file.clone()));
         }
         st.written
     }
@@ -548,34 +589,114 @@ impl AuditLog {
         bail!("{} keeps being replaced while this process tries to append to it", self.path.display())
     }
 
+    /// Take the flock of the kept file again; `None` (and the kept file dropped) when the
+    /// path names another file now (a seal moved it aside, or it was removed).
+    fn relock(&self, kept: Writer) -> Option<(Arc<File>, Writer)> {
+        kept.file.lock().ok()?;
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == (kept.stamp.dev(), kept.stamp.ino()) => Some((kept.file.clone(), kept)),
+            _ => {
+                let _ = kept.file.unlock();
+                None
+            }
+        }
+    }
+
     /// Append `entry` (which must have a `kind` of `call` or `step`, and a `session`) as
     /// the next line of the chain.
-    pub fn append(&self, mut entry: Map<String, Value>) -> Result<Appended> {
-        match entry.get("kind").cloned().map(serde_json::from_value::<EntryKind>) {
-            Some(Ok(EntryKind::Call | EntryKind::Step)) => {}
-            Some(Ok(EntryKind::Seal)) => bail!("`seal` entries are written by `skillhost audit seal` only"),
-            _ => bail!("an audit entry needs `kind`: \"call\" or \"step\""),
+    pub fn append(&self, entry: Map<String, Value>) -> Result<Appended> {
+        check_entry(&entry)?;
+        let mut writer = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // Any failure below forgets the kept file: the next append opens the log afresh.
+        let kept = writer.take();
+        let (file, known) = match kept.and_then(|w| self.relock(w)) {
+            Some((file, w)) => (file, Some(w)),
+            None => (Arc::new(self.open_locked()?), None),
+        };
+        self.append_locked(writer, file, known, entry)
+    }
+
+    /// [`AuditLog::append`] only if it need not wait: in background-sync mode, with the
+    /// log file kept open by an earlier append, no other appender of this process or
+    /// another holding it, and the disk not behind. Then the append is a few system calls
+    /// (a flock, two `fstat`s, a `stat`, a `write`), cheap enough for an async worker;
+    /// otherwise the entry comes back untouched, for [`AuditLog::append`] off the executor.
+    pub fn try_append_now(
+        &self,
+        entry: Map<String, Value>,
+    ) -> std::result::Result<Result<Appended>, Map<String, Value>> {
+        if let Err(e) = check_entry(&entry) {
+            return Ok(Err(e));
         }
-        if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
-            bail!("an audit entry needs a non-empty `session`");
+        {
+            let st = self.commits.lock();
+            if !st.background || st.failing || st.written - st.durable >= MAX_UNSYNCED_LINES {
+                return Err(entry);
+            }
         }
-        if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(**k)) {
-            bail!("`{k}` is set by the audit log itself; leave it out of the entry");
+        let Ok(mut writer) = self.commits.writer.try_lock() else { return Err(entry) };
+        let Some(kept) = writer.take() else { return Err(entry) };
+        if kept.file.try_lock().is_err() {
+            *writer = Some(kept);
+            return Err(entry);
         }
-        let file = self.open_locked()?;
-        let tail = last_entry(&file).with_context(|| format!("cannot read the end of {}", self.path.display()))?;
-        if tail.torn_bytes > 0 {
-            file.set_len(tail.complete_len)
-                .with_context(|| format!("cannot cut the torn last line of {}", self.path.display()))?;
-            entry.insert("torn_tail_bytes".into(), tail.torn_bytes.into());
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == (kept.stamp.dev(), kept.stamp.ino()) => {
+                let file = kept.file.clone();
+                Ok(self.append_locked(writer, file, Some(kept), entry))
+            }
+            _ => {
+                // Sealed aside or removed: the next blocking append opens the new file.
+                let _ = kept.file.unlock();
+                Err(entry)
+            }
         }
-        let seq = tail.seq + 1;
-        let (line, hash) = chained_line(entry, seq, &tail.hash);
-        (&file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;
+    }
+
+    /// The rest of an append once `file` is open and flocked (`known`: what this process
+    /// knew of its end); `writer` is held until the line is written.
+    fn append_locked(
+        &self,
+        mut writer: std::sync::MutexGuard<'_, Option<Writer>>,
+        file: Arc<File>,
+        known: Option<Writer>,
+        mut entry: Map<String, Value>,
+    ) -> Result<Appended> {
+        // Under the flock from here; an error still unlocks (the file may stay open, kept
+        // for the syncer, and an open file keeps its flock).
+        let locked = || -> Result<(FileStamp, Tail, String, Option<FileStamp>)> {
+            let before = FileStamp::from_metadata(
+                &file.metadata().with_context(|| format!("cannot read the end of {}", self.path.display()))?,
+            );
+            let tail = match known {
+                // Nobody wrote since this process's last line: its end is known.
+                Some(w) if w.stamp == before => {
+                    Tail { hash: w.hash, seq: w.seq, complete_len: before.size(), torn_bytes: 0 }
+                }
+                _ => last_entry(&file).with_context(|| format!("cannot read the end of {}", self.path.display()))?,
+            };
+            if tail.torn_bytes > 0 {
+                file.set_len(tail.complete_len)
+                    .with_context(|| format!("cannot cut the torn last line of {}", self.path.display()))?;
+                entry.insert("torn_tail_bytes".into(), tail.torn_bytes.into());
+            }
+            let (line, hash) = chained_line(entry, tail.seq + 1, &tail.hash);
+            (&*file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;
+            let after = file.metadata().ok().map(|m| FileStamp::from_metadata(&m));
+            Ok((before, tail, hash, after))
+        };
+        let written = locked();
         // The line is in the kernel now: a killed process loses nothing from here. The
         // next appender may chain to it while this one waits for the disk.
-        file.unlock().with_context(|| format!("cannot unlock {}", self.path.display()))?;
-        let ticket = self.commits.written(file);
+        let unlocked = file.unlock().with_context(|| format!("cannot unlock {}", self.path.display()));
+        let (before, tail, hash, after) = written?;
+        unlocked?;
+        let seq = tail.seq + 1;
+        if let Some(stamp) = after {
+            *writer = Some(Writer { file: file.clone(), stamp, hash: hash.clone(), seq });
+        }
+        drop(writer);
+        let ticket = self.commits.written(&file, (before.dev(), before.ino()));
         self.commits.after_write(ticket).with_context(|| format!("cannot sync {}", self.path.display()))?;
         Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
     }
@@ -584,6 +705,12 @@ impl AuditLog {
     /// The error names the log, the first damaged line and the way out, for callers that
     /// must not act unaudited.
     pub fn check_appendable(&self) -> Result<()> {
+        // The file as this process's last append left it: its end was a line just written.
+        if let Some(w) = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+            && FileStamp::of(&self.path).ok().flatten() == Some(w.stamp)
+        {
+            return Ok(());
+        }
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -809,17 +936,43 @@ fn compact_now() -> String {
     now.format(&fmt).unwrap_or_else(|_| "unknown-time".into())
 }
 
+/// An entry an append takes: a `kind` of `call` or `step`, a `session`, no field the log sets.
+fn check_entry(entry: &Map<String, Value>) -> Result<()> {
+    match entry.get("kind").cloned().map(serde_json::from_value::<EntryKind>) {
+        Some(Ok(EntryKind::Call | EntryKind::Step)) => {}
+        Some(Ok(EntryKind::Seal)) => bail!("`seal` entries are written by `skillhost audit seal` only"),
+        _ => bail!("an audit entry needs `kind`: \"call\" or \"step\""),
+    }
+    if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
+        bail!("an audit entry needs a non-empty `session`");
+    }
+    if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(**k)) {
+        bail!("`{k}` is set by the audit log itself; leave it out of the entry");
+    }
+    Ok(())
+}
+
 /// `entry` as line `seq` after `prev`: the canonical JSON with `seq`, `ts`, `prev` and
 /// `hash`, newline-terminated, and its hash.
 fn chained_line(mut entry: Map<String, Value>, seq: u64, prev: &str) -> (String, String) {
     entry.insert("seq".into(), seq.into());
     entry.insert("ts".into(), now_rfc3339().into());
     entry.insert("prev".into(), prev.into());
-    let hash = line_hash(prev, &entry);
-    entry.insert("hash".into(), hash.clone().into());
-    let mut line = canonical_json(&Value::Object(entry));
-    line.push('\n');
-    (line, hash)
+    // One canonical text serves both: hashed without `hash`, then `hash` spliced in where
+    // its key sorts (the same bytes as writing the whole entry with it).
+    let mut text = Vec::with_capacity(1024);
+    let at = write_canonical_object(&entry, &mut text, |k| k > "hash");
+    let hash = hash_of(prev, &text);
+    let field = format!("\"hash\":\"{hash}\"");
+    let spliced = if text[at] == b'}' {
+        // `hash` sorts last: after a comma unless the object was empty.
+        if at > 1 { format!(",{field}") } else { field }
+    } else {
+        format!("{field},")
+    };
+    text.splice(at..at, spliced.into_bytes());
+    text.push(b'\n');
+    (String::from_utf8(text).unwrap_or_default(), hash)
 }
 
 fn parse_lines(text: &[u8], entries: &mut Vec<Map<String, Value>>, mut unreadable: Option<&mut Vec<u64>>) {
@@ -1009,6 +1162,58 @@ fn last_newline_before(file: &File, end: u64) -> std::io::Result<Option<u64>> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_kept_log_file_sees_other_writers_edits_and_seals() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two logs of one path share nothing in memory: like two processes.
+        let (a, b) = (AuditLog::in_home(dir.path()), AuditLog::in_home(dir.path()));
+        a.sync_in_background().unwrap();
+        let e = || new_entry(EntryKind::Call, "s");
+        let now_or_later = |log: &AuditLog| match log.try_append_now(e()) {
+            Ok(r) => r.unwrap(),
+            Err(entry) => log.append(entry).unwrap(),
+        };
+        for i in 0..4 {
+            assert_eq!(now_or_later(&a).seq, 2 * i + 1);
+            assert_eq!(b.append(e()).unwrap().seq, 2 * i + 2);
+        }
+        // Kept open and unchanged since: written without waiting.
+        assert_eq!(a.try_append_now(e()).ok().map(|r| r.unwrap().seq), Some(9));
+        assert!(a.check_appendable().is_ok());
+        assert_eq!(a.verify().unwrap().entries, 9);
+        // An edit in place (same size) breaks the chain; `a` must not trust what it kept.
+        let text = std::fs::read_to_string(a.path()).unwrap();
+        std::fs::write(a.path(), text.replacen("\"session\":\"s\"", "\"session\":\"t\"", 1)).unwrap();
+        assert!(a.check_appendable().is_ok(), "the end still chains");
+        assert_eq!(now_or_later(&a).seq, 10);
+        b.seal().unwrap();
+        // The path names the new segment now: the kept file is not written again.
+        assert!(a.try_append_now(e()).is_err());
+        let after = a.append(e()).unwrap();
+        assert_eq!(after.seq, 2, "chained to the seal line of the new segment");
+        assert_eq!(now_or_later(&a).seq, 3);
+        assert_eq!(b.append(e()).unwrap().seq, 4);
+        a.flush().unwrap();
+        assert_eq!(a.verify().unwrap().entries, 4);
+    }
+
+    #[test]
+    fn a_chained_line_is_the_canonical_entry_with_its_hash() {
+        let entries = [
+            json!({ "kind": "call", "session": "s", "skill": "probe", "params": { "b": [1, "x"], "a": null } }),
+            json!({ "a": 1 }),
+            json!({ "zz": "last", "ha": "\u{e9}\"q" }),
+        ];
+        for e in entries {
+            let Value::Object(m) = e else { unreachable!() };
+            let (line, hash) = chained_line(m, 7, GENESIS);
+            let Value::Object(mut back) = serde_json::from_str::<Value>(&line).unwrap() else { panic!("{line}") };
+            assert_eq!(format!("{}\n", canonical_json(&Value::Object(back.clone()))), line);
+            back.remove("hash");
+            assert_eq!(line_hash(GENESIS, &back), hash);
+        }
+    }
 
     #[test]
     fn canonical_form_sorts_keys_at_every_level() {

@@ -230,6 +230,18 @@ impl FileStamp {
             ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
         }
     }
+
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
 }
 
 /// A host-held secret (32 random bytes in a 0600 file) that seals records this host writes
