@@ -636,6 +636,191 @@ fn sigkill_mid_batch_loses_no_committed_record() {
     }
 }
 
+/// Child side of the answered-add test: single adds forever, printing each answered one.
+#[test]
+#[ignore = "run by an_answered_add_survives_sigkill_with_its_index_entry as a child process"]
+fn adder_child() {
+    let Ok(dir) = std::env::var("SKILLHOST_TEST_ADDER_DIR") else { return };
+    let round: u64 = std::env::var("SKILLHOST_TEST_ADDER_ROUND").unwrap().parse().unwrap();
+    let m = Memory::open(Path::new(&dir), MemoryConfig::default()).unwrap();
+    for i in 0.. {
+        let id = m.add(rec(&format!("answered{round} canbus frame #{i} checked"), MemoryKind::Fact, 3)).unwrap();
+        println!("answered {id}");
+    }
+}
+
+/// A `memory add` that answered survives SIGKILL with everything derived from it: the
+/// record in redb, its index entry (written without fsync: a killed process loses no
+/// page-cache write) and, with a model, its vector.
+#[test]
+fn an_answered_add_survives_sigkill_with_its_index_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = Rng(0x0add_0add);
+    for round in 0..4u64 {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "adder_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("SKILLHOST_TEST_ADDER_DIR", dir.path())
+            .env("SKILLHOST_TEST_ADDER_ROUND", round.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let answered_id = |line: &str| line.find("answered ").map(|at| line[at + 9..].trim().parse::<u64>().unwrap());
+        let mut answered = Vec::new();
+        let start = Instant::now();
+        let kill_after = Duration::from_millis(100 + rng.below(500));
+        while start.elapsed() < Duration::from_secs(60) && (answered.is_empty() || start.elapsed() < kill_after) {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(2)) {
+                answered.extend(answered_id(&line));
+            }
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        while let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            answered.extend(answered_id(&line));
+        }
+        assert!(!answered.is_empty(), "round {round}: the child answered no add");
+        let m = Memory::open(dir.path(), MemoryConfig::default()).unwrap();
+        for id in &answered {
+            let r = m.get(*id).unwrap().unwrap_or_else(|| panic!("round {round}: answered add #{id} is gone"));
+            assert!(r.content.starts_with(&format!("answered{round} ")), "round {round}: #{id} is {:?}", r.content);
+        }
+        let stored: Vec<u64> = m
+            .all_records()
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.content.starts_with(&format!("answered{round} ")))
+            .map(|r| r.id)
+            .collect();
+        // At most the add in flight is there unanswered.
+        assert!(
+            stored.len() <= answered.len() + 1,
+            "round {round}: {} stored, {} answered",
+            stored.len(),
+            answered.len()
+        );
+        let mut hits: Vec<u64> = m
+            .search(&format!("answered{round}"), &SearchFilter::namespace("default"), 10_000)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.record.id)
+            .collect();
+        hits.sort_unstable();
+        let mut want = stored.clone();
+        want.sort_unstable();
+        assert_eq!(hits, want, "round {round}: the index is out of step with the store");
+        if let Some(stats) = m.semantic_stats() {
+            assert_eq!(stats.vectors, m.all_records().unwrap().len(), "round {round}: every record has its vector");
+        }
+    }
+}
+
+/// The segment files of the index in `index` (not the meta file, the managed list or locks).
+fn segment_files(index: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(index)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            !name.starts_with('.') && name != "meta.json"
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Pretend the index's last commit was made, unsynced, in boot `boot`; false if the commit
+/// names no boot (it was fsynced).
+fn set_commit_boot(index: &Path, boot: &str) -> bool {
+    let meta = index.join("meta.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+    let payload = v["payload"].as_str().unwrap_or_default().to_string();
+    let Some((stamp, _)) = payload.split_once(";unsynced-boot=") else { return false };
+    v["payload"] = format!("{stamp};unsynced-boot={boot}").into();
+    std::fs::write(&meta, serde_json::to_vec(&v).unwrap()).unwrap();
+    true
+}
+
+/// The index is written without fsync. What a crash of the machine leaves of such files
+/// (torn or missing ones) is found when the store opens after the restart, and the index is
+/// rebuilt from the store; an index that reads back whole is kept.
+#[test]
+fn an_index_left_unsynced_by_a_machine_crash_is_checked_then_kept_or_rebuilt() {
+    let Ok(this_boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        return; // no boot id: every index write is fsynced
+    };
+    let this_boot = this_boot.trim().to_string();
+    let earlier_boot = "00000000-0000-4000-8000-000000000000";
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let clock = clock();
+    {
+        let m = open_at(dir.path(), &clock);
+        for c in ["the parity bit is even on port 3", "串口三 使用 偶校验", "the watchdog resets after 10 s"] {
+            m.add(rec(c, MemoryKind::Fact, 3)).unwrap();
+        }
+    }
+    let found = |m: &Memory| -> usize {
+        ["parity", "偶校验", "watchdog"]
+            .iter()
+            .map(|q| m.search(q, &SearchFilter::namespace("default"), 5).unwrap().len())
+            .sum()
+    };
+    let payload = || -> String {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(index.join("meta.json")).unwrap()).unwrap();
+        v["payload"].as_str().unwrap_or_default().to_string()
+    };
+    assert!(
+        payload().ends_with(&format!(";unsynced-boot={this_boot}")),
+        "an unsynced commit names its boot: {}",
+        payload()
+    );
+
+    // Restarted, files whole: read back, checked and kept (no rebuild: same segment files).
+    assert!(set_commit_boot(&index, earlier_boot));
+    let before = segment_files(&index);
+    {
+        let m = open_at(dir.path(), &clock);
+        assert_eq!(found(&m), 3);
+    }
+    let after = segment_files(&index);
+    assert!(before.iter().all(|f| after.contains(f)), "the checked index was kept: {before:?} -> {after:?}");
+    assert!(payload().ends_with(&this_boot), "kept and now of this boot: {}", payload());
+
+    // Restarted after a power loss that tore the index files: rebuilt, nothing lost.
+    assert!(set_commit_boot(&index, earlier_boot));
+    for f in segment_files(&index) {
+        let len = std::fs::metadata(&f).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&f).unwrap().set_len(len / 2).unwrap();
+    }
+    {
+        let m = open_at(dir.path(), &clock);
+        assert_eq!(found(&m), 3, "rebuilt from the store");
+        m.add(rec("the canbus runs at 500 kbit/s", MemoryKind::Fact, 3)).unwrap();
+        assert_eq!(m.search("canbus", &SearchFilter::namespace("default"), 5).unwrap().len(), 1);
+    }
+
+    // ... or that lost them altogether.
+    assert!(set_commit_boot(&index, earlier_boot));
+    for f in segment_files(&index) {
+        std::fs::remove_file(f).unwrap();
+    }
+    let m = open_at(dir.path(), &clock);
+    assert_eq!(found(&m), 3, "rebuilt from the store");
+    assert_eq!(m.search("canbus", &SearchFilter::namespace("default"), 5).unwrap().len(), 1);
+}
+
 #[test]
 fn a_second_opener_uses_the_owner_then_takes_the_store_over() {
     // Two opens in one process take two separate flock descriptions, exactly as two

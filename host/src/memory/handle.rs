@@ -23,8 +23,9 @@
 //! a power loss or a killed owner loses no acknowledged write. Reference counts are
 //! committed without fsync and may lose the last few on a power loss. A write in flight
 //! when the owner dies may or may not have been applied; the client is told so and not
-//! retried (reads are retried on the new owner). The search index is rebuilt on open if it
-//! lags the store.
+//! retried (reads are retried on the new owner). The search index and the vectors are
+//! derived and written without fsync: rebuilt on open if they lag the store, and after a
+//! crash of the machine the index is checked file by file (rebuilt if anything is lost).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -309,6 +310,17 @@ impl Memory {
     /// `memory compact` merges duplicates afterwards). Priority-5 budgets are checked.
     pub fn add_batch(&self, records: Vec<NewRecord>) -> Result<Vec<u64>> {
         self.route(|s| s.add_batch(records.clone()), || Request::AddBatch { records: records.clone() })
+    }
+
+    /// [`Memory::add_batch`] with each record's embedding given instead of computed: for
+    /// benchmarks that need a large store with vectors quickly. Only in the process that
+    /// owns the store, with a model loaded.
+    #[doc(hidden)]
+    pub fn add_batch_embedded(&self, batch: Vec<(NewRecord, Vec<f32>)>) -> Result<Vec<u64>> {
+        match self.state.read().as_deref() {
+            Ok(State { backend: Backend::Owner(o), .. }) => o.store.add_batch_embedded(batch),
+            _ => bail!("add_batch_embedded needs the process that owns the memory store"),
+        }
     }
 
     /// Live records relevant to `query` under `filter` (at most 1000). With

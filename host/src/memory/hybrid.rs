@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use anyhow::{Result, anyhow};
 
-use super::embed::{TextRole, cosine};
+use super::embed::cosine;
 use super::records::{MemoryRecord, SearchFilter};
 use super::store::Store;
 use super::vectors::Script;
@@ -103,7 +103,7 @@ impl Store {
         };
         let p = self.config.fusion;
         let lexical = self.index.search(query, filter, now, CANDIDATES.max(limit))?;
-        let q = model.embed(TextRole::Query, query.trim());
+        let q = self.vectors.query_embedding(model, query.trim());
         let mut moments: HashMap<Script, Moments> = HashMap::new();
         let mut dense: Vec<(u64, f32, Script)> = Vec::new();
         let mut cos_of: HashMap<u64, (f32, Script)> = HashMap::new();

@@ -4,6 +4,8 @@
 //! store's write generation and a fingerprint of the daily notes); on open, an index whose
 //! stamp differs from the store's, or that cannot be read, is rebuilt from the store. So a
 //! crash between the redb commit and the index commit costs a rebuild, never a wrong answer.
+//! Index files are written without fsync (see `index_dir.rs`): a commit made before the
+//! last reboot is verified file by file on open and rebuilt if anything is lost.
 //! Text is analyzed like skill search (English stemmed, CJK bigrams: see
 //! [`crate::search::analyzer`]). Only live records are indexed; expiry is checked when
 //! results are loaded, because it depends on the clock, not on a write.
@@ -19,9 +21,10 @@ use tantivy::schema::Value as _;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+use tantivy::{Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
 use super::daily::DailyEntry;
+use super::index_dir::{IndexDirectory, boot_id};
 use super::records::{MemoryRecord, SearchFilter};
 use crate::search::analyze;
 
@@ -50,6 +53,8 @@ pub(super) struct MemoryIndex {
     reader: IndexReader,
     writer: Mutex<Option<IndexWriter>>,
     f: Fields,
+    /// Commits are fsynced (no boot id): the payload is the bare stamp.
+    fsync: bool,
 }
 
 /// A daily-note hit: which file, which line, what it says.
@@ -105,35 +110,83 @@ pub(super) fn stamp(generation: u64, daily_fingerprint: &str) -> String {
     format!("v{INDEX_VERSION}:g{generation}:d{daily_fingerprint}")
 }
 
+/// Separates the stamp from the boot an unsynced commit was made in, in a commit's payload.
+const BOOT_MARK: &str = ";unsynced-boot=";
+
+/// The payload of a commit: the stamp, and the boot if the commit was not fsynced.
+fn payload(stamp: &str, fsync: bool) -> String {
+    match boot_id().filter(|_| !fsync) {
+        Some(boot) => format!("{stamp}{BOOT_MARK}{boot}"),
+        None => stamp.to_string(),
+    }
+}
+
+/// (stamp, boot of an unsynced commit) of a commit's payload.
+fn parse_payload(payload: &str) -> (&str, Option<&str>) {
+    match payload.split_once(BOOT_MARK) {
+        Some((stamp, boot)) => (stamp, Some(boot)),
+        None => (payload, None),
+    }
+}
+
+/// An index opened from disk, and whether it must be adopted into this boot.
+struct Opened {
+    index: Index,
+    reader: IndexReader,
+    stamp: String,
+    /// Its last commit was unsynced, in an earlier boot, and every file read back whole.
+    from_earlier_boot: bool,
+}
+
+/// Does every file of every searchable segment of `index` (in `dir`) read back whole, its
+/// checksum right? What a crash of the machine does to unsynced files (empty, torn) fails
+/// here; a missing file fails opening the reader before.
+fn reads_back_whole(index: &Index, dir: &Path) -> bool {
+    let Ok(metas) = index.searchable_segment_metas() else { return false };
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    let segments: Vec<String> = metas.iter().map(|m| m.id().uuid_string()).collect();
+    let directory = index.directory();
+    entries.flatten().all(|entry| {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let of_a_segment = segments.iter().any(|s| name.starts_with(s.as_str())) && !name.ends_with(".temp");
+        !of_a_segment || matches!(directory.validate_checksum(Path::new(&name)), Ok(true))
+    })
+}
+
 impl MemoryIndex {
     /// Open (or create) the index in `dir`; returns it and whether its stamp equals `expected`.
-    /// An unreadable index is deleted and recreated empty (it is rebuilt from the store).
+    /// An unreadable index, or one a crash of the machine may have damaged, is deleted and
+    /// recreated empty (it is rebuilt from the store).
     pub fn open(dir: &Path, expected: &str) -> Result<(MemoryIndex, bool)> {
         let (schema, f) = schema();
-        let opened = if dir.join("meta.json").exists() {
-            Index::open_in_dir(dir).ok().filter(|i| i.schema() == schema)
-        } else {
-            None
-        };
-        let index = match opened {
-            Some(i) => i,
+        let (opened, fresh) = match open_existing(dir, &schema) {
+            Some(o) => {
+                let fresh = o.stamp == expected;
+                (o, fresh)
+            }
             None => {
                 if dir.exists() {
                     std::fs::remove_dir_all(dir)
                         .with_context(|| format!("cannot clear the stale memory index {}", dir.display()))?;
                 }
                 std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-                Index::create_in_dir(dir, schema).context("cannot create the memory index")?
+                let directory = IndexDirectory::open(dir).context("cannot open the memory index directory")?;
+                let index = Index::create(directory, schema, IndexSettings::default())
+                    .context("cannot create the memory index")?;
+                index.tokenizers().register(ANALYZER, crate::search::analyzer());
+                let reader = reader_of(&index)?;
+                (Opened { index, reader, stamp: String::new(), from_earlier_boot: false }, false)
             }
         };
-        index.tokenizers().register(ANALYZER, crate::search::analyzer());
-        let fresh = index.load_metas().ok().and_then(|m| m.payload).as_deref() == Some(expected);
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()
-            .context("cannot open the memory index reader")?;
-        Ok((MemoryIndex { index, reader, writer: Mutex::new(None), f }, fresh))
+        let fsync = IndexDirectory::fsyncs();
+        let Opened { index, reader, stamp, from_earlier_boot } = opened;
+        let memory_index = MemoryIndex { index, reader, writer: Mutex::new(None), f, fsync };
+        if from_earlier_boot && fresh {
+            // Verified whole: it is on disk now. Say so in this boot's terms, so the next
+            // open does not read it all again.
+            memory_index.commit_with(&stamp, |_, _| Ok(()))?;
+        }
+        Ok((memory_index, fresh))
     }
 
     fn memory_doc(&self, r: &MemoryRecord) -> TantivyDocument {
@@ -193,7 +246,7 @@ impl MemoryIndex {
             return Err(e);
         }
         let committed = writer.prepare_commit().and_then(|mut prepared| {
-            prepared.set_payload(stamp);
+            prepared.set_payload(&payload(stamp, self.fsync));
             prepared.commit()
         });
         if let Err(e) = committed {
@@ -342,5 +395,47 @@ impl MemoryIndex {
             out.push(DailyHit { date, line, text, score });
         }
         Ok(out)
+    }
+}
+
+fn reader_of(index: &Index) -> Result<IndexReader> {
+    index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into().context("cannot open the memory index reader")
+}
+
+/// The index in `dir` if it can be used as it is: it opens, has our schema, its reader
+/// opens, and a last commit left unsynced before the last reboot reads back whole.
+fn open_existing(dir: &Path, schema: &Schema) -> Option<Opened> {
+    if !dir.join("meta.json").exists() {
+        return None;
+    }
+    let directory = IndexDirectory::open(dir).ok()?;
+    let index = Index::open(directory).ok().filter(|i| i.schema() == *schema)?;
+    index.tokenizers().register(ANALYZER, crate::search::analyzer());
+    let payload = index.load_metas().ok()?.payload.unwrap_or_default();
+    let (stamp, boot) = parse_payload(&payload);
+    let stamp = stamp.to_string();
+    let from_earlier_boot = boot.is_some_and(|b| Some(b) != boot_id());
+    let reader = reader_of(&index).ok()?;
+    if from_earlier_boot && !reads_back_whole(&index, dir) {
+        tracing::warn!(index = %dir.display(), "the memory search index was not fully written before the machine restarted; rebuilding it from the store");
+        return None;
+    }
+    Some(Opened { index, reader, stamp, from_earlier_boot })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_names_the_boot_of_an_unsynced_commit_only() {
+        let stamp = stamp(7, "abc");
+        assert_eq!(parse_payload(&payload(&stamp, true)), (stamp.as_str(), None));
+        match boot_id() {
+            Some(boot) => assert_eq!(parse_payload(&payload(&stamp, false)), (stamp.as_str(), Some(boot))),
+            None => assert_eq!(parse_payload(&payload(&stamp, false)), (stamp.as_str(), None)),
+        }
+        // A payload of an older skillhost (the bare stamp) reads as a synced commit.
+        assert_eq!(parse_payload("v3:g1:dx"), ("v3:g1:dx", None));
     }
 }

@@ -31,6 +31,7 @@ pub mod embed;
 mod handle;
 mod hybrid;
 mod index;
+mod index_dir;
 mod instructions;
 mod lock;
 mod merge;

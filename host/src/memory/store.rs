@@ -3,9 +3,13 @@
 //! `memory/store.lock` opens a `Store`; every other process reaches it through the owner's
 //! socket (see `handle.rs`). Writes are in `writes.rs`, the schema in `schema.rs`.
 //!
-//! Each public write is one redb transaction (durable on return), followed by one index
-//! commit stamped with the new generation. Writes are serialized from their first read to
-//! their index update ([`WriteGuard`]); reads run in parallel with them and with each other.
+//! Each public write is one redb transaction (durable on return: the one fsync a write
+//! pays), followed by the derived data: the record vectors (a redb commit without fsync)
+//! and one index commit stamped with the new generation (files written without fsync, see
+//! `index_dir.rs`). A killed process loses neither (the kernel has the writes); a crash of
+//! the machine costs at worst recomputing them on the next open, never a record. Writes are
+//! serialized from their first read to their index update ([`WriteGuard`]); reads run in
+//! parallel with them and with each other.
 //!
 //! A store that redb cannot read (changed bytes, a truncated file) is reported as damaged
 //! with the way out, never as a panic: redb may panic on garbage pages, so opening and

@@ -12,6 +12,9 @@
 //! the model changes (a different identity clears the table). Opening a store embeds the
 //! records that have none (a store from before vectors, a deleted table). The table is
 //! committed without fsync: it can always be recomputed from the records.
+//! Query embeddings are kept in a small LRU by their text ([`Vectors::query_embedding`]):
+//! recall and a skill's searches repeat the same query, and the embedding is most of a
+//! hybrid search's time.
 //! Without a model nothing here runs and search stays lexical.
 
 use std::collections::{HashMap, HashSet};
@@ -31,6 +34,8 @@ pub(super) const VECTOR_META: TableDefinition<&str, &str> = TableDefinition::new
 const FILL_BATCH: usize = 64;
 /// Precomputed vectors waiting for their write (bounded: a failed write leaves one behind).
 const MAX_PENDING: usize = 256;
+/// Query embeddings kept (384 floats each: 1.5 KiB).
+const QUERY_CACHE: usize = 256;
 
 /// Script of a record, for the per-language correction of cosine scores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +71,50 @@ pub(super) struct Vectors {
     pub model: Option<Arc<EmbedModel>>,
     pub entries: RwLock<HashMap<u64, Entry>>,
     pending: Mutex<HashMap<u64, Vec<f32>>>,
+    /// Vectors handed in with their records ([`Vectors::give`]), taken by the next write.
+    given: Mutex<HashMap<u64, Vec<f32>>>,
+    queries: Mutex<QueryCache>,
+}
+
+/// Recent query embeddings by normalised text, least recently used dropped first.
+#[derive(Default)]
+struct QueryCache {
+    map: HashMap<String, (Arc<Vec<f32>>, u64)>,
+    clock: u64,
+}
+
+impl QueryCache {
+    fn get(&mut self, key: &str) -> Option<Arc<Vec<f32>>> {
+        self.clock += 1;
+        let now = self.clock;
+        self.map.get_mut(key).map(|(v, used)| {
+            *used = now;
+            v.clone()
+        })
+    }
+
+    fn put(&mut self, key: String, v: Arc<Vec<f32>>) {
+        if self.map.len() >= QUERY_CACHE
+            && !self.map.contains_key(&key)
+            && let Some(oldest) = self.map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone())
+        {
+            self.map.remove(&oldest);
+        }
+        self.clock += 1;
+        self.map.insert(key, (v, self.clock));
+    }
+}
+
+/// The cache key of a query text: runs of spaces become one (the tokenizer does the same,
+/// so two texts with one key embed alike); nothing else changes (e5 tells case apart).
+fn query_key(text: &str) -> String {
+    let mut key = String::with_capacity(text.len());
+    for c in text.trim().chars() {
+        if !(c == ' ' && key.ends_with(' ')) {
+            key.push(c);
+        }
+    }
+    key
 }
 
 fn content_hash(text: &str) -> u64 {
@@ -110,7 +159,13 @@ impl Vectors {
     /// Load the stored vectors of `db` (clearing them if `model` is another one) and embed
     /// the records that have none.
     pub(super) fn open(db: &Database, model: Option<Arc<EmbedModel>>) -> Result<Vectors> {
-        let vectors = Vectors { model, entries: RwLock::new(HashMap::new()), pending: Mutex::new(HashMap::new()) };
+        let vectors = Vectors {
+            model,
+            entries: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            given: Mutex::new(HashMap::new()),
+            queries: Mutex::new(QueryCache::default()),
+        };
         let Some(model) = vectors.model.clone() else { return Ok(vectors) };
         let stored_identity = {
             let txn = db.begin_read()?;
@@ -176,6 +231,33 @@ impl Vectors {
         Ok(vectors)
     }
 
+    /// The query embedding of `text` by `model` (one of this store's), from the cache when
+    /// the same text was embedded lately.
+    pub(super) fn query_embedding(&self, model: &EmbedModel, text: &str) -> Arc<Vec<f32>> {
+        let key = query_key(text);
+        if let Some(v) = self.queries.lock().ok().and_then(|mut c| c.get(&key)) {
+            return v;
+        }
+        let v = Arc::new(model.embed(TextRole::Query, &key));
+        if let Ok(mut c) = self.queries.lock() {
+            c.put(key, v.clone());
+        }
+        v
+    }
+
+    /// Use `vector` for the record with `content` in the next write instead of embedding
+    /// it (benchmarks build large stores from vectors computed elsewhere). It must have the
+    /// model's dimension and unit length.
+    pub(super) fn give(&self, content: &str, mut vector: Vec<f32>) -> Result<()> {
+        let Some(model) = &self.model else { return Err(anyhow!("no embedding model: nothing to give vectors to")) };
+        if vector.len() != model.dim() {
+            return Err(anyhow!("a vector of {} values, the model's have {}", vector.len(), model.dim()));
+        }
+        super::embed::normalize(&mut vector);
+        self.given.lock().map_err(|_| anyhow!("memory vectors poisoned"))?.insert(content_hash(content.trim()), vector);
+        Ok(())
+    }
+
     /// Embed `content` now, outside the write guard, for the write that follows.
     pub(super) fn prepare(&self, content: &str) {
         let Some(model) = &self.model else { return };
@@ -213,7 +295,8 @@ impl Vectors {
         }
         let mut computed: Vec<Option<Vec<f32>>> = {
             let mut pending = self.pending.lock().map_err(|_| anyhow!("memory vectors poisoned"))?;
-            changed.iter().map(|(_, h)| pending.remove(h)).collect()
+            let mut given = self.given.lock().map_err(|_| anyhow!("memory vectors poisoned"))?;
+            changed.iter().map(|(_, h)| pending.remove(h).or_else(|| given.remove(h))).collect()
         };
         // Each distinct text is embedded once (an import often repeats a record's text).
         let mut slot_of_text: HashMap<&str, usize> = HashMap::new();
@@ -266,5 +349,36 @@ impl Vectors {
     /// Bytes the in-memory vectors take (for footprint reports).
     pub(super) fn footprint(&self) -> usize {
         self.entries.read().map(|e| e.values().map(|v| v.vector.len() * 4 + v.namespace.len() + 48).sum()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_cache_keeps_the_most_recently_used() {
+        let mut cache = QueryCache::default();
+        for i in 0..QUERY_CACHE {
+            cache.put(format!("q{i}"), Arc::new(vec![i as f32]));
+        }
+        // q0 is used again, so q1 is now the least recently used and goes first.
+        assert_eq!(cache.get("q0").map(|v| v[0]), Some(0.0));
+        cache.put("new".into(), Arc::new(vec![-1.0]));
+        assert_eq!(cache.map.len(), QUERY_CACHE);
+        assert!(cache.get("q1").is_none(), "the least recently used was dropped");
+        assert!(cache.get("q0").is_some() && cache.get("q2").is_some() && cache.get("new").is_some());
+        // Putting a key already there replaces it and drops nothing.
+        cache.put("q2".into(), Arc::new(vec![2.5]));
+        assert_eq!((cache.map.len(), cache.get("q2").map(|v| v[0])), (QUERY_CACHE, Some(2.5)));
+    }
+
+    #[test]
+    fn query_keys_fold_only_what_the_tokenizer_folds() {
+        assert_eq!(query_key("  how do   I  deploy "), "how do I deploy");
+        // Case, tabs and full-width spaces are left alone: they may embed differently.
+        assert_ne!(query_key("Deploy"), query_key("deploy"));
+        assert_eq!(query_key("a\tb"), "a\tb");
+        assert_eq!(query_key("部署\u{3000}流程"), "部署\u{3000}流程");
     }
 }

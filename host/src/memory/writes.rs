@@ -230,6 +230,17 @@ impl Store {
         Ok(stored.iter().map(|r| r.id).collect())
     }
 
+    /// [`Store::add_batch`] with each record's vector given instead of embedded (for
+    /// benchmarks that need a large store quickly; normal writes embed).
+    pub fn add_batch_embedded(&self, batch: Vec<(NewRecord, Vec<f32>)>) -> Result<Vec<u64>> {
+        let mut records = Vec::with_capacity(batch.len());
+        for (r, v) in batch {
+            self.vectors.give(&r.content, v)?;
+            records.push(r);
+        }
+        self.add_batch(records)
+    }
+
     fn update_record(&self, id: u64, change: impl FnOnce(&mut MemoryRecord) -> Result<()>) -> Result<MemoryRecord> {
         let txn = self.begin()?;
         let mut r = txn.get(id)?.ok_or_else(|| anyhow!("no memory #{id}; `skillhost memory search` lists ids"))?;
