@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::memory_eval::{self, print_table};
-use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig, archive_reason};
+use skillhost::memory::{EmbedModelChoice, FusionParams, MemoryConfig, SearchFilter, archive_reason};
 
 fn config(model: EmbedModelChoice) -> MemoryConfig {
     MemoryConfig { embed_model: model, ..MemoryConfig::default() }
@@ -68,15 +68,15 @@ fn hybrid_search_finds_what_was_meant() {
     for miss in &hybrid.misses {
         println!("  hybrid miss at 5: {miss}");
     }
-    // Floors a little under what was measured (see the table `just bench` prints).
+    // Floors a little under what was measured (see the table `just bench` prints): one
+    // query fewer found in any class fails.
     assert_eq!(hybrid.class("exact").r5(), 1.0, "exact R@5");
-    assert!(hybrid.overall().r5() >= 0.85, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
-    assert!(hybrid.class("paraphrase").r5() >= 0.55, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
-    assert!(hybrid.class("crosslingual").r5() >= 0.7, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
-    assert!(hybrid.class("newest").r5() >= 0.9, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
-    // Issue 13's target is recall >= search R@5; measured 0.840 against 0.859, not met yet.
-    // The floor keeps what was reached.
-    assert!(recall_rate >= 0.82, "recall {recall_rate:.3} (search R@5 {:.3})", hybrid.overall().r5());
+    assert!(hybrid.overall().r5() >= 0.88, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
+    assert!(hybrid.class("paraphrase").r5() >= 0.65, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
+    assert!(hybrid.class("crosslingual").r5() >= 0.84, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    assert!(hybrid.class("newest").r5() >= 0.92, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
+    // Issue 13's target: recall finds a relevant record at least as often as search's top five.
+    assert!(recall_rate >= hybrid.overall().r5(), "recall {recall_rate:.3} (search R@5 {:.3})", hybrid.overall().r5());
     // Hybrid must not lose what words alone found.
     assert!(hybrid.overall().mrr() >= lexical.overall().mrr());
     assert!(hybrid.abstained >= 0.5, "queries about nothing got answers: {:.0} %", hybrid.abstained * 100.0);
@@ -108,7 +108,13 @@ fn fusion_sweep() {
         .unwrap_or_else(|_| "2.0,2.5,1.0;1.0,2.0,0.5;2.0,2.0,0.0;1.0,1.5,0.0;3.0,2.0,0.5;2.0,3.0,0.0".into());
     for point in grid.split(';') {
         let v: Vec<f32> = point.split(',').map(|x| x.parse().unwrap()).collect();
-        let fusion = FusionParams { lexical_weight: v[0], floor: v[1], lexical_floor: v[2], ..FusionParams::default() };
+        let fusion = FusionParams {
+            lexical_weight: v[0],
+            floor: v[1],
+            lexical_floor: v[2],
+            floor_with_words: v.get(3).copied().unwrap_or(v[1]),
+            ..FusionParams::default()
+        };
         let memory = memory_eval::reopen(
             &store_dir,
             MemoryConfig { embed_model: EmbedModelChoice::File(model.clone()), fusion, ..MemoryConfig::default() },
@@ -199,4 +205,77 @@ fn updates_in_the_set_supersede_exactly_the_records_it_labels() {
         false_updates.join("\n")
     );
     assert!(missed.is_empty(), "{} labelled updates did not supersede:\n{}", missed.len(), missed.join("\n"));
+}
+
+/// Not a check: writes what the fusion sees for every query of the set (BM25 scores of the
+/// lexical ranking, the query's cosine to every live record under a few ways of embedding
+/// the query) to `MEMORY_EVAL_DUMP` (JSON), for analysis outside Rust.
+#[test]
+#[ignore]
+fn dump_for_analysis() {
+    use skillhost::memory::embed::{EmbedModel, TextRole, cosine};
+    let Some(model_path) = common::embed_model() else { return };
+    let out = std::env::var("MEMORY_EVAL_DUMP").unwrap_or_else(|_| "/tmp/memory_eval_dump.json".into());
+    let model = EmbedModel::load(&model_path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("memory");
+    let (memory, ids) = memory_eval::load(&store_dir, config(EmbedModelChoice::File(model_path.clone())));
+    let hybrid: Vec<Vec<(u64, f32)>> = memory_eval::queries()
+        .iter()
+        .map(|q| {
+            let hits = memory.search(&q.query, &SearchFilter::namespace("default"), 10).unwrap();
+            hits.iter().map(|h| (h.record.id, h.score)).collect()
+        })
+        .collect();
+    drop(memory);
+    let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
+    let now = memory.now_ms();
+    let live = memory.all_records().unwrap();
+    let texts: Vec<&str> = live.iter().map(|r| r.content.trim()).collect();
+    let vectors = model.embed_batch(TextRole::Passage, &texts);
+    let records: Vec<serde_json::Value> = live
+        .iter()
+        .map(|r| {
+            serde_json::json!({"id": r.id, "content": r.content, "priority": r.priority, "created_ms": r.created_ms,
+            "kind": r.kind.as_str(), "live": r.is_live(now), "terms": skillhost::search::analyze(&r.content)})
+        })
+        .collect();
+    let strip = |q: &str| -> String {
+        let words: Vec<&str> = q
+            .split_whitespace()
+            .filter(|w| {
+                let bare = w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+                !skillhost::search::QUESTION_WORDS.contains(&bare.as_str())
+            })
+            .collect();
+        let mut s = words.join(" ");
+        for w in ["为什么", "怎么样", "是不是", "什么", "怎么", "怎样", "如何", "哪里", "哪个", "哪些", "多少", "请问"]
+        {
+            s = s.replace(w, "");
+        }
+        s.trim_end_matches(['?', '？', '.', '。']).trim().to_string()
+    };
+    let mut queries = Vec::new();
+    for (q, hybrid) in memory_eval::queries().into_iter().zip(hybrid) {
+        let hits = memory.search(&q.query, &SearchFilter::namespace("default"), 1000).unwrap();
+        let bm25: Vec<(u64, f32)> = hits.iter().map(|h| (h.record.id, h.score)).collect();
+        let variants = [
+            ("query", model.embed(TextRole::Query, q.query.trim())),
+            ("passage", model.embed(TextRole::Passage, q.query.trim())),
+            ("stripped", model.embed(TextRole::Query, &strip(&q.query))),
+        ];
+        let cos: serde_json::Map<String, serde_json::Value> = variants
+            .iter()
+            .map(|(name, v)| {
+                let c: Vec<f32> = vectors.iter().map(|r| (cosine(v, r) * 10000.0).round() / 10000.0).collect();
+                (name.to_string(), serde_json::json!(c))
+            })
+            .collect();
+        let relevant: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
+        queries.push(serde_json::json!({"cls": q.cls, "query": q.query, "stripped": strip(&q.query),
+            "relevant": relevant, "bm25": bm25, "cos": cos, "hybrid": hybrid, "terms": skillhost::search::analyze(&q.query)}));
+    }
+    let dump = serde_json::json!({"records": records, "queries": queries});
+    std::fs::write(&out, serde_json::to_string(&dump).unwrap()).unwrap();
+    println!("wrote {out}");
 }
