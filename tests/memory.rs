@@ -643,8 +643,11 @@ fn adder_child() {
     let Ok(dir) = std::env::var("SKILLHOST_TEST_ADDER_DIR") else { return };
     let round: u64 = std::env::var("SKILLHOST_TEST_ADDER_ROUND").unwrap().parse().unwrap();
     let m = Memory::open(Path::new(&dir), MemoryConfig::default()).unwrap();
+    // Frame numbers unique over all rounds: "answered1 ... #0" and "answered0 ... #1" hold
+    // the same tokens, and the second would be stored as a restatement of the first.
     for i in 0.. {
-        let id = m.add(rec(&format!("answered{round} canbus frame #{i} checked"), MemoryKind::Fact, 3)).unwrap();
+        let frame = (round + 1) * 100_000 + i;
+        let id = m.add(rec(&format!("answered{round} canbus frame #{frame} checked"), MemoryKind::Fact, 3)).unwrap();
         println!("answered {id}");
     }
 }
