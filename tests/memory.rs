@@ -564,29 +564,42 @@ fn writer_child() {
     }
 }
 
+/// Run the ignored test `child` of this binary as a killable child process, with
+/// `SKILLHOST_TEST_{var}_DIR` and `_ROUND` set; its stdout lines arrive on the receiver.
+fn spawn_child(
+    exe: &Path,
+    child: &str,
+    var: &str,
+    dir: &Path,
+    round: u64,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut process = Command::new(exe)
+        .args(["--exact", child, "--ignored", "--nocapture", "--test-threads=1"])
+        .env(format!("SKILLHOST_TEST_{var}_DIR"), dir)
+        .env(format!("SKILLHOST_TEST_{var}_ROUND"), round.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = process.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (process, rx)
+}
+
 #[test]
 fn sigkill_mid_batch_loses_no_committed_record() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut rng = Rng(0xdead_beef);
     for round in 0..6u64 {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "writer_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("SKILLHOST_TEST_WRITER_DIR", dir.path())
-            .env("SKILLHOST_TEST_WRITER_ROUND", round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (mut child, rx) = spawn_child(&exe, "writer_child", "WRITER", dir.path(), round);
         // Wait until it writes, then kill at a pseudo-random moment.
         let start = Instant::now();
         let mut committed: Option<u64> = None;
@@ -661,23 +674,7 @@ fn an_answered_add_survives_sigkill_with_its_index_entry() {
     let exe = std::env::current_exe().unwrap();
     let mut rng = Rng(0x0add_0add);
     for round in 0..4u64 {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "adder_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env("SKILLHOST_TEST_ADDER_DIR", dir.path())
-            .env("SKILLHOST_TEST_ADDER_ROUND", round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (mut child, rx) = spawn_child(&exe, "adder_child", "ADDER", dir.path(), round);
         let answered_id = |line: &str| line.find("answered ").map(|at| line[at + 9..].trim().parse::<u64>().unwrap());
         let mut answered = Vec::new();
         let start = Instant::now();
