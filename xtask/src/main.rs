@@ -4,8 +4,10 @@
 //! installs what it needs and then hands over to it, so there is one set of recipes:
 //!
 //! - `cargo xtask setup`: adds the `wasm32-wasip2` target (skills are built for it) and installs
-//!   `just` with `cargo install just --locked` when it is missing. Both print cargo's and
-//!   rustup's own progress, so a first build is never silent.
+//!   `just` into cargo's bin directory when it is missing: the prebuilt binary from PyPI
+//!   (`rust-just`, pinned version and wheel hashes) when Python's pip can fetch it, which takes
+//!   seconds, else `cargo install just --locked`, a build of a few minutes. Each step prints its
+//!   tool's own progress, so a first build is never silent.
 //! - `cargo xtask demo` / `test` / `bench` / `lint` / `build-skills`: setup, then that recipe.
 //!
 //! It has no dependencies (std only) and is not a default member of the workspace, so
@@ -18,6 +20,16 @@ use std::process::{Command, ExitCode};
 
 const TARGET: &str = "wasm32-wasip2";
 const RECIPES: [&str; 5] = ["demo", "test", "bench", "lint", "build-skills"];
+/// The `just` that `cargo install just --locked` builds today, as PyPI's prebuilt wheels
+/// (`rust-just`), with the sha256 of every wheel pip may pick: pip refuses any other file.
+const JUST_FROM_PYPI: &str = "rust-just==1.59.0 \
+    --hash=sha256:3ee47f26e3aff917107602d57a08ede20df447f78dc4f9ceb08e57a883c56eb9 \
+    --hash=sha256:a305aa91fc425c44e3bcc7d5faae7b8c1503091d8e79aae1f6801dbdca478e20 \
+    --hash=sha256:55a22dbd38fb3491d221da1e45184d09460526fae73b845eb9cdfbefcf06822b \
+    --hash=sha256:105f7d21ff3a36ffbe1c2039bcac2c63b92941a11e3531ecdff3e4b6411f87d4 \
+    --hash=sha256:68795a4da5ffb65ed79a79ffaa8cdb06b7db15feba82a36fb0855a3eb964eb24 \
+    --hash=sha256:75bde89d36bb0c7b35fb9cecefb303f154dc320d4b5b8c832c5ad0bf1904077b
+";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -75,11 +87,16 @@ fn ensure_just() -> Result<PathBuf, String> {
     if let Some(found) = find_just() {
         return Ok(found);
     }
-    say(
-        "installing `just` (the task runner) with `cargo install just --locked`: a one-time build of a few minutes, progress below",
-    );
-    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    status(Command::new(cargo).args(["install", "just", "--locked"]), "cargo install just")?;
+    match just_from_pypi() {
+        Ok(()) => {}
+        Err(why) => {
+            say(&format!(
+                "no prebuilt `just` ({why}); installing it with `cargo install just --locked`: a one-time build of a few minutes, progress below"
+            ));
+            let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+            status(Command::new(cargo).args(["install", "just", "--locked"]), "cargo install just")?;
+        }
+    }
     let installed = find_just()
         .ok_or_else(|| format!("`cargo install just` finished but no `just` is in {}", cargo_bin().display()))?;
     if !on_path("just") {
@@ -90,6 +107,56 @@ fn ensure_just() -> Result<PathBuf, String> {
         ));
     }
     Ok(installed)
+}
+
+/// Put PyPI's prebuilt `just` (hash-checked by pip) into cargo's bin directory, where
+/// `cargo install` would have put it. Any failure (no Python, no pip, no network to PyPI, no
+/// wheel for this platform) is returned for the fallback to build it instead.
+fn just_from_pypi() -> Result<(), String> {
+    let python = ["python3", "python"]
+        .into_iter()
+        .find(|p| Command::new(p).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success()))
+        .ok_or("no Python with pip")?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("the xtask crate has no parent directory")?;
+    let scratch = root.join("target").join("xtask-just");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+    let requirements = scratch.join("requirements.txt");
+    std::fs::write(&requirements, JUST_FROM_PYPI).map_err(|e| format!("cannot write {}: {e}", requirements.display()))?;
+    say("installing `just` (the task runner): the prebuilt rust-just 1.59.0 from PyPI, hash-checked");
+    let installed = scratch.join("wheel");
+    status(
+        Command::new(python)
+            // Installing into a scratch directory as root is fine: silence pip's warning.
+            .env("PIP_ROOT_USER_ACTION", "ignore")
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-deps", "--only-binary", ":all:"])
+            .args(["--require-hashes", "--target"])
+            .arg(&installed)
+            .arg("-r")
+            .arg(&requirements),
+        "pip install rust-just",
+    )?;
+    let name = if cfg!(windows) { "just.exe" } else { "just" };
+    let from = [installed.join("bin").join(name), installed.join("Scripts").join(name)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or("the rust-just wheel holds no `just` binary")?;
+    let bin = cargo_bin();
+    std::fs::create_dir_all(&bin).map_err(|e| format!("cannot create {}: {e}", bin.display()))?;
+    let to = bin.join(name);
+    std::fs::copy(&from, &to).map_err(|e| format!("cannot copy `just` to {}: {e}", to.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("cannot make {} executable: {e}", to.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    if !runs(&to) {
+        let _ = std::fs::remove_file(&to);
+        return Err(format!("the prebuilt `just` does not run here ({})", to.display()));
+    }
+    Ok(())
 }
 
 /// `just` on PATH, else in cargo's bin directory (where `cargo install` puts it).
