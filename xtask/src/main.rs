@@ -122,7 +122,8 @@ fn just_from_pypi() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
     let requirements = scratch.join("requirements.txt");
-    std::fs::write(&requirements, JUST_FROM_PYPI).map_err(|e| format!("cannot write {}: {e}", requirements.display()))?;
+    std::fs::write(&requirements, JUST_FROM_PYPI)
+        .map_err(|e| format!("cannot write {}: {e}", requirements.display()))?;
     say("installing `just` (the task runner): the prebuilt rust-just 1.59.0 from PyPI, hash-checked");
     let installed = scratch.join("wheel");
     status(
