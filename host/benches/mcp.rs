@@ -8,7 +8,10 @@
 //! - calls per second over Streamable HTTP (stateless 2026-07-28 POSTs, keep-alive) with 16
 //!   concurrent clients;
 //! - the baseline: the same call as a `skillhost skill run` process (spawn, open the home,
-//!   load the compiled component from the cache, run, audit, exit).
+//!   load the compiled component from the cache, run, audit, exit);
+//! - the floor under any stdio server: a line echoed through a `cat` process over the same
+//!   kind of pipes (two wake-ups of a sleeping process per round trip, which on a virtual
+//!   machine cost tens of microseconds whatever the server does).
 //!
 //! The clients run on the same cores as the server; their cost is in the figures.
 
@@ -163,6 +166,28 @@ fn http_throughput(home: &Path, clients: usize, window: Duration) -> f64 {
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Round trips of one line through `cat` (pipes both ways, like the stdio client and server).
+fn pipe_echo_round_trips(n: usize) -> Option<Vec<Duration>> {
+    let mut child = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
+    let mut stdin = child.stdin.take()?;
+    let mut stdout = BufReader::new(child.stdout.take()?);
+    let _cat = Server(child);
+    let line = format!("{}\n", "x".repeat(200));
+    let mut back = String::new();
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + 200 {
+        let started = Instant::now();
+        stdin.write_all(line.as_bytes()).ok()?;
+        stdin.flush().ok()?;
+        back.clear();
+        stdout.read_line(&mut back).ok()?;
+        if i >= 200 {
+            samples.push(started.elapsed());
+        }
+    }
+    Some(samples)
+}
+
 fn cli_runs(home: &Path, n: usize) -> Vec<Duration> {
     (0..n + 2)
         .map(|_| {
@@ -193,6 +218,7 @@ fn main() {
 
     let mut stdio = stdio_round_trips(&home, 200, 3000);
     let (stdio_p50, stdio_p99) = (percentile(&mut stdio, 0.5), percentile(&mut stdio, 0.99));
+    let echo_p50 = pipe_echo_round_trips(3000).map(|mut s| percentile(&mut s, 0.5));
     const CLIENTS: usize = 16;
     let http_per_sec = http_throughput(&home, CLIENTS, Duration::from_secs(4));
     let mut cli = cli_runs(&home, 30);
@@ -202,6 +228,14 @@ fn main() {
     println!("mcp (probe noop, audit on: {audited} lines written and verified):");
     println!("  stdio tools/call p50 (1 sequential client) {:>10.1} us", us(stdio_p50));
     println!("  stdio tools/call p99                       {:>10.1} us", us(stdio_p99));
+    match echo_p50 {
+        Some(e) => println!(
+            "  floor: a line echoed through `cat` p50     {:>10.1} us   (stdio p50 is {:.1}x it)",
+            us(e),
+            us(stdio_p50) / us(e)
+        ),
+        None => println!("  floor: a line echoed through `cat`         skipped (no `cat`)"),
+    }
     println!("  http tools/call, {CLIENTS} concurrent clients    {:>10.0} calls/s", http_per_sec);
     println!("  baseline `skillhost skill run` p50         {:>10.1} us", us(cli_p50));
     println!("  ratio stdio p50 to the CLI process         {:>10.1}x faster", us(cli_p50) / us(stdio_p50));

@@ -497,7 +497,9 @@ impl Library {
         })
     }
 
-    async fn append_entry(&self, entry: Map<String, Value>) -> Result<()> {
+    /// Append `entry` to the audit log: inline when the append need not wait (a server's
+    /// log syncs in the background), else on the blocking pool.
+    pub(crate) async fn append_entry(&self, entry: Map<String, Value>) -> Result<()> {
         // A server's appends (background sync) are a few system calls when nothing makes
         // them wait: no hop to the blocking pool for those.
         let entry = match self.audit.try_append_now(entry) {

@@ -406,10 +406,9 @@ impl SkillhostMcp {
         }
     }
 
-    /// The audit line of a memory tool call or MEMORY.md read, written (and synced, shared
-    /// with concurrent appends) off the async workers before the answer goes out.
+    /// The audit line of a memory tool call or MEMORY.md read, written before the answer
+    /// goes out (synced in the background with concurrent appends, as a skill call's is).
     async fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
-        let log = self.server.lib.audit_log();
         let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
         entry.insert("step".into(), 0.into());
         entry.insert("skill".into(), tool.into());
@@ -418,12 +417,8 @@ impl SkillhostMcp {
         entry.insert("transport".into(), self.transport.as_str().into());
         entry.insert("client".into(), json!({ "name": client.name, "version": client.version }));
         entry.extend(extra);
-        let path = log.path().to_path_buf();
-        let appended = tokio::task::spawn_blocking(move || log.append(entry)).await;
-        match appended {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(path = %path.display(), "cannot write the audit log: {e:#}"),
-            Err(e) => tracing::warn!(error = %e, "the audit writer stopped"),
+        if let Err(e) = self.server.lib.append_entry(entry).await {
+            tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
         }
     }
 
