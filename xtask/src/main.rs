@@ -117,8 +117,7 @@ fn just_from_pypi() -> Result<(), String> {
         .into_iter()
         .find(|p| Command::new(p).args(["-m", "pip", "--version"]).output().is_ok_and(|o| o.status.success()))
         .ok_or("no Python with pip")?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("the xtask crate has no parent directory")?;
-    let scratch = root.join("target").join("xtask-just");
+    let scratch = workspace_root()?.join("target").join("xtask-just");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
     let requirements = scratch.join("requirements.txt");
@@ -184,9 +183,13 @@ fn cargo_bin() -> PathBuf {
     home.join("bin")
 }
 
+fn workspace_root() -> Result<&'static Path, String> {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or_else(|| "the xtask crate has no parent directory".to_string())
+}
+
 fn run_just(just: &Path, args: &[String]) -> Result<(), String> {
     // Run from the workspace root whatever the caller's directory, like cargo does.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("the xtask crate has no parent directory")?;
+    let root = workspace_root()?;
     // Recipes call `cargo`, `rustup` and each other: keep cargo's bin directory on their PATH.
     let mut paths = vec![cargo_bin()];
     paths.extend(env::var_os("PATH").map(|p| env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
