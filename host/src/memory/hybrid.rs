@@ -25,7 +25,6 @@ use std::collections::HashMap;
 
 use anyhow::{Result, anyhow};
 
-use super::embed::cosine;
 use super::records::{MemoryRecord, SearchFilter};
 use super::store::Store;
 use super::vectors::Script;
@@ -103,6 +102,14 @@ fn matches(r: &MemoryRecord, filter: &SearchFilter, now: u64) -> bool {
         && filter.skill.as_ref().is_none_or(|s| r.skills().any(|k| k == s))
 }
 
+/// Index of a script in per-script arrays.
+fn script_slot(s: Script) -> usize {
+    match s {
+        Script::Latin => 0,
+        Script::Cjk => 1,
+    }
+}
+
 impl Store {
     /// Ids of the records relevant to `query` under `filter`, best first, with their scores.
     pub(super) fn ranked(&self, query: &str, filter: &SearchFilter, now: u64, limit: usize) -> Result<Vec<(u64, f32)>> {
@@ -115,47 +122,44 @@ impl Store {
         let p = self.config.fusion;
         let lexical = self.index.search(query, filter, now, CANDIDATES.max(limit))?;
         let q = self.vectors.query_embedding(model, query.trim());
-        let mut moments: HashMap<Script, Moments> = HashMap::new();
-        let mut dense: Vec<(u64, f32, Script)> = Vec::new();
-        let mut cos_of: HashMap<u64, (f32, Script)> = HashMap::new();
-        let stats: HashMap<Script, (f32, f32)>;
-        {
-            let entries = self.vectors.entries.read().map_err(|_| anyhow!("memory vectors poisoned"))?;
-            for (id, e) in entries.iter() {
-                if filter.namespace.as_ref().is_some_and(|ns| &e.namespace != ns) {
-                    continue;
-                }
-                let c = cosine(&q, &e.vector);
-                moments.entry(e.script).or_default().add(c);
-                dense.push((*id, c, e.script));
-            }
-            stats = moments.iter().map(|(s, m)| (*s, m.mean_std(&p))).collect();
-            // The dense candidates are the best by z, not by raw cosine: a Chinese query's
-            // cosine to every Chinese record is above its cosine to any English one, so a
-            // cut by cosine would leave no English record to match it across languages.
-            let z_of = |c: f32, s: Script| {
-                let (mean, std) = stats.get(&s).copied().unwrap_or((p.prior_mean, p.prior_std));
-                (c - mean) / std
-            };
-            let keep = (CANDIDATES.max(limit)).min(dense.len());
-            if keep > 0 && keep < dense.len() {
-                dense.select_nth_unstable_by(keep - 1, |a, b| z_of(b.1, b.2).total_cmp(&z_of(a.1, a.2)));
-                dense.truncate(keep);
-            }
-            for (id, c, s) in &dense {
-                cos_of.insert(*id, (*c, *s));
-            }
-            for (id, _) in &lexical {
-                if let Some(e) = entries.get(id) {
-                    cos_of.entry(*id).or_insert((cosine(&q, &e.vector), e.script));
-                }
-            }
+        let table = self.vectors.table.as_ref().ok_or_else(|| anyhow!("memory vectors missing"))?;
+        // Approximate cosines of every record in the namespace (byte vectors, see vectors.rs).
+        let dense = table.read().map_err(|_| anyhow!("memory vectors poisoned"))?.scan(&q, filter.namespace.as_deref());
+        let mut moments = [Moments::default(); 2];
+        for d in &dense {
+            moments[script_slot(d.script)].add(d.cosine);
+        }
+        let stats = moments.map(|m| m.mean_std(&p));
+        let z_of = |c: f32, s: Script| {
+            let (mean, std) = stats[script_slot(s)];
+            (c - mean) / std
+        };
+        // The dense candidates are the best by z, not by raw cosine: a Chinese query's
+        // cosine to every Chinese record is above its cosine to any English one, so a
+        // cut by cosine would leave no English record to match it across languages. Twice
+        // as many as fused, so that the byte rounding cannot push a close one out.
+        let keep = (2 * CANDIDATES.max(limit)).min(dense.len());
+        let mut by_z: Vec<(u64, f32)> = dense.iter().map(|d| (d.id, z_of(d.cosine, d.script))).collect();
+        drop(dense);
+        if keep > 0 && keep < by_z.len() {
+            by_z.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
+            by_z.truncate(keep);
+        }
+        // The final cosines of the candidates and the lexical matches are the exact ones.
+        let ids = by_z.iter().map(|(id, _)| *id).chain(lexical.iter().map(|(id, _)| *id));
+        let cos_of = self.vectors.exact_cosines(&self.db, &q, ids)?;
+        let mut dense: Vec<(u64, f32)> =
+            by_z.iter().filter_map(|(id, _)| cos_of.get(id).map(|&(c, s)| (*id, z_of(c, s)))).collect();
+        let keep = CANDIDATES.max(limit).min(dense.len());
+        if keep > 0 && keep < dense.len() {
+            dense.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
+            dense.truncate(keep);
         }
         let best_bm25 = lexical.iter().map(|(_, s)| *s).fold(0f32, f32::max);
         let floor = if lexical.is_empty() { p.floor } else { p.floor_with_words };
         let bm25: HashMap<u64, f32> = lexical.iter().copied().collect();
         let mut ids: Vec<u64> = lexical.iter().map(|(id, _)| *id).collect();
-        ids.extend(dense.iter().map(|(id, _, _)| *id).filter(|id| !bm25.contains_key(id)));
+        ids.extend(dense.iter().map(|(id, _)| *id).filter(|id| !bm25.contains_key(id)));
         let mut out = Vec::new();
         for r in self.load(ids)? {
             if !matches(&r, filter, now) {
@@ -164,10 +168,7 @@ impl Store {
             let share = bm25.get(&r.id).map(|s| if best_bm25 > 0.0 { s / best_bm25 } else { 0.0 });
             // A record without a vector (being embedded) competes on words alone.
             let z = match cos_of.get(&r.id) {
-                Some((c, script)) => {
-                    let (mean, std) = stats.get(script).copied().unwrap_or((p.prior_mean, p.prior_std));
-                    (c - mean) / std
-                }
+                Some(&(c, script)) => z_of(c, script),
                 None => p.lexical_floor,
             };
             let keep = z >= floor || (share.is_some() && z >= p.lexical_floor);

@@ -930,6 +930,6 @@ impl Store {
 
     /// (records with a vector, bytes of the vectors in memory).
     pub fn vector_stats(&self) -> (usize, usize) {
-        (self.vectors.entries.read().map(|e| e.len()).unwrap_or(0), self.vectors.footprint())
+        self.vectors.stats()
     }
 }

@@ -32,7 +32,7 @@ use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
 use format::{BLOCK, DType};
-pub use forward::Kernel;
+pub use forward::{ByteVectors, Kernel};
 use forward::{Encoder, Q4Rows};
 use tokenizer::Tokenizer;
 
