@@ -102,6 +102,14 @@ fn matches(r: &MemoryRecord, filter: &SearchFilter, now: u64) -> bool {
         && filter.skill.as_ref().is_none_or(|s| r.skills().any(|k| k == s))
 }
 
+/// Keep the `n` highest-scoring of `scored` (in no order).
+fn keep_best(scored: &mut Vec<(u64, f32)>, n: usize) {
+    if n > 0 && n < scored.len() {
+        scored.select_nth_unstable_by(n - 1, |a, b| b.1.total_cmp(&a.1));
+        scored.truncate(n);
+    }
+}
+
 /// Index of a script in per-script arrays.
 fn script_slot(s: Script) -> usize {
     match s {
@@ -116,15 +124,18 @@ impl Store {
         // A query with no terms (only question words, particles, "the user") asks about
         // nothing: the vectors of such a question sit near every record, so none is evidence.
         let has_terms = !super::index::query_terms(query).is_empty();
-        let Some(model) = self.vectors.model.as_ref().filter(|_| has_terms) else {
+        let Some(semantic) = self.vectors.semantic.as_ref().filter(|_| has_terms) else {
             return self.index.search(query, filter, now, limit);
         };
         let p = self.config.fusion;
         let lexical = self.index.search(query, filter, now, CANDIDATES.max(limit))?;
-        let q = self.vectors.query_embedding(model, query.trim());
-        let table = self.vectors.table.as_ref().ok_or_else(|| anyhow!("memory vectors missing"))?;
+        let q = self.vectors.query_embedding(&semantic.model, query.trim());
         // Approximate cosines of every record in the namespace (byte vectors, see vectors.rs).
-        let dense = table.read().map_err(|_| anyhow!("memory vectors poisoned"))?.scan(&q, filter.namespace.as_deref());
+        let dense = semantic
+            .table
+            .read()
+            .map_err(|_| anyhow!("memory vectors poisoned"))?
+            .scan(&q, filter.namespace.as_deref());
         let mut moments = [Moments::default(); 2];
         for d in &dense {
             moments[script_slot(d.script)].add(d.cosine);
@@ -138,23 +149,15 @@ impl Store {
         // cosine to every Chinese record is above its cosine to any English one, so a
         // cut by cosine would leave no English record to match it across languages. Twice
         // as many as fused, so that the byte rounding cannot push a close one out.
-        let keep = (2 * CANDIDATES.max(limit)).min(dense.len());
         let mut by_z: Vec<(u64, f32)> = dense.iter().map(|d| (d.id, z_of(d.cosine, d.script))).collect();
         drop(dense);
-        if keep > 0 && keep < by_z.len() {
-            by_z.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
-            by_z.truncate(keep);
-        }
+        keep_best(&mut by_z, 2 * CANDIDATES.max(limit));
         // The final cosines of the candidates and the lexical matches are the exact ones.
         let ids = by_z.iter().map(|(id, _)| *id).chain(lexical.iter().map(|(id, _)| *id));
         let cos_of = self.vectors.exact_cosines(&self.db, &q, ids)?;
         let mut dense: Vec<(u64, f32)> =
             by_z.iter().filter_map(|(id, _)| cos_of.get(id).map(|&(c, s)| (*id, z_of(c, s)))).collect();
-        let keep = CANDIDATES.max(limit).min(dense.len());
-        if keep > 0 && keep < dense.len() {
-            dense.select_nth_unstable_by(keep - 1, |a, b| b.1.total_cmp(&a.1));
-            dense.truncate(keep);
-        }
+        keep_best(&mut dense, CANDIDATES.max(limit));
         let best_bm25 = lexical.iter().map(|(_, s)| *s).fold(0f32, f32::max);
         let floor = if lexical.is_empty() { p.floor } else { p.floor_with_words };
         let bm25: HashMap<u64, f32> = lexical.iter().copied().collect();

@@ -269,7 +269,7 @@ impl Store {
         tracing::info!(
             store = %store.path.display(),
             generation,
-            semantic = store.vectors.model.as_ref().map(|m| m.identity()).unwrap_or("off (lexical only)"),
+            semantic = store.vectors.model().map(|m| m.identity()).unwrap_or("off (lexical only)"),
             "memory store opened"
         );
         Ok(store)
@@ -925,7 +925,7 @@ pub fn model_setting(home: &Path) -> Result<ModelSetting, crate::config::ConfigE
 impl Store {
     /// The embedding model in use, if any.
     pub fn embed_model(&self) -> Option<&std::sync::Arc<EmbedModel>> {
-        self.vectors.model.as_ref()
+        self.vectors.model()
     }
 
     /// (records with a vector, bytes of the vectors in memory).

@@ -15,8 +15,8 @@
 //! In memory the vectors are a [`Table`]: signed bytes with a scale per 32 values (a
 //! quarter of f32's memory, ~0.5 KB a record) in one contiguous block, scanned with the
 //! encoder's integer kernel (on the rayon pool for large stores). A byte dot product is
-//! within ~1e-3 of the f32 one: enough to pick candidates and to measure the crowd a
-//! cosine is compared with; the candidates' final cosines come from the f32 vectors in redb.
+//! within 2e-3 of the f32 one (tested): enough to pick candidates and to measure the crowd
+//! a cosine is compared with; the candidates' final cosines come from the f32 vectors in redb.
 //! Query embeddings are kept in a small LRU by their text ([`Vectors::query_embedding`]):
 //! recall and a skill's searches repeat the same query, and the embedding is most of a
 //! hybrid search's time.
@@ -197,11 +197,16 @@ impl Table {
     }
 }
 
+/// The model and the in-memory vectors it made (a store has both or neither).
+pub(super) struct Semantic {
+    pub model: Arc<EmbedModel>,
+    pub table: RwLock<Table>,
+}
+
 /// The vectors of one store, and the model that makes them.
 pub(super) struct Vectors {
-    pub model: Option<Arc<EmbedModel>>,
-    /// Present exactly when `model` is.
-    pub table: Option<RwLock<Table>>,
+    /// `None`: no model, search is lexical.
+    pub semantic: Option<Semantic>,
     pending: Mutex<HashMap<u64, Vec<f32>>>,
     /// Vectors handed in with their records ([`Vectors::give`]), taken by the next write.
     given: Mutex<HashMap<u64, Vec<f32>>>,
@@ -270,7 +275,23 @@ fn encode(e: &Entry) -> Vec<u8> {
     out
 }
 
-fn decode(bytes: &[u8], dim: usize) -> Option<Entry> {
+/// A stored row, parsed in place: the vector's bytes are read only when asked for.
+struct StoredRow<'a> {
+    hash: u64,
+    script: Script,
+    namespace: &'a str,
+    floats: &'a [u8],
+}
+
+impl StoredRow<'_> {
+    /// The vector, into `out` (its allocation reused across rows).
+    fn read_vector(&self, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend(self.floats.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+    }
+}
+
+fn parse(bytes: &[u8], dim: usize) -> Option<StoredRow<'_>> {
     let hash = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
     let script = match bytes.get(8)? {
         0 => Script::Latin,
@@ -278,28 +299,33 @@ fn decode(bytes: &[u8], dim: usize) -> Option<Entry> {
         _ => return None,
     };
     let ns_len = u16::from_le_bytes(bytes.get(9..11)?.try_into().ok()?) as usize;
-    let namespace = std::str::from_utf8(bytes.get(11..11 + ns_len)?).ok()?.to_string();
+    let namespace = std::str::from_utf8(bytes.get(11..11 + ns_len)?).ok()?;
     let floats = bytes.get(11 + ns_len..)?;
-    if floats.len() != dim * 4 {
-        return None;
-    }
-    let vector = floats.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    Some(Entry { namespace, script, hash, vector })
+    (floats.len() == dim * 4).then_some(StoredRow { hash, script, namespace, floats })
+}
+
+fn decode(bytes: &[u8], dim: usize) -> Option<Entry> {
+    let row = parse(bytes, dim)?;
+    let mut vector = Vec::with_capacity(dim);
+    row.read_vector(&mut vector);
+    Some(Entry { namespace: row.namespace.to_string(), script: row.script, hash: row.hash, vector: vector.into() })
 }
 
 impl Vectors {
     /// Load the stored vectors of `db` (clearing them if `model` is another one) and embed
     /// the records that have none.
     pub(super) fn open(db: &Database, model: Option<Arc<EmbedModel>>) -> Result<Vectors> {
-        let table = model.as_deref().map(Table::new).transpose()?.map(RwLock::new);
+        let semantic = match model {
+            Some(model) => Some(Semantic { table: RwLock::new(Table::new(&model)?), model }),
+            None => None,
+        };
         let vectors = Vectors {
-            model,
-            table,
+            semantic,
             pending: Mutex::new(HashMap::new()),
             given: Mutex::new(HashMap::new()),
             queries: Mutex::new(QueryCache::default()),
         };
-        let Some(model) = vectors.model.clone() else { return Ok(vectors) };
+        let Some(Semantic { model, table }) = &vectors.semantic else { return Ok(vectors) };
         let stored_identity = {
             let txn = db.begin_read()?;
             match txn.open_table(VECTOR_META) {
@@ -322,7 +348,7 @@ impl Vectors {
             let txn = db.begin_read()?;
             let stored = txn.open_table(VECTORS)?;
             let records = txn.open_table(RECORDS)?;
-            let mut table = vectors.table()?.write().map_err(|_| anyhow!("memory vectors poisoned"))?;
+            let mut table = table.write().map_err(|_| anyhow!("memory vectors poisoned"))?;
             for row in stored.iter()? {
                 let (id, v) = row?;
                 if let Some(e) = decode(v.value(), model.dim()) {
@@ -364,8 +390,9 @@ impl Vectors {
         Ok(vectors)
     }
 
-    fn table(&self) -> Result<&RwLock<Table>> {
-        self.table.as_ref().ok_or_else(|| anyhow!("no embedding model: the memory has no vectors"))
+    /// The embedding model, if the store has one.
+    pub(super) fn model(&self) -> Option<&Arc<EmbedModel>> {
+        self.semantic.as_ref().map(|s| &s.model)
     }
 
     /// The exact (f32, from redb) cosines of `query` to the records `ids` that have a vector.
@@ -375,7 +402,6 @@ impl Vectors {
         query: &[f32],
         ids: impl IntoIterator<Item = u64>,
     ) -> Result<HashMap<u64, (f32, Script)>> {
-        let dim = query.len();
         let txn = db.begin_read()?;
         let stored = match txn.open_table(VECTORS) {
             Ok(t) => t,
@@ -383,11 +409,13 @@ impl Vectors {
             Err(e) => return Err(e.into()),
         };
         let mut out = HashMap::new();
+        let mut vector = Vec::with_capacity(query.len());
         for id in ids {
             if let Some(v) = stored.get(id)?
-                && let Some(e) = decode(v.value(), dim)
+                && let Some(row) = parse(v.value(), query.len())
             {
-                out.insert(id, (super::embed::cosine(query, &e.vector), e.script));
+                row.read_vector(&mut vector);
+                out.insert(id, (super::embed::cosine(query, &vector), row.script));
             }
         }
         Ok(out)
@@ -395,7 +423,7 @@ impl Vectors {
 
     /// (records with a vector, bytes the in-memory vectors take).
     pub(super) fn stats(&self) -> (usize, usize) {
-        match self.table.as_ref().and_then(|t| t.read().ok()) {
+        match self.semantic.as_ref().and_then(|s| s.table.read().ok()) {
             Some(t) => (t.len(), t.footprint()),
             None => (0, 0),
         }
@@ -419,7 +447,7 @@ impl Vectors {
     /// it (benchmarks build large stores from vectors computed elsewhere). It must have the
     /// model's dimension and unit length.
     pub(super) fn give(&self, content: &str, mut vector: Vec<f32>) -> Result<()> {
-        let Some(model) = &self.model else { return Err(anyhow!("no embedding model: nothing to give vectors to")) };
+        let Some(model) = self.model() else { return Err(anyhow!("no embedding model: nothing to give vectors to")) };
         if vector.len() != model.dim() {
             return Err(anyhow!("a vector of {} values, the model's have {}", vector.len(), model.dim()));
         }
@@ -430,7 +458,7 @@ impl Vectors {
 
     /// Embed `content` now, outside the write guard, for the write that follows.
     pub(super) fn prepare(&self, content: &str) {
-        let Some(model) = &self.model else { return };
+        let Some(model) = self.model() else { return };
         let hash = content_hash(content.trim());
         if self.pending.lock().map(|p| p.contains_key(&hash)).unwrap_or(true) {
             return;
@@ -447,10 +475,10 @@ impl Vectors {
     /// Bring the vectors in step with a committed write: embed `upserts` whose content
     /// changed (in one batch), drop `deletes`.
     pub(super) fn apply(&self, db: &Database, upserts: &[&MemoryRecord], deletes: &[u64]) -> Result<()> {
-        let Some(model) = &self.model else { return Ok(()) };
+        let Some(Semantic { model, table }) = &self.semantic else { return Ok(()) };
         let mut changed: Vec<(&MemoryRecord, u64)> = Vec::new();
         {
-            let table = self.table()?.read().map_err(|_| anyhow!("memory vectors poisoned"))?;
+            let table = table.read().map_err(|_| anyhow!("memory vectors poisoned"))?;
             let mut seen = HashSet::new();
             for r in upserts {
                 let hash = content_hash(&r.content);
@@ -508,7 +536,7 @@ impl Vectors {
             }
         }
         txn.commit().context("cannot store the memory vectors")?;
-        let mut table = self.table()?.write().map_err(|_| anyhow!("memory vectors poisoned"))?;
+        let mut table = table.write().map_err(|_| anyhow!("memory vectors poisoned"))?;
         for id in deletes {
             table.remove(*id);
         }

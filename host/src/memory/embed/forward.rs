@@ -82,16 +82,16 @@ impl QMatrix {
 
 /// Unit vectors held as signed bytes with one scale per 32 values (the encoder's
 /// activation format: scale = max |x| / 127), a quarter of their f32 size, and scanned with
-/// the encoder's integer kernel. A dot product comes out within about 1e-3 of the f32 one
-/// (tested), close enough to pick candidates; callers that rank by it exactly recompute
-/// the few they keep from the f32 vectors.
-pub struct ByteVectors {
+/// the encoder's integer kernel. A dot product of 384 values comes out within 2e-3 of the
+/// f32 one (tested), close enough to pick candidates; callers that rank by it exactly
+/// recompute the few they keep from the f32 vectors.
+pub(crate) struct ByteVectors {
     rows: QMatrix,
     kernel: Kernel,
 }
 
-/// Rows per rayon task of a scan, and the size below which a scan stays on one thread
-/// (a few thousand rows take tens of microseconds: less than handing work to the pool).
+/// Rows per rayon task of a scan, and the size below which a scan stays on the caller's
+/// thread (a small store is not worth the hand-off to the pool).
 const SCAN_TASK_ROWS: usize = 4096;
 const SCAN_PARALLEL_FROM: usize = 8192;
 
@@ -107,7 +107,8 @@ impl ByteVectors {
         Ok(ByteVectors { rows: QMatrix { rows: 0, cols: dim, weights: Vec::new(), scales: Vec::new() }, kernel })
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.rows.rows
     }
 
@@ -116,7 +117,8 @@ impl ByteVectors {
         self.rows.cols
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.rows.rows == 0
     }
 
@@ -504,9 +506,9 @@ mod avx2 {
     /// [`super::dot_rows_portable`] with 32 products per instruction pair: `maddubs`
     /// multiplies unsigned by signed bytes, so the weights' signs move onto the
     /// activations (`sign`), and `|w| <= 8`, `|a| <= 127` keep every pair sum (<= 2032)
-    /// clear of its 16-bit saturation (so do the byte vectors' `|w| <= 127`: <= 32258); `madd` by ones widens to 32 bits. The integer sum of
-    /// a block is exact, as in the portable kernel; only the order of the f32 additions
-    /// differs (8 lanes, then across them).
+    /// clear of its 16-bit saturation (so do [`super::ByteVectors`]' `|w| <= 127`: <= 32258);
+    /// `madd` by ones widens to 32 bits. The integer sum of a block is exact, as in the
+    /// portable kernel; only the order of the f32 additions differs (8 lanes, then across them).
     ///
     /// # Safety
     /// The CPU must support AVX2 and FMA; `x` must hold `tokens x w.cols` values with one

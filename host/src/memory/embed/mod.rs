@@ -32,7 +32,8 @@ use memmap2::Mmap;
 use sha2::{Digest, Sha256};
 
 use format::{BLOCK, DType};
-pub use forward::{ByteVectors, Kernel};
+pub(crate) use forward::ByteVectors;
+pub use forward::Kernel;
 use forward::{Encoder, Q4Rows};
 use tokenizer::Tokenizer;
 
