@@ -378,3 +378,50 @@ fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inlin
         assert_eq!(format!("{:?}", ahead.result), format!("{:?}", never.result));
     });
 }
+
+/// Calls on the other CPUs get a copy of the component of their own (sandbox/lanes.rs),
+/// made in the background; every call through a copy is a fresh instance with its own
+/// grant and the right answer, like a call through the first.
+#[test]
+fn calls_on_every_cpu_get_their_own_copy_and_the_same_answers() {
+    let rig = rig(64);
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("canary.txt"), "canary-lanes").unwrap();
+    multi_thread().block_on(async {
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut rounds = 0;
+        loop {
+            let t0 = Instant::now();
+            let pending: Vec<_> = (0..16u32)
+                .map(|i| {
+                    let (g, params) = match i % 3 {
+                        0 => (grant(limits(2_000, 30_000)), json!({"mode": "echo", "arg": format!("c{i}")})),
+                        1 => (grant(limits(2_000, 30_000)), json!({"mode": "count"})),
+                        _ => (reading(data.path()), json!({"mode": "read-file", "arg": "/data/canary.txt"})),
+                    };
+                    (i, spawn(&rig, g, invocation(&format!("s{i}"), params), t0))
+                })
+                .collect();
+            for (i, p) in pending {
+                let out = p.await.unwrap().0.result.unwrap().output;
+                let want = match i % 3 {
+                    0 => format!("s{i}|1|c{i}"),
+                    1 => "call 1 of this instance".to_string(),
+                    _ => "canary-lanes".to_string(),
+                };
+                assert_eq!(out, want, "round {rounds}, call {i}");
+            }
+            rounds += 1;
+            // Keep calling a few rounds after the copies exist, so that calls run through them.
+            if cpus == 1 || (rig.prepared.lane_copies() >= 1 && rounds >= 8) {
+                break;
+            }
+            assert!(Instant::now() < until, "no copy for another CPU after {rounds} rounds of 16 calls on {cpus} CPUs");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if cpus == 1 {
+            assert_eq!(rig.prepared.lane_copies(), 0, "one CPU, one copy");
+        }
+    });
+}

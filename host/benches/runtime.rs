@@ -116,7 +116,12 @@ fn main() {
     const CONCURRENT_CALLS: usize = 8_000;
     let mut throughput = Vec::new();
     // `SKILLHOST_BENCH_PROFILE=concurrent`: only many rounds of 8 callers, for `perf record`.
-    let rounds: &[usize] = if profile.as_deref() == Some("concurrent") { &[8; 10] } else { &[1, 2, 8, 32] };
+    // `concurrent1`: the same with one caller, the profile to compare it with.
+    let rounds: &[usize] = match profile.as_deref() {
+        Some("concurrent") => &[8; 10],
+        Some("concurrent1") => &[1; 10],
+        _ => &[1, 2, 8, 32],
+    };
     for &callers in rounds {
         let per_caller = CONCURRENT_CALLS / callers;
         let cpu_before = process_cpu();
@@ -145,6 +150,9 @@ fn main() {
     drop(mt);
     drop(runtime);
     if profile.is_some() {
+        for (callers, per_sec, cpu) in &throughput {
+            println!("{callers} caller(s): {per_sec:.0} calls/s, {cpu:.2} us CPU per call");
+        }
         return;
     }
 

@@ -24,6 +24,7 @@ mod env;
 mod filesystem;
 mod filesystem_gate;
 mod imports;
+mod lanes;
 mod log;
 mod memory;
 mod network;
@@ -152,6 +153,8 @@ pub struct PreparedSkill {
     pre: SkillPre<CallState>,
     component: Component,
     larger: Arc<[OnceLock<SkillPre<CallState>>; Limits::STACK_TIERS_KB.len()]>,
+    /// Copies of `pre` for the other CPUs (see [`lanes`]).
+    copies: Arc<lanes::Copies>,
     ready: Arc<ready::ReadySlot>,
 }
 
@@ -159,6 +162,11 @@ impl PreparedSkill {
     /// Whether an instance is waiting, made ahead, for this skill's next call.
     pub fn has_instance_made_ahead(&self) -> bool {
         self.ready.has_one()
+    }
+
+    /// How many per-CPU copies of the component exist besides the first (see [`lanes`]).
+    pub fn lane_copies(&self) -> usize {
+        self.copies.made()
     }
 }
 
@@ -207,6 +215,17 @@ impl StackTier {
         })?;
         Ok(StackTier { engine, linker: Arc::new(linker) })
     }
+}
+
+/// A copy of `component` of its own (its own reference counts and registries) for
+/// `engine`, linked: serialized and deserialized in this process.
+fn copy_linked(engine: &Engine, linker: &Linker<CallState>, component: &Component) -> Result<SkillPre<CallState>> {
+    let bytes = component.serialize().map_err(anyhow::Error::from)?;
+    // SAFETY: the bytes were serialized just now, in this process, from a component this
+    // runtime compiled or loaded from its own sealed cache; the engines it is copied to
+    // differ from its own at most in stack size, which compiled code does not depend on.
+    let copy = unsafe { Component::deserialize(engine, &bytes) }.map_err(anyhow::Error::from)?;
+    link(linker, &copy)
 }
 
 /// Link `component` against the skill world.
@@ -326,7 +345,10 @@ impl Runtime {
             self.cache.load(self.engine(), &checked, sha256, progress).map_err(explain_compile_error)?;
         let pre = link(&self.default_tier().linker, &component)?;
         let ready = Arc::new(ready::ReadySlot::new());
-        Ok((PreparedSkill { pre, component, larger: Arc::new(Default::default()), ready }, outcome))
+        let image = component.image_range();
+        let copy = image.end.addr() - image.start.addr() <= lanes::MAX_COPIED_BYTES;
+        let copies = Arc::new(lanes::Copies::new(lanes::count(), copy));
+        Ok((PreparedSkill { pre, component, larger: Arc::new(Default::default()), copies, ready }, outcome))
     }
 
     /// `skill` linked for the stack tier `index`: the default one, or (first call of this
@@ -334,24 +356,36 @@ impl Runtime {
     /// on the blocking pool since a large component takes milliseconds to copy.
     async fn pre_for(&self, skill: &PreparedSkill, index: usize) -> Result<SkillPre<CallState>> {
         if index == 0 {
-            return Ok(skill.pre.clone());
+            return Ok(self.lane_pre(skill));
         }
         if let Some(pre) = skill.larger[index].get() {
             return Ok(pre.clone());
         }
         let tier = self.tier(index)?;
         let (component, engine, linker) = (skill.component.clone(), tier.engine.clone(), tier.linker.clone());
-        let pre = tokio::task::spawn_blocking(move || -> Result<SkillPre<CallState>> {
-            let bytes = component.serialize().map_err(anyhow::Error::from)?;
-            // SAFETY: the bytes were serialized just now, in this process, from a component
-            // this runtime compiled or loaded from its own sealed cache; the tiers' engines
-            // differ only in stack size, which compiled code does not depend on.
-            let moved = unsafe { Component::deserialize(&engine, &bytes) }.map_err(anyhow::Error::from)?;
-            link(&linker, &moved)
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("linking for a larger stack stopped: {e}"))??;
+        let pre = tokio::task::spawn_blocking(move || copy_linked(&engine, &linker, &component))
+            .await
+            .map_err(|e| anyhow::anyhow!("linking for a larger stack stopped: {e}"))??;
         Ok(skill.larger[index].get_or_init(|| pre).clone())
+    }
+
+    /// The default tier's `skill` for the CPU this call runs on: its own copy if made, else
+    /// copy 0, starting the copy on the blocking pool from the skill's third call on.
+    fn lane_pre(&self, skill: &PreparedSkill) -> SkillPre<CallState> {
+        let lane = lanes::current(lanes::count());
+        if let Some(pre) = skill.copies.get(lane) {
+            return pre.clone();
+        }
+        if skill.ready.repeated() && skill.copies.claim(lane) {
+            let (copies, component, tier) =
+                (skill.copies.clone(), skill.component.clone(), self.default_tier().clone());
+            tokio::task::spawn_blocking(move || {
+                if let Ok(pre) = copy_linked(&tier.engine, &tier.linker, &component) {
+                    copies.set(lane, pre);
+                }
+            });
+        }
+        skill.pre.clone()
     }
 
     /// Wait for a call slot, at most `wait`.

@@ -74,6 +74,9 @@ impl Drop for Held {
 #[derive(Default)]
 pub(crate) struct ReadySlot {
     made: Mutex<Option<Made>>,
+    /// Whether `made` holds one: read without the lock on every call, so that a skill
+    /// without made-ahead instances costs its callers no shared write.
+    has_made: AtomicBool,
     refilling: AtomicBool,
     calls: AtomicU32,
     /// Fastest inline instantiation seen, in µs (`u64::MAX`: none yet).
@@ -90,21 +93,41 @@ impl ReadySlot {
 
     /// The instance made ahead for `tier`, if there is one (another tier's is dropped).
     pub fn take(&self, tier: usize) -> Option<Made> {
-        let made = self.made.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        if !self.has_made.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut slot = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        self.has_made.store(false, Ordering::Release);
+        let made = slot.take()?;
         (made.tier == tier).then_some(made)
     }
 
     pub fn has_one(&self) -> bool {
-        self.made.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.has_made.load(Ordering::Acquire)
     }
 
-    /// Count a call, and time an inline instantiation.
+    /// Count a call, and time an inline instantiation. Counts stop at 2 (all [`wanted`]
+    /// asks) and the fastest time is written only when it improves: in steady state this
+    /// reads shared lines and writes none, so cores calling one skill do not pass them back
+    /// and forth on every call.
     pub fn called(&self, inline_instantiation: Option<Duration>) {
-        self.calls.fetch_add(1, Ordering::AcqRel);
-        if let Some(took) = inline_instantiation {
-            self.fastest_us.fetch_min(took.as_micros() as u64, Ordering::AcqRel);
-            self.inline_seen.fetch_add(1, Ordering::AcqRel);
+        if self.calls.load(Ordering::Acquire) < 2 {
+            self.calls.fetch_add(1, Ordering::AcqRel);
         }
+        if let Some(took) = inline_instantiation {
+            let us = took.as_micros() as u64;
+            if us < self.fastest_us.load(Ordering::Acquire) {
+                self.fastest_us.fetch_min(us, Ordering::AcqRel);
+            }
+            if self.inline_seen.load(Ordering::Acquire) < 2 {
+                self.inline_seen.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Whether the skill has been called more than once (a one-shot run pays for nothing).
+    pub fn repeated(&self) -> bool {
+        self.calls.load(Ordering::Acquire) >= 2
     }
 
     fn wanted(&self, policy: MakeAhead) -> bool {
@@ -142,7 +165,9 @@ impl ReadySlot {
             match handle.block_on(make(&pre)) {
                 Ok((store, instance)) => {
                     let made = Made { tier, store, instance, _held: held };
-                    *slot.made.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
+                    let mut guard = slot.made.lock().unwrap_or_else(|p| p.into_inner());
+                    *guard = Some(made);
+                    slot.has_made.store(true, Ordering::Release);
                 }
                 // The next call instantiates inline and reports the error with its own limits.
                 Err(_) => slot.broken.store(true, Ordering::Release),
