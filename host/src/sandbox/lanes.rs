@@ -15,8 +15,9 @@
 //! blocking pool, and until one is ready that CPU's calls use copy 0, so no call waits
 //! for a copy. A copy is the component serialized and deserialized in this process (the
 //! way a larger stack tier gets its own), so it costs the component's code size in
-//! memory: only components under [`MAX_COPIED_BYTES`] get copies (a large component's
-//! instantiation is long enough that the shared lines do not matter).
+//! memory: only components whose compiled image is under [`MAX_COPIED_BYTES`] get copies
+//! (the Rust probe's is 690 KiB; at most 7 x 2 MiB for a skill called on 8 CPUs). A large
+//! component's instantiation is long enough that the shared lines do not matter.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ use super::bindings::SkillPre;
 /// Copies at most (CPUs beyond this share copies).
 const MAX_LANES: usize = 8;
 /// Components whose compiled image is larger than this get no copies.
-pub(super) const MAX_COPIED_BYTES: usize = 8 << 20;
+pub(super) const MAX_COPIED_BYTES: usize = 2 << 20;
 
 /// The lanes of this machine: one per CPU, at most [`MAX_LANES`].
 pub(super) fn count() -> usize {
