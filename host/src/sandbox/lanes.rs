@@ -4,10 +4,10 @@
 //! Every instantiation writes inside the component it instantiates: reference counts of
 //! the component, its modules, code and import lists, and the store registries they are
 //! entered in. With one copy, two cores calling the same skill pass those lines back and
-//! forth on every call. Measured on 2 cores with the runtime bench's probe (8 callers):
-//! one copy 80-92k calls/s at 21-24 us CPU per call, a copy per CPU 92-100k calls/s at
-//! 19-20 us (single caller ~17 us). Separate engines per CPU gained nothing more within
-//! the noise, so the engine, its pool and the admission bound stay shared.
+//! forth on every call. `cargo bench --bench runtime` on 2 cores, 8 callers: one copy
+//! 97k calls/s at 20.5 us CPU per call, a copy per CPU 109k-114k at 18 us (one caller:
+//! 15-16 us). A prototype with an engine per CPU as well gained nothing more within the
+//! noise, so the engine, its pool and the admission bound stay shared.
 //!
 //! The copy for the CPU a call runs on is used (`sched_getcpu`: the cache lines belong to
 //! the core, not to the thread; a thread that moves just uses another copy). Copy 0 is the
@@ -53,45 +53,50 @@ pub(super) fn current(lanes: usize) -> usize {
 }
 
 /// A prepared skill's copies for lanes 1.. (lane 0 is the skill's own `pre`).
-#[derive(Default)]
 pub(super) struct Copies {
-    made: Box<[OnceLock<SkillPre<CallState>>]>,
-    started: Box<[AtomicBool]>,
+    lanes: Box<[Lane]>,
+}
+
+/// One lane's copy, and whether a call has started making it.
+#[derive(Default)]
+struct Lane {
+    made: OnceLock<SkillPre<CallState>>,
+    started: AtomicBool,
 }
 
 impl Copies {
     /// Room for the copies of `lanes` lanes; none when `copy` is false (a large component).
     pub fn new(lanes: usize, copy: bool) -> Copies {
         let n = if copy { lanes.saturating_sub(1) } else { 0 };
-        Copies {
-            made: (0..n).map(|_| OnceLock::new()).collect(),
-            started: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        }
+        Copies { lanes: (0..n).map(|_| Lane::default()).collect() }
     }
 
-    /// The copy for `lane`, if it exists (`None` for lane 0 and for lanes without room).
+    /// Lane `lane`'s room, if it has any (lane 0 has none: it is the prepared skill).
+    fn lane(&self, lane: usize) -> Option<&Lane> {
+        self.lanes.get(lane.checked_sub(1)?)
+    }
+
+    /// The copy for `lane`, if it exists.
     pub fn get(&self, lane: usize) -> Option<&SkillPre<CallState>> {
-        self.made.get(lane.checked_sub(1)?)?.get()
+        self.lane(lane)?.made.get()
     }
 
     /// Whether the caller should make the copy for `lane`: true once per lane with room (a
     /// copy that fails is not tried again; its lane keeps using copy 0).
     pub fn claim(&self, lane: usize) -> bool {
-        lane.checked_sub(1)
-            .and_then(|i| self.started.get(i))
-            .is_some_and(|s| !s.load(Ordering::Acquire) && !s.swap(true, Ordering::AcqRel))
+        self.lane(lane).is_some_and(|l| !l.started.load(Ordering::Acquire) && !l.started.swap(true, Ordering::AcqRel))
     }
 
     /// Keep the copy made for `lane`.
     pub fn set(&self, lane: usize, pre: SkillPre<CallState>) {
-        if let Some(slot) = lane.checked_sub(1).and_then(|i| self.made.get(i)) {
-            let _ = slot.set(pre);
+        if let Some(l) = self.lane(lane) {
+            let _ = l.made.set(pre);
         }
     }
 
     /// Copies made so far.
     pub fn made(&self) -> usize {
-        self.made.iter().filter(|m| m.get().is_some()).count()
+        self.lanes.iter().filter(|l| l.made.get().is_some()).count()
     }
 }
 

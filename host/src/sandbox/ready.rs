@@ -131,7 +131,7 @@ impl ReadySlot {
     }
 
     fn wanted(&self, policy: MakeAhead) -> bool {
-        if self.broken.load(Ordering::Acquire) || self.calls.load(Ordering::Acquire) < 2 {
+        if self.broken.load(Ordering::Acquire) || !self.repeated() {
             return false;
         }
         match policy {
