@@ -289,3 +289,21 @@ fn the_model_setting_comes_from_the_environment_then_skillhost_toml() {
         assert!(on["source"].as_str().unwrap().contains("[memory] embed_model"), "{on}");
     }
 }
+
+#[test]
+fn surprisal_says_how_rare_a_word_is_in_ordinary_text() {
+    let Some(path) = common::embed_model() else { return };
+    let model = EmbedModel::load(&path).unwrap();
+    // Ordered pairs: the first is the commoner word (in both languages).
+    for (common_word, rare_word) in
+        [("like", "indentation"), ("the", "commit"), ("answer", "timezone"), ("用户", "缩进"), ("数据", "乱码")]
+    {
+        let (c, r) = (model.surprisal(common_word), model.surprisal(rare_word));
+        assert!(c < r, "{common_word:?} ({c:.1}) should be commoner than {rare_word:?} ({r:.1})");
+    }
+    // Anything is a finite, non-negative number: no piece covers it, or it is empty.
+    for junk in ["", "\u{10FFFF}\u{0}", "🦀🦀🦀", &"x".repeat(5000)] {
+        let s = model.surprisal(junk);
+        assert!(s.is_finite() && s >= 0.0, "{junk:?}: {s}");
+    }
+}

@@ -93,7 +93,8 @@ fn lexical_search_without_a_model() {
     assert!(lexical.class("exact").r5() >= 0.9, "exact R@5 {:.3}", lexical.class("exact").r5());
 }
 
-/// Not a check: prints R@5 and MRR of the fusion over a grid of its constants (how the
+/// Not a check: prints R@5 and MRR of the fusion over a grid of its constants (FUSION_GRID:
+/// weight,floor,lexical_floor[,floor_with_words[,specificity]];...; how the
 /// defaults in hybrid.rs were chosen). `cargo test --release --test memory_quality -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -113,6 +114,7 @@ fn fusion_sweep() {
             floor: v[1],
             lexical_floor: v[2],
             floor_with_words: v.get(3).copied().unwrap_or(v[1]),
+            specificity: v.get(4).copied().unwrap_or(FusionParams::default().specificity),
             ..FusionParams::default()
         };
         let memory = memory_eval::reopen(
@@ -121,10 +123,11 @@ fn fusion_sweep() {
         );
         let t = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
         println!(
-            "weight {:.1} floor {:.1} lexical_floor {:.1}: R@5 {:.3} MRR {:.3} para {:.3} xling {:.3} typo {:.3} none {:.0} %",
+            "weight {:.1} floor {:.1} lexical_floor {:.1} {:?}: R@5 {:.3} MRR {:.3} para {:.3} xling {:.3} typo {:.3} none {:.0} %",
             v[0],
             v[1],
             v[2],
+            &v[3..],
             t.overall().r5(),
             t.overall().mrr(),
             t.class("paraphrase").r5(),

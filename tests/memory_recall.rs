@@ -6,10 +6,12 @@
 
 mod common;
 
+use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::memory_store::{DAY_MS as DAY, clock, open_at, provenance, record};
-use skillhost::memory::{Memory, MemoryKind, MemoryRecord, NewRecord, SearchFilter};
+use skillhost::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryRecord, NewRecord, SearchFilter};
 
 fn rec(content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
     record(content, kind, priority, provenance("user", "", "s1", 1))
@@ -19,49 +21,100 @@ fn search(m: &Memory, q: &str, limit: usize) -> Vec<u64> {
     m.search(q, &SearchFilter::namespace("default"), limit).unwrap().into_iter().map(|h| h.record.id).collect()
 }
 
+/// The stores these rules must hold in: lexical only, and hybrid when the embedding model
+/// is installed (as `.ci/run` does; a user who installed it gets hybrid by default).
+fn stores(dir: &Path, clock: &Arc<AtomicU64>) -> Vec<(&'static str, Memory)> {
+    let open = |name: &str, embed_model: EmbedModelChoice| {
+        let c = clock.clone();
+        let config = MemoryConfig { embed_model, ..MemoryConfig::default() };
+        Memory::open(&dir.join(name), config).unwrap().with_clock(move || c.load(Ordering::SeqCst))
+    };
+    let mut out = vec![("lexical", open("lexical", EmbedModelChoice::Off))];
+    if let Some(model) = common::embed_model() {
+        out.push(("hybrid", open("hybrid", EmbedModelChoice::File(model))));
+    }
+    out
+}
+
 #[test]
 fn a_query_made_only_of_question_words_finds_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let clock = clock();
-    let m = open_at(dir.path(), &clock);
-    for t in [
-        "how to flash the board: hold boot and press reset",
-        "what the user asked for last week: a csv export",
-        "which port does the staging proxy use? 8443",
-        "用户问过什么时候发布",
-        "怎么重启服务：先停再起",
-    ] {
-        m.add(rec(t, MemoryKind::Fact, 3)).unwrap();
+    for (mode, m) in stores(dir.path(), &clock) {
+        for t in [
+            "how to flash the board: hold boot and press reset",
+            "what the user asked for last week: a csv export",
+            "which port does the staging proxy use? 8443",
+            "用户问过什么时候发布",
+            "怎么重启服务：先停再起",
+        ] {
+            m.add(rec(t, MemoryKind::Fact, 3)).unwrap();
+        }
+        for q in ["what does the user do?", "how?", "which one does he have", "什么呢？", "怎么样吗", "用户的是什么"]
+        {
+            assert!(search(&m, q, 5).is_empty(), "{mode}: {q:?} is only question words: {:?}", search(&m, q, 5));
+            assert!(m.recall("default", q).unwrap().len() <= 5, "{mode}: only the recent ones for {q:?}");
+        }
+        // The subject still finds its record, in both languages.
+        assert_eq!(search(&m, "how do I flash the board?", 5).len(), 1, "{mode}");
+        assert_eq!(search(&m, "怎么重启服务？", 5).len(), 1, "{mode}");
     }
-    for q in ["what does the user do?", "how?", "which one does he have", "什么呢？", "怎么样吗", "用户的是什么"]
-    {
-        assert!(search(&m, q, 5).is_empty(), "{q:?} is only question words: {:?}", search(&m, q, 5));
-        assert!(m.recall("default", q).unwrap().len() <= 5, "only the recent ones for {q:?}");
-    }
-    // The subject still finds its record, in both languages.
-    assert_eq!(search(&m, "how do I flash the board?", 5).len(), 1);
-    assert_eq!(search(&m, "怎么重启服务？", 5).len(), 1);
 }
 
 #[test]
 fn question_words_do_not_give_a_confident_wrong_answer() {
     let dir = tempfile::tempdir().unwrap();
     let clock = clock();
-    let m = open_at(dir.path(), &clock);
-    let right = m.add(rec("indentation: tabs, width 4", MemoryKind::Preference, 3)).unwrap();
-    for t in [
-        "how the user wants commit messages: imperative mood",
-        "the user does code review on Fridays",
-        "what the user reads: release notes only",
-        "the user likes short answers",
-    ] {
-        m.add(rec(t, MemoryKind::Preference, 3)).unwrap();
+    for (mode, m) in stores(dir.path(), &clock) {
+        let right = m.add(rec("indentation: tabs, width 4", MemoryKind::Preference, 3)).unwrap();
+        for t in [
+            "how the user wants commit messages: imperative mood",
+            "the user does code review on Fridays",
+            "what the user reads: release notes only",
+            "the user likes short answers",
+        ] {
+            m.add(rec(t, MemoryKind::Preference, 3)).unwrap();
+        }
+        // "like" is a real word (it also finds "likes short answers"); "how", "does", "the
+        // user" are not, so the indentation record is first and nothing matches on them
+        // alone. In this small store both words are equally rare here; in ordinary text
+        // "indentation" is far rarer, which is what puts it first in hybrid search (where
+        // the model's cosine alone put "likes short answers" first).
+        assert_eq!(search(&m, "how does the user like their indentation?", 5)[0], right, "{mode}");
+        let feel = search(&m, "how does the user feel about their indentation?", 5);
+        assert_eq!(feel[0], right, "{mode}");
+        if mode == "lexical" {
+            assert_eq!(feel, vec![right]);
+        }
+        assert_eq!(search(&m, "what does the user do about the weather?", 5), Vec::<u64>::new(), "{mode}");
     }
-    // "like" is a real word (it also finds "likes short answers"); "how", "does", "the
-    // user" are not, so the indentation record is first and nothing matches on them alone.
-    assert_eq!(search(&m, "how does the user like their indentation?", 5)[0], right);
-    assert_eq!(search(&m, "how does the user feel about their indentation?", 5), vec![right]);
-    assert_eq!(search(&m, "what does the user do about the weather?", 5), Vec::<u64>::new());
+}
+
+#[test]
+fn a_record_holding_every_word_of_the_query_is_always_found() {
+    // Near-identical records: in hybrid search some sit below the crowd's mean cosine to
+    // the query, which alone would drop a record that merely shares a word. One that holds
+    // every word of the query must still be found, in both modes.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = clock();
+    for (mode, m) in stores(dir.path(), &clock) {
+        let mut batch: Vec<NewRecord> = (0..192)
+            .map(|i| {
+                let (thread, round) = (i / 12, i % 12);
+                let text = format!("thread{thread} observed sensor reading #{} on bus #{round}", thread * 1000 + round);
+                rec(&text, MemoryKind::Fact, 3)
+            })
+            .collect();
+        batch.push(rec("the sensor on the roof is offline", MemoryKind::Fact, 3));
+        let ids = m.add_batch(batch).unwrap();
+        assert_eq!(ids.len(), 193, "{mode}: every record is its own fact");
+        let found = search(&m, "sensor reading", 1000);
+        let mut want = ids[..192].to_vec();
+        want.sort();
+        let mut holding: Vec<u64> = found.iter().copied().filter(|id| want.contains(id)).collect();
+        holding.sort();
+        assert_eq!(holding, want, "{mode}: {} of 192 found", holding.len());
+    }
 }
 
 /// A small labelled set: each query has one relevant record (priority 1-2) holding all its

@@ -150,12 +150,18 @@ impl SkillIndex {
 
 /// The terms `text` is indexed under (skills and memories alike), first occurrence order.
 pub fn analyze(text: &str) -> Vec<String> {
+    analyze_spans(text).into_iter().map(|(term, _)| term).collect()
+}
+
+/// [`analyze`]'s terms, each with the words of `text` it first came from (the surface form,
+/// before lowercasing and stemming).
+pub fn analyze_spans(text: &str) -> Vec<(String, &str)> {
     let mut analyzer = analyzer();
     let mut stream = analyzer.token_stream(text);
-    let mut out: Vec<String> = Vec::new();
+    let mut out: Vec<(String, &str)> = Vec::new();
     while let Some(t) = stream.next() {
-        if !out.contains(&t.text) {
-            out.push(t.text.clone());
+        if !out.iter().any(|(term, _)| term == &t.text) {
+            out.push((t.text.clone(), text.get(t.offset_from..t.offset_to).unwrap_or_default()));
         }
     }
     out

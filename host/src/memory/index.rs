@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use anyhow::{Context as _, Result, anyhow};
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{BooleanQuery, BoostQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::Value as _;
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
@@ -26,7 +26,6 @@ use tantivy::{Index, IndexReader, IndexSettings, IndexWriter, ReloadPolicy, Tant
 use super::daily::DailyEntry;
 use super::index_dir::{IndexDirectory, boot_id};
 use super::records::{MemoryRecord, SearchFilter};
-use crate::search::analyze;
 
 const ANALYZER: &str = "memory_text";
 /// Bump when the schema or the analyzer changes: a different version forces a rebuild.
@@ -97,12 +96,17 @@ const QUERY_NOISE: &[&str] = &["user", "用户"];
 /// the query is nothing but such a word (a search for "user" itself). A query made only of
 /// question words has no terms and finds nothing.
 pub(super) fn query_terms(query: &str) -> Vec<String> {
-    let terms = analyze(query);
+    query_words(query).into_iter().map(|(term, _)| term).collect()
+}
+
+/// [`query_terms`], each with the query's words it came from.
+fn query_words(query: &str) -> Vec<(String, &str)> {
+    let terms = crate::search::analyze_spans(query);
     let bare = query.trim().trim_end_matches(['?', '？', '.', '。']).to_lowercase();
-    if terms.len() == 1 && (bare == terms[0] || bare == "users") {
+    if terms.len() == 1 && (bare == terms[0].0 || bare == "users") {
         return terms;
     }
-    terms.into_iter().filter(|t| !QUERY_NOISE.contains(&t.as_str())).collect()
+    terms.into_iter().filter(|(t, _)| !QUERY_NOISE.contains(&t.as_str())).collect()
 }
 
 /// What the index must have been committed with to match the store.
@@ -293,17 +297,20 @@ impl MemoryIndex {
         })
     }
 
-    fn text_query(&self, query: &str) -> Option<Box<dyn Query>> {
-        let terms = query_terms(query);
-        if terms.is_empty() {
+    fn text_query(&self, query: &str, weigh: Option<&dyn Fn(&str) -> f32>) -> Option<Box<dyn Query>> {
+        let words = query_words(query);
+        if words.is_empty() {
             return None;
         }
-        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+        let clauses: Vec<(Occur, Box<dyn Query>)> = words
             .iter()
-            .map(|t| {
+            .map(|(t, word)| {
                 let q: Box<dyn Query> =
                     Box::new(TermQuery::new(Term::from_field_text(self.f.text, t), IndexRecordOption::WithFreqs));
-                (Occur::Should, q)
+                match weigh {
+                    Some(weigh) => (Occur::Should, Box::new(BoostQuery::new(q, weigh(word))) as Box<dyn Query>),
+                    None => (Occur::Should, q),
+                }
             })
             .collect();
         Some(Box::new(BooleanQuery::new(clauses)))
@@ -316,7 +323,19 @@ impl MemoryIndex {
 
     /// Ids of records matching `query` under `filter`, best first.
     pub fn search(&self, query: &str, filter: &SearchFilter, now_ms: u64, limit: usize) -> Result<Vec<(u64, f32)>> {
-        let Some(text) = self.text_query(query) else { return Ok(Vec::new()) };
+        self.search_weighted(query, None, filter, now_ms, limit)
+    }
+
+    /// [`MemoryIndex::search`] with each query word's BM25 multiplied by `weigh(word)`.
+    pub fn search_weighted(
+        &self,
+        query: &str,
+        weigh: Option<&dyn Fn(&str) -> f32>,
+        filter: &SearchFilter,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, f32)>> {
+        let Some(text) = self.text_query(query, weigh) else { return Ok(Vec::new()) };
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -378,7 +397,7 @@ impl MemoryIndex {
 
     /// Daily-note entries matching `query`, best first.
     pub fn search_daily(&self, query: &str, limit: usize) -> Result<Vec<DailyHit>> {
-        let Some(text) = self.text_query(query) else { return Ok(Vec::new()) };
+        let Some(text) = self.text_query(query, None) else { return Ok(Vec::new()) };
         if limit == 0 {
             return Ok(Vec::new());
         }

@@ -167,6 +167,13 @@ impl EmbedModel {
         self.tokenizer.encode(&format!("{}{text}", role.prefix()))
     }
 
+    /// How surprising `word` is as a word of ordinary text: minus the natural log of its
+    /// probability under the tokenizer's unigram model, which was fitted on the model's
+    /// multilingual training corpus. "like" is ~8, "indentation" ~20.
+    pub fn surprisal(&self, word: &str) -> f32 {
+        -self.tokenizer.log_prob(word)
+    }
+
     /// The L2-normalized embedding of `text`.
     pub fn embed(&self, role: TextRole, text: &str) -> Vec<f32> {
         self.embed_batch(role, &[text]).pop().unwrap_or_default()

@@ -89,6 +89,16 @@ impl Tokenizer {
 
     /// The token ids of `text`, without `<s>`/`</s>`.
     pub(super) fn encode(&self, text: &str) -> Vec<u32> {
+        self.segment(text).0
+    }
+
+    /// The natural log of the probability of `text`'s best segmentation under the unigram
+    /// model (the sum of its pieces' scores): how common the text is in the model's corpus.
+    pub(super) fn log_prob(&self, text: &str) -> f32 {
+        self.segment(text).1
+    }
+
+    fn segment(&self, text: &str) -> (Vec<u32>, f32) {
         let norm = self.normalize(text);
         let bytes = norm.as_bytes();
         let bounds: Vec<usize> = norm.char_indices().map(|(i, _)| i).chain(std::iter::once(bytes.len())).collect();
@@ -126,6 +136,6 @@ impl Tokenizer {
             at = from;
         }
         ids.reverse();
-        ids
+        (ids, best[n].0)
     }
 }
