@@ -109,11 +109,8 @@ fn a_record_holding_every_word_of_the_query_is_always_found() {
         let ids = m.add_batch(batch).unwrap();
         assert_eq!(ids.len(), 193, "{mode}: every record is its own fact");
         let found = search(&m, "sensor reading", 1000);
-        let mut want = ids[..192].to_vec();
-        want.sort();
-        let mut holding: Vec<u64> = found.iter().copied().filter(|id| want.contains(id)).collect();
-        holding.sort();
-        assert_eq!(holding, want, "{mode}: {} of 192 found", holding.len());
+        let missing: Vec<u64> = ids[..192].iter().copied().filter(|id| !found.contains(id)).collect();
+        assert_eq!(missing, Vec::<u64>::new(), "{mode}: {} of 192 not found", missing.len());
     }
 }
 

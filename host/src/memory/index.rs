@@ -307,10 +307,11 @@ impl MemoryIndex {
             .map(|(t, word)| {
                 let q: Box<dyn Query> =
                     Box::new(TermQuery::new(Term::from_field_text(self.f.text, t), IndexRecordOption::WithFreqs));
-                match weigh {
-                    Some(weigh) => (Occur::Should, Box::new(BoostQuery::new(q, weigh(word))) as Box<dyn Query>),
-                    None => (Occur::Should, q),
-                }
+                let q = match weigh {
+                    Some(weigh) => Box::new(BoostQuery::new(q, weigh(word))),
+                    None => q,
+                };
+                (Occur::Should, q)
             })
             .collect();
         Some(Box::new(BooleanQuery::new(clauses)))
