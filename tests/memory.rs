@@ -425,7 +425,11 @@ fn maintain_demotes_records_whose_importance_decayed() {
 fn filters_and_the_prompt_recall_rule() {
     let dir = tempfile::tempdir().unwrap();
     let clock = clock();
-    let m = open_at(dir.path(), &clock);
+    // Lexical, so that the twelve records holding the same words tie (with the model, their
+    // cosines tell them apart and recall keeps search's top five).
+    let c = clock.clone();
+    let lexical = MemoryConfig { embed_model: EmbedModelChoice::Off, ..MemoryConfig::default() };
+    let m = Memory::open(dir.path(), lexical).unwrap().with_clock(move || c.load(Ordering::SeqCst));
     for i in 0..12u32 {
         clock.fetch_add(1000, Ordering::SeqCst);
         let mut r = rec(
@@ -462,7 +466,8 @@ fn filters_and_the_prompt_recall_rule() {
     let recalled = m.recall("default", "uart observation").unwrap();
     let recent: Vec<u64> = vec![12, 11, 10, 9, 8];
     assert_eq!(recalled.iter().take(5).map(|r| r.id).collect::<Vec<_>>(), recent);
-    // Then the highest-priority relevant ones not already there: 6 and 12 are p5 (12 is recent), 5 and 11 p4.
+    // Then the highest-priority relevant ones not already there: 6 and 12 are p5 (12 is recent), 5 and 11 p4;
+    // all but 1 and 7 (which hold "uart" twice) tie, so priority picks among them.
     let rest: Vec<u64> = recalled.iter().skip(5).map(|r| r.id).collect();
     assert_eq!(rest[..2], [6, 5]);
     assert!(recalled.len() <= 10);

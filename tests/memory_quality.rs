@@ -51,11 +51,23 @@ fn hybrid_search_finds_what_was_meant() {
     let hybrid = memory_eval::evaluate(&mut memory_eval::store_search(&memory), &ids, &content);
     // The prompt recall rule (recent records plus the highest-priority relevant ones) must
     // find a relevant record at least as often as search's top five.
-    let (mut recalled, mut graded) = (0usize, 0usize);
+    let (mut recalled, mut graded, mut lost) = (0usize, 0usize, Vec::new());
     for q in memory_eval::queries().iter().filter(|q| q.cls != "none") {
         let wanted: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
         graded += 1;
-        recalled += usize::from(memory.recall("default", &q.query).unwrap().iter().any(|r| wanted.contains(&r.id)));
+        let found = memory.recall("default", &q.query).unwrap().iter().any(|r| wanted.contains(&r.id));
+        recalled += usize::from(found);
+        let hits = memory.search(&q.query, &SearchFilter::namespace("default"), 20).unwrap();
+        let rank = hits.iter().position(|h| wanted.contains(&h.record.id));
+        if found != rank.is_some_and(|r| r < 5) {
+            let scores: Vec<String> =
+                hits.iter().take(8).map(|h| format!("{:.3}/p{}", h.score, h.record.priority)).collect();
+            let line = format!("search rank {rank:?}: {} [scores/priorities {}]", q.query, scores.join(" "));
+            println!("  recall {} {line}", if found { "found" } else { "missed" });
+            if !found {
+                lost.push(line);
+            }
+        }
     }
     let recall_rate = recalled as f64 / graded as f64;
     println!("recall rule finds a relevant record for {recalled} of {graded} queries ({recall_rate:.3})");
@@ -75,7 +87,9 @@ fn hybrid_search_finds_what_was_meant() {
     assert!(hybrid.class("paraphrase").r5() >= 0.65, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
     assert!(hybrid.class("crosslingual").r5() >= 0.84, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
     assert!(hybrid.class("newest").r5() >= 0.92, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
-    // Issue 13's target: recall finds a relevant record at least as often as search's top five.
+    // Issue 13's target: recall finds a relevant record at least as often as search's top
+    // five. It holds query by query: recall keeps search's top five (the weak matches aside).
+    assert!(lost.is_empty(), "recall lost what search's top five found: {lost:#?}");
     assert!(recall_rate >= hybrid.overall().r5(), "recall {recall_rate:.3} (search R@5 {:.3})", hybrid.overall().r5());
     // Hybrid must not lose what words alone found.
     assert!(hybrid.overall().mrr() >= lexical.overall().mrr());

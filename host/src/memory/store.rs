@@ -49,8 +49,11 @@ const RECALL_RELATIVE_SCORE: f32 = 0.5;
 const RECALL_RANKS: usize = 20;
 /// Recall: records of each part (the most recent, the relevant).
 const RECALL_PART: usize = 5;
-/// Recall: hits whose scores are within this ratio of each other count as equally relevant.
+/// Recall: for the places recent records freed, hits within this ratio of each other's
+/// scores count as equally relevant (and priority decides).
 const RECALL_TIE: f32 = 0.9;
+/// Recall: scores this close (relative) are equal: search cannot tell the hits apart.
+const RECALL_EXACT_TIE: f32 = 1e-4;
 /// Sessions whose references are remembered (oldest forgotten first): bounded memory for a
 /// server that lives for days.
 const MAX_TRACKED_SESSIONS: usize = 4096;
@@ -527,11 +530,11 @@ impl Store {
     /// or fused, newer-first applied) scoring at least [`RECALL_RELATIVE_SCORE`] of the best
     /// hit; the best hit itself is always in. Sharing one word is not enough.
     ///
-    /// Relevance picks the records, priority breaks near-ties and orders them: picking the
-    /// highest priority among a wider relevant set (the top 20) let a project's many
-    /// priority-4 facts, which all share its name, push out the one record search ranks
-    /// second, so recall found less than search's top five on tests/memory_eval (0.833
-    /// against 0.859).
+    /// Relevance picks the records, priority orders them and breaks near-ties only for the
+    /// places search's top five leave free (see [`relevant_by_priority`]): picking the
+    /// highest priority among a wider relevant set let a project's many priority-4 facts,
+    /// which all share its name, push out records search ranks in its top five, so recall
+    /// found less than search did on tests/memory_eval.
     /// Counts as a reference for each returned record.
     pub fn recall(&self, session: &str, namespace: &str, query: &str) -> Result<Vec<MemoryRecord>> {
         let now = self.now_ms();
@@ -720,38 +723,61 @@ impl Store {
     }
 }
 
+/// A search hit and its rank in search's order.
+type RankedHit = (usize, SearchHit);
+
 /// The recall rule's relevant part: of `hits` (best first), those not in `shown` that score
-/// at least [`RECALL_RELATIVE_SCORE`] of the best (the best hit always counts); of these,
-/// the `n` best-ranked, except that the hits about as good as the `n`-th (within
-/// [`RECALL_TIE`] of its score, either side) compete for their places by priority. Then
-/// highest priority first, rank breaking ties. So a hit clearly among search's best `n`
-/// is always recalled, and priority decides among hits that relevance does not tell apart.
+/// at least [`RECALL_RELATIVE_SCORE`] of the best (the best hit always counts). Search's
+/// first `n` of these are recalled, except that hits tied with the lowest of them (equal
+/// scores, which search cannot tell apart: a lexical store with records holding the same
+/// words) compete for those places by priority. The places that shown records free go to
+/// the next relevant hits, where priority decides among those about as good as the last
+/// one that fits (within [`RECALL_TIE`] of its score). Then highest priority first, rank
+/// breaking ties. So recall finds whatever search's top `n` finds, unless it is shown, a
+/// weak match or an exact tie of lower priority.
+///
+/// Letting priority compete for search's own places among near-ties lost records: a
+/// project's priority-4 facts, which all share its name, pushed out the one record search
+/// ranked fifth, 3 % above them (tests/memory_eval, "atlas-web 的端到端测试用什么工具？").
 fn relevant_by_priority(hits: Vec<SearchHit>, shown: &[u64], n: usize) -> Vec<MemoryRecord> {
     let Some(best) = hits.first().map(|h| h.score) else { return Vec::new() };
-    let relevant: Vec<(usize, SearchHit)> = hits
+    let (top, rest): (Vec<RankedHit>, Vec<RankedHit>) = hits
         .into_iter()
         .enumerate()
         .filter(|(rank, h)| *rank == 0 || best <= 0.0 || h.score >= best * RECALL_RELATIVE_SCORE)
         .filter(|(_, h)| !shown.contains(&h.record.id))
-        .collect();
-    let by_priority = |a: &(usize, SearchHit), b: &(usize, SearchHit)| {
-        b.1.record.priority.cmp(&a.1.record.priority).then(a.0.cmp(&b.0))
-    };
-    let mut chosen: Vec<(usize, SearchHit)> = match relevant.get(n.wrapping_sub(1)).map(|(_, h)| h.score) {
-        Some(nth) if relevant.len() > n && nth > 0.0 => {
-            let (mut sure, mut band): (Vec<_>, Vec<_>) = relevant
-                .into_iter()
-                .filter(|(_, h)| h.score >= nth * RECALL_TIE)
-                .partition(|(_, h)| h.score * RECALL_TIE > nth);
-            band.sort_by(by_priority);
-            band.truncate(n.saturating_sub(sure.len()));
-            // Search's newer-first rule may have moved a hit below one that scores less.
-            sure.truncate(n);
-            sure.append(&mut band);
-            sure
+        .partition(|(rank, _)| *rank < n);
+    let by_priority = |a: &RankedHit, b: &RankedHit| b.1.record.priority.cmp(&a.1.record.priority).then(a.0.cmp(&b.0));
+    let (mut chosen, mut rest) = match top.iter().map(|(_, h)| h.score).reduce(f32::min) {
+        Some(low) => {
+            let tied = |(_, h): &RankedHit| (h.score - low).abs() <= low.abs() * RECALL_EXACT_TIE;
+            let (mut pool, mut chosen): (Vec<_>, Vec<_>) = top.into_iter().partition(tied);
+            let places = pool.len();
+            let (mut tied_out, mut rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(tied);
+            pool.append(&mut tied_out);
+            pool.sort_by(by_priority);
+            rest.extend(pool.split_off(places));
+            rest.sort_by_key(|(rank, _)| *rank);
+            chosen.append(&mut pool);
+            (chosen, rest)
         }
-        _ => relevant.into_iter().take(n).collect(),
+        None => (top, rest),
     };
+    let free = n.saturating_sub(chosen.len());
+    if free > 0 {
+        if let Some(last) = rest.get(free - 1).map(|(_, h)| h.score).filter(|s| *s > 0.0) {
+            // The next `free` always compete (search's newer-first rule may have moved a hit
+            // above one that scores more), and so do later hits about as good as the last.
+            let mut i = 0;
+            rest.retain(|(_, h)| {
+                i += 1;
+                i <= free || h.score >= last * RECALL_TIE
+            });
+        }
+        rest.sort_by(by_priority);
+        rest.truncate(free);
+        chosen.append(&mut rest);
+    }
     chosen.sort_by(by_priority);
     chosen.into_iter().map(|(_, h)| h.record).collect()
 }
@@ -931,5 +957,109 @@ impl Store {
     /// (records with a vector, bytes of the vectors in memory).
     pub fn vector_stats(&self) -> (usize, usize) {
         self.vectors.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn hit(id: u64, score: f32, priority: u8) -> SearchHit {
+        let record = MemoryRecord {
+            id,
+            namespace: "default".into(),
+            session: "s".into(),
+            kind: super::super::records::MemoryKind::Fact,
+            content: format!("record {id}"),
+            priority,
+            importance: 0.0,
+            tags: vec![],
+            created_ms: 0,
+            updated_ms: 0,
+            expires_ms: None,
+            deprecated: None,
+            references: 0,
+            provenance: vec![],
+            referenced_ms: None,
+            supersedes: vec![],
+            superseded_by: None,
+        };
+        SearchHit { record, score }
+    }
+
+    #[test]
+    fn many_high_priority_near_ties_do_not_push_out_search_top_five() {
+        // The shape of tests/memory_eval's "atlas-web 的端到端测试用什么工具？": the relevant
+        // record is fifth, a priority-4 record sixth at nearly the same score.
+        let scores = [2.991, 2.808, 2.736, 2.678, 2.646, 2.560, 2.490, 2.431];
+        let hits: Vec<SearchHit> =
+            scores.iter().enumerate().map(|(i, s)| hit(i as u64, *s, if i == 5 { 4 } else { 3 })).collect();
+        let ids: Vec<u64> = relevant_by_priority(hits, &[], 5).iter().map(|r| r.id).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn places_freed_by_shown_records_go_to_the_highest_priority_near_tie() {
+        let hits = vec![hit(0, 3.0, 3), hit(1, 2.9, 3), hit(2, 2.0, 2), hit(3, 1.95, 5), hit(4, 1.0, 5)];
+        // Record 1 is among the recent ones already shown: its place goes to 3 (priority 5,
+        // about as good as 2), never to 4 (under half the best score).
+        let ids: Vec<u64> = relevant_by_priority(hits, &[1], 3).iter().map(|r| r.id).collect();
+        assert_eq!(ids, [3, 0, 2]);
+    }
+
+    #[test]
+    fn exact_ties_at_the_last_place_compete_by_priority() {
+        // Twelve records holding the same words: BM25 ties them all after the first two.
+        let mut hits = vec![hit(1, 0.17, 0), hit(7, 0.16, 0)];
+        hits.extend([2, 3, 4, 5, 6].map(|id| hit(id, 0.15, (id - 1) as u8)));
+        let ids: Vec<u64> = relevant_by_priority(hits, &[], 5).iter().map(|r| r.id).collect();
+        assert_eq!(ids, [6, 5, 4, 1, 7]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Whatever the priorities and scores: a relevant hit of search's top `n` that is not
+        /// shown is recalled, or an exact tie of at least its priority took its place;
+        /// nothing shown or under the relative cut is; at most `n`, highest priority first.
+        #[test]
+        fn recall_keeps_search_top_n(
+            // Few distinct scores, so that exact ties are common.
+            raw in prop::collection::vec(((0u8..24).prop_map(|s| f32::from(s) / 2.0), 0u8..=5, any::<bool>()), 0..20),
+            n in 1usize..7,
+        ) {
+            let mut scored: Vec<(f32, u8, bool)> = raw;
+            // Mostly descending, as search returns them; a newer-first swap may break it.
+            scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+            if scored.len() > 3 {
+                scored.swap(1, 2);
+            }
+            let shown: Vec<u64> = (0..scored.len() as u64).filter(|i| scored[*i as usize].2).collect();
+            let hits: Vec<SearchHit> =
+                scored.iter().enumerate().map(|(i, (s, p, _))| hit(i as u64, *s, *p)).collect();
+            let best = scored.first().map_or(0.0, |h| h.0);
+            let relevant = |i: usize| i == 0 || best <= 0.0 || scored[i].0 >= best * RECALL_RELATIVE_SCORE;
+            let out = relevant_by_priority(hits, &shown, n);
+            let ids: Vec<u64> = out.iter().map(|r| r.id).collect();
+            prop_assert!(ids.len() <= n);
+            for i in 0..scored.len().min(n) {
+                if relevant(i) && !shown.contains(&(i as u64)) && !ids.contains(&(i as u64)) {
+                    let (score, priority) = (scored[i].0, scored[i].1);
+                    let replaced = out.iter().any(|r| {
+                        let j = r.id as usize;
+                        j >= n && scored[j].0 == score && scored[j].1 >= priority
+                    });
+                    prop_assert!(replaced, "top-{n} hit {i} lost: {ids:?} of {scored:?}");
+                }
+            }
+            for id in &ids {
+                prop_assert!(!shown.contains(id) && relevant(*id as usize), "{id} in {ids:?} of {scored:?}");
+            }
+            let eligible = (0..scored.len()).filter(|i| relevant(*i) && !shown.contains(&(*i as u64))).count();
+            prop_assert_eq!(ids.len(), eligible.min(n), "free places left empty");
+            prop_assert!(out.windows(2).all(|w| w[0].priority >= w[1].priority));
+        }
     }
 }
