@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::memory_store::{DAY_MS, clock, open_at, provenance, record};
+use common::memory_store::{DAY_MS, clock, open_at, open_with, provenance, record};
 use skillhost::memory::{
     EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore, NewRecord, Provenance, SearchFilter, SearchOrder,
     count_tokens,
@@ -427,9 +427,8 @@ fn filters_and_the_prompt_recall_rule() {
     let clock = clock();
     // Lexical, so that the twelve records holding the same words tie (with the model, their
     // cosines tell them apart and recall keeps search's top five).
-    let c = clock.clone();
     let lexical = MemoryConfig { embed_model: EmbedModelChoice::Off, ..MemoryConfig::default() };
-    let m = Memory::open(dir.path(), lexical).unwrap().with_clock(move || c.load(Ordering::SeqCst));
+    let m = open_with(dir.path(), &clock, lexical);
     for i in 0..12u32 {
         clock.fetch_add(1000, Ordering::SeqCst);
         let mut r = rec(

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use common::memory_store::{DAY_MS as DAY, clock, open_at, provenance, record};
+use common::memory_store::{DAY_MS as DAY, clock, open_at, open_with, provenance, record};
 use skillhost::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryRecord, NewRecord, SearchFilter};
 
 fn rec(content: &str, kind: MemoryKind, priority: u8) -> NewRecord {
@@ -25,9 +25,7 @@ fn search(m: &Memory, q: &str, limit: usize) -> Vec<u64> {
 /// is installed (as `.ci/run` does; a user who installed it gets hybrid by default).
 fn stores(dir: &Path, clock: &Arc<AtomicU64>) -> Vec<(&'static str, Memory)> {
     let open = |name: &str, embed_model: EmbedModelChoice| {
-        let c = clock.clone();
-        let config = MemoryConfig { embed_model, ..MemoryConfig::default() };
-        Memory::open(&dir.join(name), config).unwrap().with_clock(move || c.load(Ordering::SeqCst))
+        open_with(&dir.join(name), clock, MemoryConfig { embed_model, ..MemoryConfig::default() })
     };
     let mut out = vec![("lexical", open("lexical", EmbedModelChoice::Off))];
     if let Some(model) = common::embed_model() {

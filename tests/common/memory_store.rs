@@ -17,8 +17,13 @@ pub fn clock() -> Arc<AtomicU64> {
 
 /// The store in `dir` with the default configuration, reading time from `clock`.
 pub fn open_at(dir: &Path, clock: &Arc<AtomicU64>) -> Memory {
+    open_with(dir, clock, MemoryConfig::default())
+}
+
+/// The store in `dir` with `config`, reading time from `clock`.
+pub fn open_with(dir: &Path, clock: &Arc<AtomicU64>, config: MemoryConfig) -> Memory {
     let c = clock.clone();
-    Memory::open(dir, MemoryConfig::default()).unwrap().with_clock(move || c.load(Ordering::SeqCst))
+    Memory::open(dir, config).unwrap().with_clock(move || c.load(Ordering::SeqCst))
 }
 
 /// Written by `skill` (version `hash`) in `session`, step `step`.

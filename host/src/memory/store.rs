@@ -741,45 +741,44 @@ type RankedHit = (usize, SearchHit);
 /// ranked fifth, 3 % above them (tests/memory_eval, "atlas-web 的端到端测试用什么工具？").
 fn relevant_by_priority(hits: Vec<SearchHit>, shown: &[u64], n: usize) -> Vec<MemoryRecord> {
     let Some(best) = hits.first().map(|h| h.score) else { return Vec::new() };
-    let (top, rest): (Vec<RankedHit>, Vec<RankedHit>) = hits
+    let (mut chosen, mut rest): (Vec<RankedHit>, Vec<RankedHit>) = hits
         .into_iter()
         .enumerate()
         .filter(|(rank, h)| *rank == 0 || best <= 0.0 || h.score >= best * RECALL_RELATIVE_SCORE)
         .filter(|(_, h)| !shown.contains(&h.record.id))
         .partition(|(rank, _)| *rank < n);
-    let by_priority = |a: &RankedHit, b: &RankedHit| b.1.record.priority.cmp(&a.1.record.priority).then(a.0.cmp(&b.0));
-    let (mut chosen, mut rest) = match top.iter().map(|(_, h)| h.score).reduce(f32::min) {
-        Some(low) => {
-            let tied = |(_, h): &RankedHit| (h.score - low).abs() <= low.abs() * RECALL_EXACT_TIE;
-            let (mut pool, mut chosen): (Vec<_>, Vec<_>) = top.into_iter().partition(tied);
-            let places = pool.len();
-            let (mut tied_out, mut rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(tied);
-            pool.append(&mut tied_out);
-            pool.sort_by(by_priority);
-            rest.extend(pool.split_off(places));
-            rest.sort_by_key(|(rank, _)| *rank);
-            chosen.append(&mut pool);
-            (chosen, rest)
-        }
-        None => (top, rest),
-    };
-    let free = n.saturating_sub(chosen.len());
-    if free > 0 {
-        if let Some(last) = rest.get(free - 1).map(|(_, h)| h.score).filter(|s| *s > 0.0) {
-            // The next `free` always compete (search's newer-first rule may have moved a hit
-            // above one that scores more), and so do later hits about as good as the last.
-            let mut i = 0;
-            rest.retain(|(_, h)| {
-                i += 1;
-                i <= free || h.score >= last * RECALL_TIE
-            });
-        }
-        rest.sort_by(by_priority);
-        rest.truncate(free);
-        chosen.append(&mut rest);
+    if let Some(low) = chosen.iter().map(|(_, h)| h.score).reduce(f32::min) {
+        let tied = |(_, h): &RankedHit| (h.score - low).abs() <= low.abs() * RECALL_EXACT_TIE;
+        let (tied_in, kept): (Vec<_>, Vec<_>) = chosen.into_iter().partition(tied);
+        let (tied_out, others): (Vec<_>, Vec<_>) = rest.into_iter().partition(tied);
+        let places = tied_in.len();
+        let (won, mut lost) = by_priority_for(places, tied_in.into_iter().chain(tied_out).collect());
+        chosen = kept.into_iter().chain(won).collect();
+        lost.extend(others);
+        lost.sort_by_key(|(rank, _)| *rank);
+        rest = lost;
     }
+    let free = n.saturating_sub(chosen.len());
+    // The next `free` always compete (search's newer-first rule may have moved a hit above
+    // one that scores more), and so do later hits about as good as the last of them.
+    let last = rest.get(free.wrapping_sub(1)).map(|(_, h)| h.score).filter(|s| *s > 0.0);
+    let band =
+        rest.into_iter().enumerate().filter(|(i, (_, h))| *i < free || last.is_none_or(|l| h.score >= l * RECALL_TIE));
+    chosen.extend(by_priority_for(free, band.map(|(_, hit)| hit).collect()).0);
     chosen.sort_by(by_priority);
     chosen.into_iter().map(|(_, h)| h.record).collect()
+}
+
+/// Highest priority first, search's rank breaking ties.
+fn by_priority(a: &RankedHit, b: &RankedHit) -> std::cmp::Ordering {
+    b.1.record.priority.cmp(&a.1.record.priority).then(a.0.cmp(&b.0))
+}
+
+/// `pool` by priority, split after `places`: (the winners, the rest).
+fn by_priority_for(places: usize, mut pool: Vec<RankedHit>) -> (Vec<RankedHit>, Vec<RankedHit>) {
+    pool.sort_by(by_priority);
+    let rest = pool.split_off(places.min(pool.len()));
+    (pool, rest)
 }
 
 /// A new store is created aside and renamed into place, so `store.redb` is never a
@@ -964,6 +963,7 @@ impl Store {
 mod tests {
     use proptest::prelude::*;
 
+    use super::super::records::MemoryKind;
     use super::*;
 
     fn hit(id: u64, score: f32, priority: u8) -> SearchHit {
@@ -971,7 +971,7 @@ mod tests {
             id,
             namespace: "default".into(),
             session: "s".into(),
-            kind: super::super::records::MemoryKind::Fact,
+            kind: MemoryKind::Fact,
             content: format!("record {id}"),
             priority,
             importance: 0.0,
