@@ -897,7 +897,7 @@ fn judge_install(world: &World, case: &Case, failures: &mut Vec<String>) {
     match a.install.expect("kind = install needs `install`") {
         InstallAttack::ReplaceGranted => {
             let no = |_: &skillhost::library::Replacement| Ok(false);
-            let opts = InstallOptions { confirm_replace: &no, source: None };
+            let opts = InstallOptions { confirm_replace: &no, source: None, provenance: None };
             match lib.install_with(&dir, &grants, &opts) {
                 Ok(r) => fail(format!("installed over the granted victim without confirmation: {r:?}")),
                 Err(e) => refused(e, &mut fail),

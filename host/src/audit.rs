@@ -69,6 +69,8 @@ pub enum EntryKind {
     Call,
     /// One step of the agent loop.
     Step,
+    /// An install from an OCI registry: the digest, the signer, or `--allow-unsigned`.
+    Install,
     /// The first line of a segment started by [`AuditLog::seal`]: it records the damaged
     /// log that was set aside and the sha256 of its bytes.
     Seal,
@@ -939,9 +941,9 @@ fn compact_now() -> String {
 /// An entry an append takes: a `kind` of `call` or `step`, a `session`, no field the log sets.
 fn check_entry(entry: &Map<String, Value>) -> Result<()> {
     match entry.get("kind").cloned().map(serde_json::from_value::<EntryKind>) {
-        Some(Ok(EntryKind::Call | EntryKind::Step)) => {}
+        Some(Ok(EntryKind::Call | EntryKind::Step | EntryKind::Install)) => {}
         Some(Ok(EntryKind::Seal)) => bail!("`seal` entries are written by `skillhost audit seal` only"),
-        _ => bail!("an audit entry needs `kind`: \"call\" or \"step\""),
+        _ => bail!("an audit entry needs `kind`: \"call\", \"step\" or \"install\""),
     }
     if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
         bail!("an audit entry needs a non-empty `session`");

@@ -26,6 +26,7 @@ mod mcp;
 mod memory;
 mod memory_model;
 mod memory_records;
+mod oci;
 mod output;
 mod params;
 mod policy;
@@ -103,16 +104,31 @@ enum Command {
     /// a skill declares.
     #[command(subcommand)]
     Secret(secret::SecretCmd),
+    /// Signing keys for publishing skills (`skill push --sign NAME`).
+    #[command(subcommand)]
+    Key(oci::KeyCmd),
+    /// Which keys may sign skills for which registry/repository prefix (<home>/trust.toml).
+    #[command(subcommand)]
+    Trust(oci::TrustCmd),
 }
 
 #[derive(Subcommand)]
 enum SkillCmd {
-    /// Install a skill: a directory (SKILL.md + optional skill.wasm), a `.skill` bundle, or
-    /// an http(s) URL to a bundle.
+    /// Install a skill: a directory (SKILL.md + optional skill.wasm), a `.skill` bundle, an
+    /// http(s) URL to a bundle, or a signed OCI artifact (oci://HOST/REPO:TAG or @sha256:...).
     Install {
-        /// What to install: a skill directory, a `.skill` bundle, or an http(s) URL to one.
-        #[arg(value_name = "DIR|FILE.skill|URL")]
+        /// What to install: a skill directory, a `.skill` bundle, an http(s) URL to one, or oci://HOST/REPO:TAG|@sha256:DIGEST.
+        #[arg(value_name = "DIR|FILE.skill|URL|oci://REF")]
         dir: PathBuf,
+        /// oci:// only: install although no signature by a key trusted for the repository
+        /// verifies (shown loudly, recorded in install.json and the audit log).
+        #[arg(long)]
+        allow_unsigned: bool,
+        /// oci:// only: install an older version than the one installed.
+        #[arg(long)]
+        allow_downgrade: bool,
+        #[command(flatten)]
+        registry: oci::RegistryArgs,
         /// Grant a declared capability: all | filesystem[=GUEST[:read|read-write]] | network[=RULE] | env[=NAME] | memory[=read|write] | session
         #[arg(long = "grant")]
         grants: Vec<String>,
@@ -157,6 +173,29 @@ enum SkillCmd {
         /// Replace without asking, keeping the grants (as `skill install --yes`).
         #[arg(long, short)]
         yes: bool,
+        /// oci:// sources: accept a tag that now points at an older version.
+        #[arg(long)]
+        allow_downgrade: bool,
+        #[command(flatten)]
+        registry: oci::RegistryArgs,
+    },
+    /// Push a skill directory to an OCI registry as a CNCF Wasm artifact, signed with --sign.
+    Push {
+        /// The skill directory.
+        dir: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPOSITORY:TAG.
+        reference: String,
+        /// The key (from `skillhost key generate NAME`) to sign with, in cosign's format.
+        #[arg(long, value_name = "KEY")]
+        sign: Option<String>,
+        #[command(flatten)]
+        registry: oci::RegistryArgs,
+    },
+    /// Check an installed skill: files against their hashes; for oci:// installs the digest,
+    /// the signer and whether its key is still trusted. Exit 1 when something fails.
+    Verify {
+        /// The installed skill's name.
+        name: String,
     },
     /// Remove an installed skill and its grants (its versions stay in the history).
     Remove {
@@ -365,6 +404,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mcp(args) => mcp::run(lib, &home, args),
         Command::Doctor => doctor::run(&lib, &home, json),
         Command::Secret(cmd) => secret::run(&lib, cmd, json),
+        Command::Key(cmd) => oci::key(&home, cmd, json),
+        Command::Trust(cmd) => oci::trust(&home, cmd, json),
         Command::Completions { .. } | Command::Config(_) => unreachable!("handled before the library opens"),
     }
 }

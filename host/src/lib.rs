@@ -22,6 +22,7 @@ pub mod lint;
 pub mod manifest;
 pub mod mcp;
 pub mod memory;
+pub mod oci;
 pub mod policy;
 pub mod sandbox;
 pub mod search;

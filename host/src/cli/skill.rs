@@ -16,7 +16,7 @@ use crate::sandbox::Status;
 
 pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode> {
     match cmd {
-        SkillCmd::Install { dir, grants, yes } => {
+        SkillCmd::Install { dir, grants, yes, allow_unsigned, allow_downgrade, registry } => {
             let interactive = !yes && grants.is_empty() && std::io::stdin().is_terminal() && !json;
             let decide = |m: &crate::manifest::Manifest| -> Result<Option<Grant>> {
                 if yes {
@@ -67,19 +67,35 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 )
             };
             let source = dir.to_string_lossy().into_owned();
-            let report = if source.starts_with("http://") || source.starts_with("https://") {
+            let report = if source.starts_with("oci://") {
+                let unsigned = if allow_unsigned { crate::oci::Unsigned::Allow } else { crate::oci::Unsigned::Refuse };
+                let how = super::oci::OciInstall { source: &source, unsigned, allow_downgrade, registry: &registry };
+                super::oci::install(lib, &how, &decide, &confirm)?
+            } else if allow_unsigned || allow_downgrade {
+                return Err(
+                    UsageError("--allow-unsigned and --allow-downgrade apply to oci:// installs only".into()).into()
+                );
+            } else if source.starts_with("http://") || source.starts_with("https://") {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 let bytes = rt.block_on(crate::bundle::download(&source))?;
-                let opts = InstallOptions { confirm_replace: &confirm, source: Some(source.clone()) };
+                let opts = InstallOptions { confirm_replace: &confirm, source: Some(source.clone()), provenance: None };
                 lib.install_bundle_with(&bytes, &decide, &opts)?
             } else if dir.is_file() {
                 let bytes = std::fs::read(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
                 let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-                let opts = InstallOptions { confirm_replace: &confirm, source: Some(path.display().to_string()) };
+                let opts = InstallOptions {
+                    confirm_replace: &confirm,
+                    source: Some(path.display().to_string()),
+                    provenance: None,
+                };
                 lib.install_bundle_with(&bytes, &decide, &opts).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
             } else {
                 let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-                let opts = InstallOptions { confirm_replace: &confirm, source: Some(path.display().to_string()) };
+                let opts = InstallOptions {
+                    confirm_replace: &confirm,
+                    source: Some(path.display().to_string()),
+                    provenance: None,
+                };
                 lib.install_with(&dir, &decide, &opts)?
             };
             if json {
@@ -92,6 +108,15 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                     report.kind,
                     &report.content_hash[..12]
                 );
+                if let Some(p) = &report.provenance {
+                    println!("  from oci://{} digest {}", p.repository, p.digest);
+                    match &p.signer {
+                        Some(s) => println!("  signed: {s}"),
+                        None => {
+                            println!("  ! UNSIGNED: installed with --allow-unsigned; nobody vouches for these bytes")
+                        }
+                    }
+                }
                 print_list("declares", &report.declared);
                 print_list("granted", &report.granted);
                 if !report.imports.is_empty() {
@@ -425,7 +450,7 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             }
             Ok(ExitCode::SUCCESS)
         }
-        SkillCmd::Update { name, yes } => {
+        SkillCmd::Update { name, yes, allow_downgrade, registry } => {
             let info = lib.info(&name)?;
             let Some(source) = info.record.source else {
                 anyhow::bail!(
@@ -433,8 +458,20 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 );
             };
             eprintln!("updating {name} from {source}");
-            skill(lib, SkillCmd::Install { dir: PathBuf::from(source), grants: Vec::new(), yes }, json)
+            let install = SkillCmd::Install {
+                dir: PathBuf::from(source),
+                grants: Vec::new(),
+                yes,
+                allow_unsigned: false,
+                allow_downgrade,
+                registry,
+            };
+            skill(lib, install, json)
         }
+        SkillCmd::Push { dir, reference, sign, registry } => {
+            super::oci::push(lib, &dir, &reference, sign.as_deref(), &registry, json)
+        }
+        SkillCmd::Verify { name } => super::oci::verify(lib, &name, json),
         SkillCmd::Remove { name, purge } => {
             lib.remove(&name, purge)?;
             if json {

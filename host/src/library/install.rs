@@ -70,6 +70,8 @@ pub struct InstallReport {
     pub replaces: Option<Replacement>,
     /// Where this version came from (recorded in install.json).
     pub source: Option<String>,
+    /// The verified digest and signer of an OCI install.
+    pub provenance: Option<crate::oci::Provenance>,
     /// Grants that deserve a second look (read-write mounts outside the workspace).
     pub warnings: Vec<String>,
 }
@@ -106,6 +108,8 @@ pub struct InstallOptions<'a> {
     pub confirm_replace: &'a dyn Fn(&Replacement) -> Result<bool>,
     /// Recorded in install.json as where the skill came from.
     pub source: Option<String>,
+    /// What an OCI install verified (digest, signer); recorded in install.json.
+    pub provenance: Option<crate::oci::Provenance>,
 }
 
 /// The outcome of importing one skill directory.
@@ -132,7 +136,11 @@ impl Library {
     /// [`Library::install_with`] to confirm first.
     pub fn install(&self, src: &Path, grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>) -> Result<InstallReport> {
         let source = std::fs::canonicalize(src).unwrap_or_else(|_| src.to_path_buf());
-        let opts = InstallOptions { confirm_replace: &|_| Ok(true), source: Some(source.display().to_string()) };
+        let opts = InstallOptions {
+            confirm_replace: &|_| Ok(true),
+            source: Some(source.display().to_string()),
+            provenance: None,
+        };
         self.install_with(src, grants, &opts)
     }
 
@@ -204,6 +212,7 @@ impl Library {
             imports: imports.clone(),
             undeclared_imports: undeclared_imports.clone(),
             source: opts.source.clone(),
+            provenance: opts.provenance.clone(),
         };
 
         // New content under an installed name inherits that name's grants: the user
@@ -284,6 +293,7 @@ impl Library {
             new_rights,
             replaces,
             source: record.source.clone(),
+            provenance: record.provenance.clone(),
             warnings: crate::capabilities::filesystem::broad_write_warnings(&effective.filesystem),
         })
     }
@@ -348,7 +358,11 @@ impl Library {
         bytes: &[u8],
         grants: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
     ) -> Result<InstallReport> {
-        self.install_bundle_with(bytes, grants, &InstallOptions { confirm_replace: &|_| Ok(true), source: None })
+        self.install_bundle_with(
+            bytes,
+            grants,
+            &InstallOptions { confirm_replace: &|_| Ok(true), source: None, provenance: None },
+        )
     }
 
     /// [`Library::install_bundle`] with [`InstallOptions`] (the source is the bundle's path or URL).
@@ -410,7 +424,11 @@ impl Library {
                     )
                 };
                 let source = Some(d.display().to_string());
-                match self.install_with(&d, &|_| Ok(None), &InstallOptions { confirm_replace: &refuse, source }) {
+                match self.install_with(
+                    &d,
+                    &|_| Ok(None),
+                    &InstallOptions { confirm_replace: &refuse, source, provenance: None },
+                ) {
                     Ok(r) => (Some(r), None),
                     Err(e) => (None, Some(format!("{e:#}"))),
                 }

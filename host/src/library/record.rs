@@ -37,6 +37,10 @@ pub struct InstallRecord {
     /// in records written before it was recorded, and for installs that did not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// For a version pulled from an OCI registry: the verified digest and its signer.
+    /// Absent for local installs and in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<crate::oci::Provenance>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +199,7 @@ mod tests {
         // Records written before `source` existed still load.
         let old = serde_json::from_str::<InstallRecord>(&record_json(&good, "SKILL.md")).unwrap();
         assert_eq!(old.source, None);
+        assert_eq!(old.provenance, None);
         let e = serde_json::from_str::<InstallRecord>(&record_json("abc", "SKILL.md")).unwrap_err().to_string();
         assert!(e.contains("`abc` is not a sha256"), "{e}");
         let e = serde_json::from_str::<InstallRecord>(&record_json(&good, "../../etc/passwd")).unwrap_err().to_string();

@@ -36,6 +36,9 @@ pub struct RunReport {
     pub skill: String,
     pub version: Option<String>,
     pub content_hash: String,
+    /// The verified registry digest and signer of what ran (OCI installs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<crate::oci::Provenance>,
     pub session: String,
     pub step: u32,
     pub params: Value,
@@ -98,6 +101,9 @@ pub fn call_entry(report: &RunReport) -> Map<String, Value> {
     m.insert("skill".into(), report.skill.clone().into());
     m.insert("version".into(), report.version.clone().into());
     m.insert("skill_hash".into(), report.content_hash.clone().into());
+    if let Some(p) = &report.provenance {
+        m.insert("oci".into(), p.audit_value());
+    }
     m.insert("params".into(), report.params.clone());
     match &report.result {
         Ok(out) => {
@@ -349,6 +355,7 @@ impl Library {
             skill: name.to_string(),
             version: loaded.record.version.clone(),
             content_hash: loaded.content_hash.clone(),
+            provenance: loaded.record.provenance.clone(),
             session: opts.session.clone(),
             step: opts.step,
             params: params.clone(),
