@@ -35,12 +35,13 @@ fn stderr(out: &std::process::Output) -> String {
 
 /// A probe skill named `name` at `version`, with a scripts/ file.
 fn probe(env: &Env, name: &str, version: &str) -> std::path::PathBuf {
-    let dir = env.probe_as(&format!("{name}-{version}"), "");
+    let made = env.probe_as(name, "");
+    let dir = env.sources.path().join(format!("v{version}")).join(name);
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&made, &dir).unwrap();
     let md = std::fs::read_to_string(dir.join("SKILL.md")).unwrap();
-    let md = md
-        .replace(&format!("name: {name}-{version}"), &format!("name: {name}"))
-        .replace("version: 0.1.0", &format!("version: {version}"));
-    std::fs::write(dir.join("SKILL.md"), md).unwrap();
+    std::fs::write(dir.join("SKILL.md"), md.replace("version: 0.1.0", &format!("version: {version}"))).unwrap();
     std::fs::create_dir_all(dir.join("scripts")).unwrap();
     std::fs::write(dir.join("scripts/helper.sh"), format!("echo {version}\n")).unwrap();
     dir
@@ -178,14 +179,12 @@ fn a_manifest_swapped_under_a_signed_tag_and_a_moved_tag_are_caught() {
     let e = json_of(&out.stdout)["error"].as_str().unwrap().to_string();
     assert!(e.contains("is not signed"), "{e}");
 
-    // Alice signs 2.0.0: the update shows the tag moved and asks (no tty: refused without --yes).
+    // Alice signs 2.0.0: the update shows the tag moved (the probe holds no grants, so
+    // nothing is asked without a tty).
     push(&env, &v2, &reference, Some("alice"));
     let out = skillhost(&env).args(["--json", "skill", "update", "tool"]).output().unwrap();
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("the tag now points at another digest"), "{}", stderr(&out));
-    assert!(json_of(&out.stdout)["error"].as_str().unwrap().contains("Pass --yes"));
-    let out = skillhost(&env).args(["--json", "skill", "update", "tool", "--yes"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the tag now points at another digest"), "{}", stderr(&out));
     assert_eq!(json_of(&out.stdout)["version"], "2.0.0");
 
     // Downgrade to the older signed release: refused unless --allow-downgrade.
@@ -285,8 +284,10 @@ fn a_signature_made_by_openssl_verifies_and_openssl_verifies_ours() {
                 "ours.sig",
             ]),
         }
-        // openssl reads our private key too.
-        run(&["pkey", "-in", g.private_key.to_str().unwrap(), "-noout"]);
+        // openssl reads our P-256 private key too (ring's Ed25519 PKCS#8 v2 it does not).
+        if alg == keys::KeyAlgorithm::EcdsaP256 {
+            run(&["pkey", "-in", g.private_key.to_str().unwrap(), "-noout"]);
+        }
     }
     // A tampered payload does not verify.
     let mut bad = payload.clone();

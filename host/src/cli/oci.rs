@@ -216,10 +216,18 @@ pub(super) fn install(
         .prefix(".oci-")
         .tempdir_in(lib.home())
         .with_context(|| format!("cannot create a temporary directory in {}", lib.home().display()))?;
+    let unpacked = tmp.path().join("unpacked");
     let provenance = runtime()?
-        .block_on(oci::fetch(lib.home(), &reference, tmp.path(), &opts, how.unsigned))
+        .block_on(oci::fetch(lib.home(), &reference, &unpacked, &opts, how.unsigned))
         .map_err(|e| anyhow!("{}: {e:#}\nNothing was installed.", how.source))?;
-    let manifest = Manifest::load_dir(tmp.path()).map_err(|e| anyhow!("{}: {e}", how.source))?;
+    // A skill directory is named after the skill: parse SKILL.md, then give it its name.
+    let md_path = unpacked.join("SKILL.md");
+    let text = std::fs::read_to_string(&md_path).with_context(|| format!("cannot read {}", md_path.display()))?;
+    let parsed = Manifest::parse(&md_path, &text).map_err(|e| anyhow!("{}: {e}", how.source))?;
+    crate::manifest::validate_name(&parsed.name).map_err(|e| anyhow!("{}: {e}", how.source))?;
+    let dir = tmp.path().join(&parsed.name);
+    std::fs::rename(&unpacked, &dir)?;
+    let manifest = Manifest::load_dir(&dir).map_err(|e| anyhow!("{}: {e}", how.source))?;
     // Shown before any question: what exactly is about to be installed, and who vouches.
     eprintln!(
         "{} {} from {}",
@@ -258,7 +266,7 @@ pub(super) fn install(
         source: Some(how.source.to_string()),
         provenance: Some(provenance.clone()),
     };
-    let report = lib.install_with(tmp.path(), decide, &install_opts)?;
+    let report = lib.install_with(&dir, decide, &install_opts)?;
     let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Install, "install");
     entry.insert("skill".into(), report.name.clone().into());
     entry.insert("version".into(), report.version.clone().into());
