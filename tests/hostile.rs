@@ -199,6 +199,64 @@ fn concurrent_calls_through_a_mount_holding_the_home_are_all_refused() {
     assert_eq!(lib.audit_log().verify().unwrap().entries, 8);
 }
 
+/// Directories the racing "skill" swaps for a link to a target, when the host reaches its
+/// pause point after checking them ([`skillhost::capabilities::filesystem::AFTER_MOUNT_CHECK`]).
+static SWAPS: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+fn swap_after_check(checked: &Path) {
+    let mut swaps = SWAPS.lock().unwrap();
+    if let Some(i) = swaps.iter().position(|(dir, _)| dir == checked) {
+        let (dir, to) = swaps.remove(i);
+        std::fs::rename(&dir, dir.with_extension("was")).unwrap();
+        std::os::unix::fs::symlink(&to, &dir).unwrap();
+    }
+}
+
+/// Swap `dir` for a link to `to` once the host has checked it, before it opens it.
+fn swap_once_checked(dir: &Path, to: &Path) {
+    let _ = skillhost::capabilities::filesystem::AFTER_MOUNT_CHECK.set(swap_after_check);
+    SWAPS.lock().unwrap().push((std::fs::canonicalize(dir).unwrap(), to.to_path_buf()));
+}
+
+fn assert_refused_as_changed(r: &RunReport) {
+    let Err(CallError::Setup(m)) = &r.result else { panic!("the call must be refused: {:?}", r.result) };
+    assert!(m.contains("changed") && m.contains("/m"), "the error names the mount and what happened: {m}");
+    assert!(r.denials.iter().any(|d| d.capability == "filesystem"), "{:?}", r.denials);
+}
+
+#[test]
+fn a_mount_swapped_for_a_link_into_the_home_between_check_and_open_is_not_opened() {
+    let env = Env::new();
+    let lib = env.library();
+    let sub = env.workspace.path().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    env.install_granted(&lib, "swapper", &rw_mount("$WORKSPACE/sub", "/m"));
+    let policy = env.home.path().join("policy.toml");
+    let before = std::fs::read(&policy).unwrap();
+    swap_once_checked(&sub, env.home.path());
+    let r = run(&lib, "swapper", json!({"mode": "write-file", "arg": "/m/policy.toml"}));
+    assert_eq!(std::fs::read(&policy).unwrap(), before, "the policy was written through a swapped mount: {r:?}");
+    assert_refused_as_changed(&r);
+    assert_eq!(lib.audit_log().verify().unwrap().entries, 1);
+}
+
+#[test]
+fn a_read_mount_swapped_for_a_link_out_of_the_workspace_between_check_and_open_is_not_opened() {
+    let env = Env::new();
+    let lib = env.library();
+    let sub = env.workspace.path().join("data");
+    std::fs::create_dir_all(&sub).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), CANARY).unwrap();
+    let read_mount = "capabilities:\n  filesystem:\n    - host: \"$WORKSPACE/data\"\n      guest: /m\n";
+    env.install_granted(&lib, "victim", read_mount);
+    // What another skill with write access to $WORKSPACE does while this one starts.
+    swap_once_checked(&sub, outside.path());
+    let r = run(&lib, "victim", json!({"mode": "read-file", "arg": "/m/secret.txt"}));
+    assert!(!everything_shown(&r).contains(CANARY), "a file outside the workspace was read: {r:?}");
+    assert_refused_as_changed(&r);
+}
+
 async fn futures_join(handles: Vec<tokio::task::JoinHandle<anyhow::Result<RunReport>>>) -> Vec<RunReport> {
     let mut out = Vec::new();
     for h in handles {

@@ -118,10 +118,12 @@ fn library_with_secret(env: &Env) -> Library {
     lib
 }
 
-fn manifest(server: &CaptureServer, secret_hosts: &str) -> String {
+/// The probe allowed to reach `server`, holding API_TOKEN for `secret_host` at the
+/// server's port.
+fn manifest(server: &CaptureServer, secret_host: &str) -> String {
     format!(
-        "capabilities:\n  network: [\"http://127.0.0.1:{}\"]\n  env: [{CANARY_VAR}]\n  session: true\n  memory: write\n  secrets:\n    - name: API_TOKEN\n      hosts: [{secret_hosts}]\n",
-        server.port
+        "capabilities:\n  network: [\"http://127.0.0.1:{port}\"]\n  env: [{CANARY_VAR}]\n  session: true\n  memory: write\n  secrets:\n    - name: API_TOKEN\n      hosts: [\"{secret_host}:{port}\"]\n",
+        port = server.port
     )
 }
 
@@ -400,4 +402,102 @@ fn a_declared_secret_must_name_hosts_and_a_grant_cannot_widen_it() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("does not declare secret OTHER_TOKEN"), "{err}");
+}
+
+/// A loopback server that reflects the request's Authorization header in a form a guest can
+/// undo, chosen by the request path: `/gzip` (a compressed answer), `/name` (in a header
+/// name), `/reversed`, `/json` (`\uXXXX`-escaped), `/uri` (as `encodeURIComponent` writes
+/// it). Keeps the raw requests.
+fn reflecting_server() -> CaptureServer {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                let raw = read_request(&mut s);
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let auth = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase().starts_with("authorization: bearer ").then(|| l[22..].to_string())
+                    })
+                    .unwrap_or_default();
+                seen.lock().unwrap().push(raw);
+                let (extra, body) = match path.as_str() {
+                    "/gzip" => ("Content-Encoding: gzip\r\n".to_string(), format!("pretend-gzip:{auth}")),
+                    "/name" => (format!("x-{}: 1\r\n", auth.to_ascii_lowercase()), "ok".to_string()),
+                    "/reversed" => (String::new(), auth.chars().rev().collect()),
+                    "/json" => (
+                        String::new(),
+                        format!("{{\"auth\":\"{}\"}}", auth.bytes().map(|b| format!("\\u{b:04x}")).collect::<String>()),
+                    ),
+                    _ => (String::new(), auth.replace('-', "%2D")),
+                };
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes());
+            });
+        }
+    });
+    CaptureServer { port, requests }
+}
+
+#[test]
+fn an_echo_the_guest_could_undo_is_masked_or_refused() {
+    set_canary();
+    let env = Env::new();
+    let server = reflecting_server();
+    let lib = library_with_secret(&env);
+    env.install_granted(&lib, "undo", &manifest(&server, "127.0.0.1"));
+    let json_form: String = SECRET.bytes().map(|b| format!("\\u{b:04x}")).collect();
+    let reversed: String = SECRET.chars().rev().collect();
+    for (path, form, said) in [
+        ("/reversed", reversed.as_str(), "echoed the value of secret API_TOKEN (reversed): masked"),
+        ("/json", json_form.as_str(), "echoed the value of secret API_TOKEN (JSON-escaped): masked"),
+        ("/name", SECRET, "in a header name: the header was dropped"),
+        ("/gzip", SECRET, "came gzip-coded"),
+    ] {
+        let url = format!("http://127.0.0.1:{}{path}", server.port);
+        let r = run(&lib, "undo", json!({"mode": "http-get", "arg": url}));
+        let shown = format!("{:?}", r.result);
+        assert!(!shown.contains(form), "{path}: the guest got the secret back: {shown}");
+        // Caught as the response reached the guest, not only in what it handed back.
+        let d = denials(&r);
+        assert!(d.contains(said), "{path}: {d}");
+        assert!(!d.contains("output carried"), "{path}: the guest saw it first: {d}");
+    }
+    let got = server.all();
+    assert!(got.iter().all(|r| r.to_ascii_lowercase().contains("accept-encoding: identity")), "{got:?}");
+}
+
+#[test]
+fn a_secret_goes_to_its_port_only_not_to_another_service_on_the_same_host() {
+    set_canary();
+    let env = Env::new();
+    let (api, other) = (CaptureServer::start(), CaptureServer::start());
+    let lib = library_with_secret(&env);
+    let manifest = format!(
+        "capabilities:\n  network: [\"http://127.0.0.1:{a}\", \"http://127.0.0.1:{b}\"]\n  secrets:\n    - name: API_TOKEN\n      hosts: [\"127.0.0.1:{a}\"]\n",
+        a = api.port,
+        b = other.port
+    );
+    env.install_granted(&lib, "scoped", &manifest);
+    let r = run(&lib, "scoped", json!({"mode": "http-get", "arg": other.url()}));
+    assert!(r.result.is_ok(), "{:?}", r.result);
+    assert!(
+        other.all().iter().all(|r| !r.contains(SECRET)),
+        "another port on the host got the secret: {:?}",
+        other.all()
+    );
+    assert!(denials(&r).contains(&format!("write `127.0.0.1:{}`", other.port)), "{}", denials(&r));
+    run(&lib, "scoped", json!({"mode": "http-get", "arg": api.url()}));
+    assert!(api.all()[0].contains(SECRET), "its own port does: {:?}", api.all());
 }

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -217,6 +218,12 @@ pub fn resolve_mount_host(template: &str, vars: &BTreeMap<String, String>) -> Re
     }
     Ok(resolved)
 }
+
+/// A pause point between a mount's check and its open, where a test plays the skill that
+/// races the host (swapping a directory for a link) deterministically instead of hoping to
+/// win the race. Called with the checked host path; nothing sets it outside tests.
+#[doc(hidden)]
+pub static AFTER_MOUNT_CHECK: OnceLock<fn(&Path)> = OnceLock::new();
 
 /// Is this a read-write mount outside the workspace (`/etc`, `$HOME`, `/`)? Such a grant
 /// lets the skill change files the user did not hand to a project; installs and grants

@@ -53,14 +53,63 @@ impl SecretUse {
         SecretUse { name: name.into(), hosts: Vec::new(), header: DEFAULT_HEADER.into(), format: DEFAULT_FORMAT.into() }
     }
 
-    /// Is `host` (lowercase, brackets stripped from IPv6) one this secret is sent to?
-    pub fn sent_to(&self, host: &str) -> bool {
-        self.hosts.iter().any(|h| host_matches(h, host))
+    /// Is a request to `scheme://host:port` (host with brackets stripped from IPv6) one
+    /// this secret is sent to? An entry names the host and, unless it says `host:port`, the
+    /// scheme's default port: another service on the same host (an echo, a log) gets nothing.
+    pub fn sent_to(&self, scheme: &str, host: &str, port: u16) -> bool {
+        self.hosts.iter().filter_map(|h| HostEntry::parse(h).ok()).any(|e| e.covers(scheme, host, port))
+    }
+
+    /// Whether an entry names `host` at some other port or scheme (to say why nothing was sent).
+    pub fn names_host(&self, host: &str) -> bool {
+        self.hosts.iter().filter_map(|h| HostEntry::parse(h).ok()).any(|e| host_matches(e.host, host))
     }
 
     /// The header value carrying `value`.
     pub fn header_value(&self, value: &str) -> String {
         self.format.replacen("{}", value, 1)
+    }
+}
+
+/// One `hosts` entry: `host`, `host:port` or `[v6]:port`, optionally after `https://` or
+/// `http://`.
+struct HostEntry<'a> {
+    scheme: Option<&'a str>,
+    host: &'a str,
+    port: Option<u16>,
+}
+
+impl<'a> HostEntry<'a> {
+    fn parse(entry: &'a str) -> Result<HostEntry<'a>, String> {
+        let (scheme, rest) = match entry.split_once("://") {
+            Some((s @ ("https" | "http"), rest)) => (Some(s), rest),
+            Some((s, _)) => return Err(format!("`{entry}`: a secret goes over https or http, not {s}")),
+            None => (None, entry),
+        };
+        let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| format!("`{entry}`: unclosed `[`"))?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match rest.split_once(':') {
+                Some((h, p)) if !p.contains(':') => (h, Some(p)),
+                _ => (rest, None),
+            }
+        };
+        let port = match port {
+            None => None,
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("`{entry}`: `{p}` is not a port (1-65535)"))?,
+            ),
+        };
+        Ok(HostEntry { scheme, host, port })
+    }
+
+    fn covers(&self, scheme: &str, host: &str, port: u16) -> bool {
+        let default = if scheme == "http" { 80 } else { 443 };
+        self.scheme.is_none_or(|s| s == scheme) && self.port.unwrap_or(default) == port && host_matches(self.host, host)
     }
 }
 
@@ -136,7 +185,8 @@ pub fn validate_secret_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_host(host: &str) -> Result<(), String> {
+fn validate_host(entry: &str) -> Result<(), String> {
+    let host = HostEntry::parse(entry)?.host;
     let bare = host.strip_prefix("*.").unwrap_or(host);
     if bare.parse::<std::net::IpAddr>().is_ok() {
         return if host.starts_with("*.") {
@@ -153,7 +203,9 @@ fn validate_host(host: &str) -> Result<(), String> {
                 && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         });
     if !ok || (host.starts_with("*.") && !bare.contains('.')) {
-        return Err(format!("`{host}` is not a host name (`api.example.com`, `*.example.com` or an address)"));
+        return Err(format!(
+            "`{entry}` is not a host name (`api.example.com`, `*.example.com`, an address, any of them with `:PORT`)"
+        ));
     }
     Ok(())
 }
@@ -338,11 +390,40 @@ mod tests {
     #[test]
     fn hosts_match_exactly_or_as_subdomains() {
         let s = SecretUse { hosts: vec!["*.example.com".into(), "api.github.com".into()], ..SecretUse::named("A") };
-        assert!(s.sent_to("a.example.com"));
-        assert!(s.sent_to("API.GitHub.com."));
-        assert!(!s.sent_to("example.com"));
-        assert!(!s.sent_to("evilexample.com"));
-        assert!(!s.sent_to("api.github.com.evil.example"));
-        assert!(!s.sent_to("github.com"));
+        let to = |host: &str| s.sent_to("https", host, 443);
+        assert!(to("a.example.com"));
+        assert!(to("API.GitHub.com."));
+        assert!(!to("example.com"));
+        assert!(!to("evilexample.com"));
+        assert!(!to("api.github.com.evil.example"));
+        assert!(!to("github.com"));
+    }
+
+    #[test]
+    fn a_secret_is_scoped_to_scheme_host_and_port() {
+        let s = SecretUse {
+            hosts: vec![
+                "api.github.com".into(),
+                "127.0.0.1:8080".into(),
+                "[::1]:9000".into(),
+                "https://h.example:8443".into(),
+            ],
+            ..SecretUse::named("A")
+        };
+        assert!(s.sent_to("https", "api.github.com", 443));
+        assert!(!s.sent_to("https", "api.github.com", 8443), "a bare host means the default port");
+        assert!(s.sent_to("http", "127.0.0.1", 8080));
+        assert!(!s.sent_to("http", "127.0.0.1", 8081), "another service on the same host");
+        assert!(s.sent_to("http", "::1", 9000));
+        assert!(!s.sent_to("http", "::1", 9001));
+        assert!(s.sent_to("https", "h.example", 8443));
+        assert!(!s.sent_to("http", "h.example", 8443), "the scheme too");
+        assert!(s.names_host("127.0.0.1") && !s.names_host("127.0.0.2"));
+        for bad in ["127.0.0.1:0", "127.0.0.1:http", "ftp://a.example", "[::1", "a.example:70000"] {
+            assert!(validate_host(bad).is_err(), "{bad}");
+        }
+        for good in ["127.0.0.1:8080", "[::1]:9000", "::1", "https://h.example:8443", "*.example.com:8443"] {
+            assert!(validate_host(good).is_ok(), "{good}");
+        }
     }
 }

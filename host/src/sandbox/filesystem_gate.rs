@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use anyhow::Result;
 use bytes::Bytes;
 use wasmtime::component::{HasData, Linker, Resource};
-use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView};
+use wasmtime_wasi::filesystem::{Descriptor, Dir, WasiFilesystemCtxView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     self, ErrorCode, HostDescriptor, HostDirectoryEntryStream, OpenFlags,
@@ -93,17 +93,20 @@ pub(crate) struct FsState {
     budget: Option<Arc<DiskBudget>>,
     limit_mb: u64,
     paths: HashMap<u32, String>,
-    /// Guest paths of the mounts (the preopens).
-    roots: Vec<String>,
+    /// The mounts, opened and checked by handle ([`super::filesystem`]): what
+    /// `get-directories` hands the guest, instead of wasmtime-wasi's preopens by path.
+    preopens: Vec<(Dir, String)>,
     refused: u64,
     named: Vec<String>,
 }
 
 impl FsState {
-    pub(crate) fn new(limits: &Limits, writable: bool) -> FsState {
+    pub(crate) fn new(limits: &Limits, preopens: Vec<(Dir, String)>) -> FsState {
+        let writable = preopens.iter().any(|(d, _)| d.perms == FsPerms::ReadWrite);
         FsState {
             budget: writable.then(|| Arc::new(DiskBudget::new(limits.disk_write_mb))),
             limit_mb: limits.disk_write_mb,
+            preopens,
             ..FsState::default()
         }
     }
@@ -142,31 +145,6 @@ impl FsState {
 
     fn path_of(&self, fd: u32) -> &str {
         self.paths.get(&fd).map_or("(a descriptor)", String::as_str)
-    }
-
-    /// Whether a symlink at `link` (relative to descriptor `dir`) whose text is `target`
-    /// points inside the mount that holds it, judged on the text alone: one that leads out
-    /// is refused even though the sandbox would never follow it, since the user's own tools
-    /// (editors, git, scripts) would.
-    fn link_stays_inside(&self, dir: u32, link: &str, target: &str) -> bool {
-        let Some(dir) = self.paths.get(&dir).and_then(|p| lexical(p)) else { return false };
-        let Some(root) = self
-            .roots
-            .iter()
-            .filter(|r| dir == **r || r.as_str() == "/" || dir.starts_with(&format!("{r}/")))
-            .max_by_key(|r| r.len())
-        else {
-            return false;
-        };
-        if target.starts_with('/') || link.starts_with('/') {
-            return false;
-        }
-        let Some(link) = lexical(&format!("{dir}/{link}")) else { return false };
-        let parent = link.rsplit_once('/').map_or("", |(p, _)| p);
-        match lexical(&format!("{parent}/{target}")) {
-            Some(to) => to == *root || root == "/" || to.starts_with(&format!("{root}/")),
-            None => false,
-        }
     }
 
     fn join(&self, dir: u32, path: &str) -> String {
@@ -231,20 +209,27 @@ fn borrow(rep: u32) -> Resource<Descriptor> {
     Resource::new_borrow(rep)
 }
 
-/// `path` (absolute, guest side) with `.` and `..` resolved on the text; `None` if it climbs
-/// above `/`.
-fn lexical(path: &str) -> Option<String> {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
+/// Whether a link with this text points down from where it stands: relative, not empty,
+/// no `..` component. Such a link stays inside its mount wherever a rename or a hard link
+/// later puts it and whatever the links it passes through are (the guest's own point down
+/// too); a link that may climb would have to be re-judged at every rename of anything
+/// above it. The sandbox would never follow a link out, but the user's own tools would.
+fn points_down(target: &str) -> bool {
+    !target.is_empty() && !target.starts_with('/') && target.split('/').all(|c| c != "..")
+}
+
+/// How many links deep [`GatedFs::link_points_down`] follows the links a new link passes
+/// through before refusing (the kernel's own limit is 40; a real tree needs a few).
+const MAX_LINK_DEPTH: usize = 8;
+
+/// `parent/name`, or `name` when `parent` is empty (paths relative to a descriptor).
+fn join_rel(parent: &str, name: &str) -> String {
+    if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") }
+}
+
+/// The directory part of a relative path (`""` for a bare name).
+fn parent_rel(path: &str) -> &str {
+    path.trim_end_matches('/').rsplit_once('/').map_or("", |(p, _)| p)
 }
 
 fn no_space() -> FsError {
@@ -260,6 +245,55 @@ impl GatedFs<'_> {
         match self.inner.table.get(fd) {
             Ok(Descriptor::File(f)) if f.perms == FsPerms::ReadWrite && f.open_mode.contains(OpenMode::WRITE) => {
                 Some((budget.clone(), f.file.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a link with text `target` standing at `at` (relative to descriptor `dir`)
+    /// stays in its mount, judged on the tree: its text points down ([`points_down`]),
+    /// and so does every link already in the mount that the text passes through, followed
+    /// as the kernel would (a planted `up -> ..` makes `x -> up/secret` climb).
+    async fn link_points_down(&mut self, dir: u32, at: &str, target: &str) -> bool {
+        let mut pending = vec![(parent_rel(at).to_string(), target.to_string())];
+        let mut followed = 0;
+        while let Some((base, text)) = pending.pop() {
+            if !points_down(&text) {
+                return false;
+            }
+            let mut prefix = base;
+            for part in text.split('/').filter(|c| !c.is_empty() && *c != ".") {
+                prefix = join_rel(&prefix, part);
+                let stat =
+                    HostDescriptor::stat_at(&mut self.inner, borrow(dir), types::PathFlags::empty(), prefix.clone());
+                match stat.await {
+                    Ok(st) if st.type_ == types::DescriptorType::SymbolicLink => {
+                        followed += 1;
+                        if followed > MAX_LINK_DEPTH {
+                            return false;
+                        }
+                        match HostDescriptor::readlink_at(&mut self.inner, borrow(dir), prefix.clone()).await {
+                            Ok(inner) => pending.push((parent_rel(&prefix).to_string(), inner)),
+                            Err(_) => return false,
+                        }
+                    }
+                    Ok(_) => {}
+                    // Nothing there yet: what the guest puts there later is judged then.
+                    Err(e) if matches!(e.downcast_ref(), Some(ErrorCode::NoEntry)) => break,
+                    Err(_) => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether `old` (relative to `dir`) is a link, and if so its text; `None` when it is
+    /// not a link or cannot be read (the operation itself then says why).
+    async fn link_text(&mut self, dir: u32, old: &str) -> Option<String> {
+        let st = HostDescriptor::stat_at(&mut self.inner, borrow(dir), types::PathFlags::empty(), old.to_string());
+        match st.await {
+            Ok(st) if st.type_ == types::DescriptorType::SymbolicLink => {
+                HostDescriptor::readlink_at(&mut self.inner, borrow(dir), old.to_string()).await.ok()
             }
             _ => None,
         }
@@ -298,10 +332,12 @@ fn size_of(file: &std::fs::File) -> FsResult<u64> {
 
 impl preopens::Host for GatedFs<'_> {
     fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<Descriptor>, String)>> {
-        let dirs = preopens::Host::get_directories(&mut self.inner)?;
+        let mut dirs = preopens::Host::get_directories(&mut self.inner)?;
+        for (dir, guest) in self.state.preopens.clone() {
+            dirs.push((self.inner.table.push(Descriptor::Dir(dir))?, guest));
+        }
         for (fd, guest) in &dirs {
             self.state.paths.insert(fd.rep(), guest.clone());
-            self.state.roots.push(lexical(guest).unwrap_or_default());
         }
         Ok(dirs)
     }
@@ -470,6 +506,12 @@ impl HostDescriptor for GatedFs<'_> {
         new_path: String,
     ) -> FsResult<()> {
         let (rep, target) = (fd.rep(), old_path.clone());
+        // A second name for a link is a link standing somewhere else: judged there.
+        if let Some(text) = self.link_text(rep, &old_path).await
+            && !self.link_points_down(new_descriptor.rep(), &new_path, &text).await
+        {
+            return self.state.note("link", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
+        }
         let budget = self.charge_entry(&new_descriptor)?;
         let r = HostDescriptor::link_at(&mut self.inner, fd, old_path_flags, old_path, new_descriptor, new_path).await;
         settle_entry(budget, &r);
@@ -525,13 +567,19 @@ impl HostDescriptor for GatedFs<'_> {
         new_path: String,
     ) -> FsResult<()> {
         let (rep, target) = (fd.rep(), old_path.clone());
+        // A link moved is judged where it will stand.
+        if let Some(text) = self.link_text(rep, &old_path).await
+            && !self.link_points_down(new_fd.rep(), &new_path, &text).await
+        {
+            return self.state.note("rename", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
+        }
         let r = HostDescriptor::rename_at(&mut self.inner, fd, old_path, new_fd, new_path).await;
         self.state.note("rename", |s| s.join(rep, &target), r)
     }
 
     async fn symlink_at(&mut self, fd: Resource<Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
         let (rep, target) = (fd.rep(), dest_path.clone());
-        if !self.state.link_stays_inside(rep, &dest_path, &src_path) {
+        if !self.link_points_down(rep, &dest_path, &src_path).await {
             return self.state.note("symlink", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
         }
         let budget = self.charge_entry(&fd)?;
@@ -686,24 +734,19 @@ impl Pollable for BudgetedStream {
 
 #[cfg(test)]
 mod tests {
-    use super::{DiskBudget, FsState, lexical};
+    use super::{DiskBudget, join_rel, parent_rel, points_down};
 
     #[test]
-    fn a_symlink_may_point_only_inside_its_mount() {
-        let mut fs = FsState::default();
-        fs.paths.insert(1, "/data".into());
-        fs.paths.insert(2, "/data/sub/../deep".into());
-        fs.roots.push("/data".into());
-        assert!(fs.link_stays_inside(1, "link", "file.txt"));
-        assert!(fs.link_stays_inside(1, "a/b/link", "../../file.txt"));
-        assert!(fs.link_stays_inside(2, "link", "../x"));
-        assert!(!fs.link_stays_inside(1, "evil", "../../ws-sibling/canary.txt"));
-        assert!(!fs.link_stays_inside(1, "evil", "../data-sibling/x"));
-        assert!(!fs.link_stays_inside(2, "link", "../../x"));
-        assert!(!fs.link_stays_inside(1, "evil", "/etc/passwd"));
-        assert!(!fs.link_stays_inside(9, "link", "file.txt"), "an unknown descriptor is refused");
-        assert_eq!(lexical("/a/./b/../c"), Some("/a/c".into()));
-        assert_eq!(lexical("/a/../.."), None);
+    fn a_link_may_only_point_down_from_where_it_stands() {
+        for down in ["file.txt", "a/b/c", "./x", "d", "."] {
+            assert!(points_down(down), "{down}");
+        }
+        for climbs in ["../x", "a/../../x", "..", "/etc/passwd", "", "a/.."] {
+            assert!(!points_down(climbs), "{climbs}");
+        }
+        assert_eq!(parent_rel("a/b/link"), "a/b");
+        assert_eq!(parent_rel("link"), "");
+        assert_eq!(join_rel("", "x"), "x");
     }
 
     #[test]

@@ -167,9 +167,10 @@ impl WasiHttpHooks for NetworkGate {
                 .push(format!("HTTP request to {url} denied: not in the effective allowlist [{}]", allowed.join(", ")));
             return denied(HttpError::HttpRequestDenied);
         }
-        if let Err(e) = self.secrets.prepare_request(&mut request, &scheme, &host, &url) {
-            return denied(e);
-        }
+        let carries_secret = match self.secrets.prepare_request(&mut request, &scheme, &host, port, &url) {
+            Ok(carried) => carried,
+            Err(e) => return denied(e),
+        };
         let scanning = !self.secrets.scanner.is_empty();
         let request = if scanning {
             let secrets = self.secrets.clone();
@@ -230,6 +231,9 @@ impl WasiHttpHooks for NetworkGate {
                     }
                 };
             let mut res = res;
+            if carries_secret {
+                secrets.check_response_coding(&url, res.headers())?;
+            }
             if scanning {
                 secrets.mask_response_headers(&url, res.headers_mut());
                 res = res.map(|b| ScannedBody::new(b, secrets, OnFind::Mask, url).boxed_unsync());

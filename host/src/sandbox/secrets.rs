@@ -83,6 +83,10 @@ pub enum Encoding {
     Base64Url,
     Hex,
     PercentEncoded,
+    /// As a JSON string escapes it: `\/` for `/`, or `\u00XX` for every byte.
+    JsonEscaped,
+    /// Backwards, for a guest that reverses what it reads.
+    Reversed,
 }
 
 impl fmt::Display for Encoding {
@@ -93,6 +97,8 @@ impl fmt::Display for Encoding {
             Encoding::Base64Url => "base64url-encoded",
             Encoding::Hex => "hex-encoded",
             Encoding::PercentEncoded => "percent-encoded",
+            Encoding::JsonEscaped => "JSON-escaped",
+            Encoding::Reversed => "reversed",
         })
     }
 }
@@ -187,9 +193,22 @@ impl LeakScanner {
 
     /// Mask every held value in `bytes` with `*`, keeping the length; the leaks found.
     pub fn mask(&self, bytes: &mut [u8]) -> Vec<Leak> {
+        self.mask_after(&[], bytes)
+    }
+
+    /// [`LeakScanner::mask`] for `bytes` that the reader will see right after `before`
+    /// (already passed on): a value that starts in `before` is masked from where `bytes`
+    /// begins, so the two halves never meet.
+    pub fn mask_after(&self, before: &[u8], bytes: &mut [u8]) -> Vec<Leak> {
         let Some(matcher) = &self.matcher else { return Vec::new() };
-        let spans: Vec<(usize, usize, usize)> =
-            matcher.find_iter(&*bytes).map(|m| (m.start(), m.end(), m.pattern().as_usize())).collect();
+        let mut joined = before.to_vec();
+        joined.extend_from_slice(bytes);
+        let at = before.len();
+        let spans: Vec<(usize, usize, usize)> = matcher
+            .find_iter(&joined)
+            .filter(|m| m.end() > at)
+            .map(|m| (m.start().saturating_sub(at), m.end() - at, m.pattern().as_usize()))
+            .collect();
         let mut found = Vec::new();
         for (start, end, pattern) in spans {
             bytes[start..end].fill(b'*');
@@ -206,6 +225,10 @@ impl LeakScanner {
 /// alignments a value can have inside a longer encoded text), hex and percent-encoding.
 fn encodings(value: &[u8]) -> Vec<(Encoding, Vec<u8>)> {
     let mut out = vec![(Encoding::Plain, value.to_vec())];
+    // Header names reach the guest lowercased.
+    if value.to_ascii_lowercase() != value {
+        out.push((Encoding::Plain, value.to_ascii_lowercase()));
+    }
     for (encoding, engine) in [
         (Encoding::Base64, &base64::engine::general_purpose::STANDARD_NO_PAD),
         (Encoding::Base64Url, &base64::engine::general_purpose::URL_SAFE_NO_PAD),
@@ -228,10 +251,35 @@ fn encodings(value: &[u8]) -> Vec<(Encoding, Vec<u8>)> {
     let all: String = value.iter().map(|b| format!("%{b:02X}")).collect();
     out.push((Encoding::PercentEncoded, all.to_ascii_lowercase().into_bytes()));
     out.push((Encoding::PercentEncoded, all.into_bytes()));
-    let reserved = percent_encoding::percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string().into_bytes();
-    out.push((Encoding::PercentEncoded, reserved));
+    for set in [percent_encoding::NON_ALPHANUMERIC, URI_COMPONENT, PYTHON_QUOTE] {
+        out.push((Encoding::PercentEncoded, percent_encoding::percent_encode(value, set).to_string().into_bytes()));
+    }
+    let escaped: String = value.iter().map(|b| format!("\\u{b:04x}")).collect();
+    out.push((Encoding::JsonEscaped, escaped.to_ascii_uppercase().replace("\\U", "\\u").into_bytes()));
+    out.push((Encoding::JsonEscaped, escaped.into_bytes()));
+    if value.contains(&b'/') {
+        let slashes: Vec<u8> =
+            value.iter().flat_map(|&b| if b == b'/' { vec![b'\\', b'/'] } else { vec![b] }).collect();
+        out.push((Encoding::JsonEscaped, slashes));
+    }
+    out.push((Encoding::Reversed, value.iter().rev().copied().collect()));
     out
 }
+
+/// What JavaScript's `encodeURIComponent` leaves as is: letters, digits and `-_.!~*'()`.
+const URI_COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+/// What Python's `urllib.parse.quote` leaves as is: letters, digits, `_.-~` and `/`.
+const PYTHON_QUOTE: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'_').remove(b'.').remove(b'-').remove(b'~').remove(b'/');
 
 /// One call's secrets: where each goes, its value, the scanner over every held value, and
 /// the leaks and refused uses seen so far (shared by the network gate, the session and the
@@ -241,6 +289,9 @@ pub struct CallSecrets {
     values: SecretValues,
     pub scanner: LeakScanner,
     denials: Mutex<Vec<Denial>>,
+    /// The end of the last response body the guest read: a value split across two
+    /// responses is masked in the second.
+    inbound_tail: Mutex<Vec<u8>>,
 }
 
 impl CallSecrets {
@@ -259,7 +310,13 @@ impl CallSecrets {
             }
         }
         let scanner = LeakScanner::new(held.iter().map(|(s, v, n)| (s.clone(), v.as_str(), *n)));
-        CallSecrets { uses: uses.to_vec(), values: values.clone(), scanner, denials: Mutex::new(Vec::new()) }
+        CallSecrets {
+            uses: uses.to_vec(),
+            values: values.clone(),
+            scanner,
+            denials: Mutex::new(Vec::new()),
+            inbound_tail: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn deny(&self, message: String) {
@@ -285,14 +342,19 @@ impl CallSecrets {
     }
 
     /// Check an outbound request (URL and headers; the body is wrapped by the caller) and
-    /// add the headers of the secrets meant for its host. `Err` is the reason to refuse it.
+    /// add the headers of the secrets meant for its host. `Ok(true)` when a secret rides on
+    /// it: the request then asks for an uncompressed answer, since compressed bytes hide an
+    /// echo from the scanner ([`CallSecrets::check_response_coding`]). `Err` is the reason
+    /// to refuse it.
     pub fn prepare_request(
         &self,
         request: &mut http::Request<wasmtime_wasi_http::WasiBody>,
         scheme: &str,
         host: &str,
+        port: u16,
         url: &str,
-    ) -> Result<(), HttpError> {
+    ) -> Result<bool, HttpError> {
+        let mut carried = false;
         if let Some(leak) = self.scanner.find(request.uri().to_string().as_bytes()) {
             self.deny(format!("HTTP request to {url} blocked: its URL carried {leak}"));
             return Err(HttpError::HttpRequestDenied);
@@ -306,7 +368,17 @@ impl CallSecrets {
             }
         }
         let loopback = host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        for u in self.uses.iter().filter(|u| u.sent_to(host)) {
+        for u in &self.uses {
+            if !u.sent_to(scheme, host, port) {
+                if u.names_host(host) {
+                    self.deny(format!(
+                        "secret {} not sent to {url}: it is scoped to [{}] (scheme, host and port; a bare host means port 443 for https, 80 for http: write `{host}:{port}` to send it there)",
+                        u.name,
+                        u.hosts.join(", ")
+                    ));
+                }
+                continue;
+            }
             if scheme != "https" && !loopback {
                 self.deny(format!(
                     "secret {} not sent to {url}: secrets travel over https only (or plain http to a loopback address)",
@@ -333,14 +405,48 @@ impl CallSecrets {
             };
             header.set_sensitive(true);
             request.headers_mut().insert(name, header);
+            carried = true;
         }
-        Ok(())
+        if carried {
+            request.headers_mut().insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
+        Ok(carried)
+    }
+
+    /// A response to a request that carried a secret must come uncompressed: the guest can
+    /// inflate what the scanner would see only as compressed bytes. `Err` refuses it.
+    pub fn check_response_coding(&self, url: &str, headers: &http::HeaderMap) -> Result<(), HttpError> {
+        let coded = headers
+            .get_all(http::header::CONTENT_ENCODING)
+            .iter()
+            .chain(headers.get_all(http::header::TRANSFER_ENCODING).iter())
+            .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+            .map(|c| c.trim().to_ascii_lowercase())
+            .find(|c| !c.is_empty() && c != "identity" && c != "chunked");
+        match coded {
+            None => Ok(()),
+            Some(coding) => {
+                self.deny(format!(
+                    "the response from {url} to a request carrying a secret was refused: it came {coding}-coded, which would hide an echo of the secret from the host's scan (the request asked for identity)"
+                ));
+                Err(HttpError::HttpResponseContentCoding(Some(coding)))
+            }
+        }
     }
 
     /// Mask held values in a response's headers before the guest sees them.
     pub fn mask_response_headers(&self, url: &str, headers: &mut http::HeaderMap) {
         if self.scanner.is_empty() {
             return;
+        }
+        // A header *name* cannot be masked in place: one that carries a value goes.
+        let named: Vec<http::HeaderName> =
+            headers.keys().filter(|n| self.scanner.find(n.as_str().as_bytes()).is_some()).cloned().collect();
+        for name in named {
+            if let Some(leak) = self.scanner.find(name.as_str().as_bytes()) {
+                self.deny(format!("the response from {url} echoed {leak} in a header name: the header was dropped"));
+            }
+            headers.remove(&name);
         }
         for value in headers.values_mut() {
             let mut bytes = value.as_bytes().to_vec();
@@ -372,12 +478,47 @@ pub struct ScannedBody<B> {
     on_find: OnFind,
     url: String,
     pending: BytesMut,
+    /// Inbound: the end of what was passed on so far (of this body, or of the previous
+    /// response before this one's first bytes), scanned with what comes next.
+    passed: Option<Vec<u8>>,
+    /// Trailers seen, scanned, passed on after the held-back bytes.
+    trailers: Option<http::HeaderMap>,
     done: bool,
 }
 
 impl<B> ScannedBody<B> {
     pub fn new(inner: B, secrets: Arc<CallSecrets>, on_find: OnFind, url: String) -> ScannedBody<B> {
-        ScannedBody { inner, secrets, on_find, url, pending: BytesMut::new(), done: false }
+        ScannedBody {
+            inner,
+            secrets,
+            on_find,
+            url,
+            pending: BytesMut::new(),
+            passed: None,
+            trailers: None,
+            done: false,
+        }
+    }
+
+    /// Scan trailers as headers are: outbound a hit blocks, inbound it is masked (a name
+    /// carrying a value is dropped).
+    fn scan_trailers(&mut self, mut trailers: http::HeaderMap) -> Result<http::HeaderMap, HttpError> {
+        match self.on_find {
+            OnFind::Block => {
+                let hit = trailers.iter().find_map(|(n, v)| {
+                    self.secrets.scanner.find(v.as_bytes()).or_else(|| self.secrets.scanner.find(n.as_str().as_bytes()))
+                });
+                if let Some(leak) = hit {
+                    self.secrets.deny(format!("HTTP request to {} blocked: its trailers carried {leak}", self.url));
+                    return Err(HttpError::HttpRequestDenied);
+                }
+            }
+            OnFind::Mask => {
+                let url = format!("{} (trailers)", self.url);
+                self.secrets.mask_response_headers(&url, &mut trailers);
+            }
+        }
+        Ok(trailers)
     }
 
     /// Scan what is pending; pass on all of it at the end, or all but the hold-back.
@@ -390,14 +531,30 @@ impl<B> ScannedBody<B> {
                 }
             }
             OnFind::Mask => {
-                if let Some(leak) = self.secrets.scanner.mask(&mut self.pending).first() {
+                let before = self
+                    .passed
+                    .get_or_insert_with(|| self.secrets.inbound_tail.lock().map(|t| t.clone()).unwrap_or_default());
+                if let Some(leak) = self.secrets.scanner.mask_after(before, &mut self.pending).first() {
                     self.secrets.deny(format!("the response from {} echoed {leak}: masked", self.url));
                 }
             }
         }
-        let keep = if at_end { 0 } else { self.secrets.scanner.longest.saturating_sub(1) };
+        let window = self.secrets.scanner.longest.saturating_sub(1);
+        let keep = if at_end { 0 } else { window };
         let ready = self.pending.len().saturating_sub(keep);
-        Ok((ready > 0).then(|| self.pending.split_to(ready).freeze()))
+        let out = (ready > 0).then(|| self.pending.split_to(ready).freeze());
+        if self.on_find == OnFind::Mask {
+            let passed = self.passed.get_or_insert_with(Vec::new);
+            if let Some(b) = &out {
+                passed.extend_from_slice(b);
+                let cut = passed.len().saturating_sub(window);
+                passed.drain(..cut);
+            }
+            if at_end && let Ok(mut tail) = self.secrets.inbound_tail.lock() {
+                tail.clone_from(passed);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -412,7 +569,7 @@ where
         let this = &mut *self;
         loop {
             if this.done {
-                return Poll::Ready(None);
+                return Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t))));
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -437,18 +594,23 @@ where
                             Ok(None) => continue,
                         }
                     }
-                    // Trailers: whatever is held back goes first, then the trailers.
+                    // Trailers (the body's end): scanned, then passed on after whatever is
+                    // held back.
                     Err(frame) => {
-                        if !this.pending.is_empty() {
-                            // Rare (trailers on a request or response of a skill): pass the
-                            // held-back bytes and drop the trailers rather than reorder them.
-                            this.done = true;
-                            return match this.release(true) {
-                                Err(e) => Poll::Ready(Some(Err(e))),
-                                Ok(b) => Poll::Ready(b.map(|b| Ok(Frame::data(b)))),
-                            };
-                        }
-                        return Poll::Ready(Some(Ok(frame)));
+                        this.done = true;
+                        let trailers = match frame.into_trailers() {
+                            Ok(t) => match this.scan_trailers(t) {
+                                Ok(t) => Some(t),
+                                Err(e) => return Poll::Ready(Some(Err(e))),
+                            },
+                            Err(_) => None,
+                        };
+                        this.trailers = trailers;
+                        return match this.release(true) {
+                            Err(e) => Poll::Ready(Some(Err(e))),
+                            Ok(Some(b)) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                            Ok(None) => Poll::Ready(this.trailers.take().map(|t| Ok(Frame::trailers(t)))),
+                        };
                     }
                 },
             }
@@ -456,7 +618,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.done && self.trailers.is_none()
     }
 }
 
@@ -551,6 +713,7 @@ mod tests {
             values: SecretValues::default(),
             scanner: scanner("split-secret-value"),
             denials: Mutex::new(Vec::new()),
+            inbound_tail: Mutex::new(Vec::new()),
         });
         let body = Chunks(["hello split-sec", "ret-value world"].into_iter().map(Bytes::from).collect());
         let scanned = ScannedBody::new(body, secrets.clone(), OnFind::Block, "http://x".into());
@@ -574,7 +737,7 @@ mod tests {
     #[test]
     fn secrets_go_over_https_or_to_loopback_only() {
         let uses =
-            vec![SecretUse { hosts: vec!["api.example.com".into(), "127.0.0.1".into()], ..SecretUse::named("T") }];
+            vec![SecretUse { hosts: vec!["api.example.com".into(), "127.0.0.1:8080".into()], ..SecretUse::named("T") }];
         let values = SecretValues::new([("T".to_string(), "token-value-1".to_string())].into());
         let secrets = CallSecrets::new(&uses, &values, &[]);
         use http_body_util::BodyExt;
@@ -585,26 +748,135 @@ mod tests {
                 .unwrap()
         };
         let mut r = request("https://api.example.com/x");
-        secrets.prepare_request(&mut r, "https", "api.example.com", "https://api.example.com:443/x").unwrap();
+        secrets.prepare_request(&mut r, "https", "api.example.com", 443, "https://api.example.com:443/x").unwrap();
         assert_eq!(r.headers()["authorization"], "Bearer token-value-1");
         assert!(r.headers()["authorization"].is_sensitive());
         let mut r = request("http://api.example.com/x");
-        secrets.prepare_request(&mut r, "http", "api.example.com", "http://api.example.com:80/x").unwrap();
+        secrets.prepare_request(&mut r, "http", "api.example.com", 80, "http://api.example.com:80/x").unwrap();
         assert!(r.headers().get("authorization").is_none(), "never in cleartext over a network");
         let mut r = request("http://127.0.0.1:8080/x");
-        secrets.prepare_request(&mut r, "http", "127.0.0.1", "http://127.0.0.1:8080/x").unwrap();
+        secrets.prepare_request(&mut r, "http", "127.0.0.1", 8080, "http://127.0.0.1:8080/x").unwrap();
         assert!(r.headers().get("authorization").is_some(), "plain http to loopback is a local server");
         let mut r = request("https://other.example.com/x");
-        secrets.prepare_request(&mut r, "https", "other.example.com", "https://other.example.com:443/x").unwrap();
+        secrets.prepare_request(&mut r, "https", "other.example.com", 443, "https://other.example.com:443/x").unwrap();
         assert!(r.headers().get("authorization").is_none());
         let mut r = request("https://other.example.com/x?t=token-value-1");
         assert!(
-            secrets.prepare_request(&mut r, "https", "other.example.com", "u").is_err(),
+            secrets.prepare_request(&mut r, "https", "other.example.com", 443, "u").is_err(),
             "a leak in the URL is blocked"
         );
         let d = secrets.take_denials();
         assert!(d.iter().any(|d| d.message.contains("over https only")), "{d:?}");
         assert!(d.iter().any(|d| d.message.contains("URL carried the value of secret T")), "{d:?}");
+    }
+
+    #[test]
+    fn finds_the_escapings_a_guest_can_undo() {
+        let value = "ghp_s3cr3t+/value?&=42 x";
+        let s = scanner(value);
+        let json_u: String = value.bytes().map(|b| format!("\\u{b:04X}")).collect();
+        for (enc, text) in [
+            (Encoding::PercentEncoded, "ghp_s3cr3t%2B%2Fvalue%3F%26%3D42%20x".to_string()),
+            (Encoding::PercentEncoded, "ghp_s3cr3t%2B/value%3F%26%3D42%20x".to_string()),
+            (Encoding::JsonEscaped, value.replace('/', "\\/")),
+            (Encoding::JsonEscaped, json_u.clone()),
+            (Encoding::JsonEscaped, json_u.to_ascii_lowercase().replace("\\U", "\\u")),
+            (Encoding::Reversed, value.chars().rev().collect()),
+        ] {
+            let leak = s.find(format!("{{\"echo\": \"{text}\"}}").as_bytes());
+            assert_eq!(leak.map(|l| l.encoding), Some(enc), "{text}");
+        }
+        let mut name = b"x-sk-live-abcdef".to_vec();
+        assert_eq!(scanner("SK-Live-ABCDEF").mask(&mut name).len(), 1, "header names come lowercased");
+    }
+
+    fn mask_secrets() -> Arc<CallSecrets> {
+        Arc::new(CallSecrets {
+            uses: vec![],
+            values: SecretValues::default(),
+            scanner: scanner("split-secret-value"),
+            denials: Mutex::new(Vec::new()),
+            inbound_tail: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// What the guest reads of `body` through an inbound scan: data, and trailers.
+    fn read_masked<B: Body<Data = Bytes, Error = HttpError> + Unpin>(
+        body: B,
+        secrets: &Arc<CallSecrets>,
+    ) -> (Vec<u8>, Option<http::HeaderMap>) {
+        use http_body_util::BodyExt;
+        let mut b = ScannedBody::new(body, secrets.clone(), OnFind::Mask, "http://x".into());
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let (mut data, mut trailers) = (Vec::new(), None);
+            while let Some(frame) = b.frame().await {
+                let frame = frame.unwrap();
+                match frame.into_data() {
+                    Ok(d) => data.extend_from_slice(&d),
+                    Err(f) => trailers = f.into_trailers().ok(),
+                }
+            }
+            (data, trailers)
+        })
+    }
+
+    #[test]
+    fn a_value_split_across_two_responses_never_meets_in_the_guest() {
+        let secrets = mask_secrets();
+        let (first, _) = read_masked(Chunks(["hello split-sec".into()].into()), &secrets);
+        let (second, _) = read_masked(Chunks(["ret-value world".into()].into()), &secrets);
+        let joined = String::from_utf8_lossy(&[first, second].concat()).into_owned();
+        assert!(!joined.contains("split-secret-value"), "{joined}");
+        assert!(joined.ends_with(" world") && joined.starts_with("hello "), "only the value is masked: {joined}");
+        assert!(secrets.take_denials()[0].message.contains("echoed the value of secret T"));
+    }
+
+    #[test]
+    fn trailers_are_scanned_and_passed_on_after_the_data() {
+        let secrets = mask_secrets();
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("x-echo", "Bearer split-secret-value".parse().unwrap());
+        trailers.insert(http::HeaderName::from_static("x-split-secret-value"), "1".parse().unwrap());
+        trailers.insert("x-fine", "ok".parse().unwrap());
+        let body = WithTrailers(Some(Bytes::from("data")), Some(trailers));
+        let (data, trailers) = read_masked(body, &secrets);
+        assert_eq!(data, b"data");
+        let t = trailers.expect("the trailers reach the guest");
+        assert_eq!(t["x-fine"], "ok");
+        assert!(!format!("{t:?}").contains("split-secret-value"), "{t:?}");
+        assert!(t.contains_key("x-echo"), "a value is masked in place");
+        let d = secrets.take_denials();
+        assert!(d.iter().any(|d| d.message.contains("header name")), "{d:?}");
+    }
+
+    #[test]
+    fn a_compressed_answer_to_a_request_carrying_a_secret_is_refused() {
+        let secrets = mask_secrets();
+        let mut h = http::HeaderMap::new();
+        assert!(secrets.check_response_coding("u", &h).is_ok());
+        h.insert(http::header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(secrets.check_response_coding("u", &h).is_ok());
+        for coding in ["gzip", "br", "deflate", "identity, GZIP", "zstd"] {
+            h.insert(http::header::CONTENT_ENCODING, coding.parse().unwrap());
+            assert!(secrets.check_response_coding("u", &h).is_err(), "{coding}");
+        }
+        assert!(secrets.take_denials()[0].message.contains("gzip-coded"));
+    }
+
+    /// A body of one data chunk, then trailers.
+    struct WithTrailers(Option<Bytes>, Option<http::HeaderMap>);
+
+    impl Body for WithTrailers {
+        type Data = Bytes;
+        type Error = HttpError;
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+            let frame = match self.0.take() {
+                Some(d) => Some(Frame::data(d)),
+                None => self.1.take().map(Frame::trailers),
+            };
+            Poll::Ready(frame.map(Ok))
+        }
     }
 
     /// A body that yields the given chunks, one per poll.

@@ -66,6 +66,27 @@ fn symlink(target: &str, link: &str) -> Result<(), String> {
     dir.symlink_at(target, rel).map_err(|e| format!("{e:?}"))
 }
 
+/// One step of a `steps` attack: `OP A [B]`, the result in one line. Every step runs, one
+/// failure does not stop the next (an attacker tries the whole recipe).
+fn step(line: &str) -> String {
+    let mut words = line.split_whitespace();
+    let (op, a, b) = (words.next().unwrap_or(""), words.next().unwrap_or(""), words.next().unwrap_or(""));
+    match op {
+        // `symlink TARGET LINK`
+        "symlink" => match symlink(a, b) {
+            Ok(()) => format!("symlink {b} -> {a}: done"),
+            Err(e) => format!("symlink {b} -> {a}: {e}"),
+        },
+        "rename" => result(std::fs::rename(a, b), line),
+        // `link EXISTING NEW`: a second name for EXISTING itself (a link is not followed).
+        "link" => result(std::fs::hard_link(a, b), line),
+        "mkdir" => result(std::fs::create_dir_all(a), line),
+        "read" => read_all(a),
+        "write" => result(std::fs::write(a, "owned by attack-fs\n"), line),
+        other => format!("{line}: unknown step {other}"),
+    }
+}
+
 impl Skill for AttackFs {
     type Params = Params;
 
@@ -121,6 +142,7 @@ impl Skill for AttackFs {
                     result(std::fs::write(&p.path, "through the link\n"), &p.path)
                 )
             }
+            "steps" => each(&p.path, step),
             "mkdir" => each(&p.path, |path| result(std::fs::create_dir_all(path), path)),
             "stat" => each(&p.path, |path| match std::fs::metadata(path) {
                 Ok(m) => format!("{path}: {} bytes, dir {}", m.len(), m.is_dir()),
