@@ -930,3 +930,154 @@ fn every_skill_is_served_through_the_skills_extension() {
     let listed = rpc(server.addr, "skills/list", json!({}), &[]).json();
     assert_eq!(listed["result"]["skills"].as_array().map(Vec::len), Some(client::SKILLS.len()), "{listed}");
 }
+
+/// One kept-alive HTTP/1.1 connection driven the plain way: blocking `std` socket, default
+/// options (no TCP_NODELAY, no TCP_QUICKACK), one request after another, as Python's
+/// `http.client`, curl or Node send them.
+struct KeepAlive {
+    reader: std::io::BufReader<std::net::TcpStream>,
+    writer: std::net::TcpStream,
+    addr: std::net::SocketAddr,
+}
+
+impl KeepAlive {
+    fn open(addr: std::net::SocketAddr) -> KeepAlive {
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        KeepAlive { reader: std::io::BufReader::new(s.try_clone().unwrap()), writer: s, addr }
+    }
+
+    /// POST `body` to /mcp; the status, the headers (lower-case names) and the whole body
+    /// (de-chunked), read to the end of this response only.
+    fn post(&mut self, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
+        use std::io::{BufRead as _, Read as _, Write as _};
+        let mut req = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n", self.addr, body.len());
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.writer.write_all(req.as_bytes()).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status: u16 = line.split_whitespace().nth(1).expect("no status line").parse().unwrap();
+        let mut head = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                head.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        let find = |name: &str| head.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let mut out = Vec::new();
+        if let Some(n) = find("content-length") {
+            out.resize(n.parse().unwrap(), 0);
+            self.reader.read_exact(&mut out).unwrap();
+        } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line).unwrap();
+                let size = usize::from_str_radix(line.trim().split(';').next().unwrap(), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).unwrap();
+                if size == 0 {
+                    break;
+                }
+                out.extend_from_slice(&chunk[..size]);
+            }
+        }
+        (status, head, String::from_utf8(out).unwrap())
+    }
+}
+
+/// The median of `n` sequential calls made by `call`, after a few unmeasured ones (Linux
+/// acknowledges the first segments of a connection at once; the stall shows after them).
+fn median_call(n: usize, mut call: impl FnMut(u64)) -> Duration {
+    for id in 0..5 {
+        call(1000 + id);
+    }
+    let mut took: Vec<Duration> = (1..=n as u64)
+        .map(|id| {
+            let started = Instant::now();
+            call(id);
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    took[n / 2]
+}
+
+/// The answer to a call is written in pieces (a session's SSE priming event, the message, the
+/// end of the chunked body): without TCP_NODELAY on the accepted socket each piece after the
+/// first waits for the client's delayed ACK, 40 ms, on every session call of an ordinary
+/// client. Session calls must cost about what stateless ones do.
+#[test]
+fn session_calls_over_http_cost_what_stateless_ones_do_for_a_plain_client() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
+    let call_body = |id: u64, meta: Option<Value>| {
+        let mut params = json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "x" } });
+        if let Some(m) = meta {
+            params["_meta"] = m;
+        }
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }).to_string()
+    };
+    let check = |status: u16, body: &str| {
+        assert_eq!(status, 200, "{body}");
+        let answer = client::HttpResponse { status, headers: Vec::new(), body: body.to_string() }.json();
+        assert!(answer["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|x"), "{answer}");
+    };
+
+    // 2025-11-25: initialize, then every call carries the session id.
+    let mut session = KeepAlive::open(server.addr);
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "plain", "version": "1" } } });
+    let accept = ("Accept", "application/json, text/event-stream");
+    let (status, head, body) = session.post(&[("Content-Type", "application/json"), accept], &init.to_string());
+    assert_eq!(status, 200, "{body}");
+    let id = head.iter().find(|(k, _)| k == "mcp-session-id").expect("no Mcp-Session-Id").1.clone();
+    let session_headers = [
+        ("Content-Type", "application/json"),
+        accept,
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Mcp-Session-Id", id.as_str()),
+    ];
+    let done = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string();
+    assert_eq!(session.post(&session_headers, &done).0, 202);
+    let session_median = median_call(40, |id| {
+        let (status, _, body) = session.post(&session_headers, &call_body(id, None));
+        check(status, &body);
+    });
+
+    // 2026-07-28: every request stands alone.
+    let mut stateless = KeepAlive::open(server.addr);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "plain", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let stateless_headers = [
+        ("Content-Type", "application/json"),
+        accept,
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "probe"),
+    ];
+    let stateless_median = median_call(40, |id| {
+        let (status, _, body) = stateless.post(&stateless_headers, &call_body(id, Some(meta.clone())));
+        check(status, &body);
+    });
+    eprintln!("median call over one kept-alive connection: session {session_median:?}, stateless {stateless_median:?}");
+    // The stall made session calls ~60x slower; 3x leaves room for a loaded machine.
+    assert!(
+        session_median <= stateless_median * 3 + Duration::from_millis(2),
+        "session calls take {session_median:?}, stateless ones {stateless_median:?}: the answer stalls (TCP_NODELAY?)"
+    );
+}

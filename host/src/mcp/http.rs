@@ -13,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
@@ -289,6 +290,14 @@ pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: Cance
     let local = listener.local_addr()?;
     eprintln!("skillhost mcp: listening on http://{local}/mcp");
     let app = router(server.clone(), &options, shutdown.clone());
+    // An answer leaves as several small writes (a session's SSE priming event, the message,
+    // the last chunk); with Nagle's algorithm on, each write after the first waits for the
+    // client's delayed ACK (40 ms on Linux). axum does not set it on accepted connections.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY on an MCP connection (its answers may stall): {e}");
+        }
+    });
     axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled_owned().await }).await?;
     server.finish()
 }

@@ -259,6 +259,9 @@ async fn send_https_pinned(
         Ok(stream) => stream.map_err(HttpError::Connect)?,
         Err(_) => return Err(HttpError::ConnectionTimeout),
     };
+    // The TLS handshake and a streamed request body go out as several small writes; with
+    // Nagle's algorithm each would wait for the server's delayed ACK.
+    tcp.set_nodelay(true).map_err(HttpError::Connect)?;
     let server_name = match host.parse::<IpAddr>() {
         Ok(ip) => rustls::pki_types::ServerName::from(ip),
         Err(_) => rustls::pki_types::ServerName::try_from(host.to_string()).map_err(HttpError::InvalidDnsNameError)?,
