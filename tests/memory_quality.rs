@@ -321,7 +321,8 @@ fn a_small_store_answers_across_languages_and_in_other_words() {
         supersedes: None,
     })
     .collect();
-    let (memory, ids) = memory_eval::load_memories(&dir.path().join("memory"), config(EmbedModelChoice::File(model)), &memories);
+    let (memory, ids) =
+        memory_eval::load_memories(&dir.path().join("memory"), config(EmbedModelChoice::File(model)), &memories);
     let first = |q: &str| memory.search(q, &SearchFilter::namespace("default"), 5).unwrap();
     let cases = [
         ("garbled serial output", "m0"),
@@ -340,7 +341,11 @@ fn a_small_store_answers_across_languages_and_in_other_words() {
     assert!(wrong.is_empty(), "not found first:\n{}", wrong.join("\n"));
     for q in ["what is the capital of Peru?", "推荐一部好看的科幻电影"] {
         let hits = first(q);
-        assert!(hits.is_empty(), "{q:?} is about nothing stored, got {:?}", hits.iter().map(|h| &h.record.content).collect::<Vec<_>>());
+        assert!(
+            hits.is_empty(),
+            "{q:?} is about nothing stored, got {:?}",
+            hits.iter().map(|h| &h.record.content).collect::<Vec<_>>()
+        );
     }
 }
 
@@ -370,7 +375,8 @@ fn hybrid_search_generalizes_to_sets_it_was_not_tuned_on() {
         let content: HashMap<u64, String> =
             memory.all_records().unwrap().into_iter().map(|r| (r.id, r.content)).collect();
         let hybrid = memory_eval::evaluate_queries(&mut memory_eval::store_search(&memory), &ids, &content, queries);
-        let dense = memory_eval::evaluate_queries(&mut memory_eval::dense_search(&engine, &memory), &ids, &content, queries);
+        let dense =
+            memory_eval::evaluate_queries(&mut memory_eval::dense_search(&engine, &memory), &ids, &content, queries);
         drop(memory);
         let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
         let lexical = memory_eval::evaluate_queries(&mut memory_eval::store_search(&memory), &ids, &content, queries);
