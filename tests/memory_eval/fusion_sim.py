@@ -29,21 +29,17 @@ for r in records:
     r["script"] = script(r["content"])
 
 # hybrid.rs FusionParams::default()
-P = dict(lexical_weight=0.7, floor=1.8, floor_with_words=1.4, lexical_floor=0.0, prior_weight=20.0, floor_growth=0.7, floor_max=2.4, candidates=100)
-# hybrid.rs PRIOR_MEAN / PRIOR_STD, by (query script, record script)
-PRIOR_MEAN = {("latin", "latin"): 0.784, ("latin", "cjk"): 0.763, ("cjk", "latin"): 0.764, ("cjk", "cjk"): 0.841}
-PRIOR_STD = {("latin", "latin"): 0.0232, ("latin", "cjk"): 0.0155, ("cjk", "latin"): 0.0195, ("cjk", "cjk"): 0.0159}
+P = dict(lexical_weight=0.7, floor=1.8, floor_with_words=1.4, lexical_floor=0.0, prior_mean=0.78, prior_std=0.035, prior_weight=20.0, candidates=100)
 
 
-def moments(cos, p, qs):
+def moments(cos, p):
     out = {}
     for s in ("latin", "cjk"):
         xs = [c for c, r in zip(cos, records) if r["script"] == s]
-        pm, pstd = PRIOR_MEAN[(qs, s)], PRIOR_STD[(qs, s)]
         n = len(xs) + p["prior_weight"]
-        mean = (sum(xs) + p["prior_weight"] * pm) / n
-        sq = sum(x * x for x in xs) + p["prior_weight"] * (pstd**2 + pm**2)
-        out[s] = (mean, math.sqrt(max(sq / n - mean * mean, 1e-6)), len(xs))
+        mean = (sum(xs) + p["prior_weight"] * p["prior_mean"]) / n
+        sq = sum(x * x for x in xs) + p["prior_weight"] * (p["prior_std"] ** 2 + p["prior_mean"] ** 2)
+        out[s] = (mean, math.sqrt(max(sq / n - mean * mean, 1e-6)))
     return out
 
 
@@ -53,15 +49,13 @@ def fuse(q, **kw):
         return []  # only question words: lexical search, which finds nothing
     lexical = sorted(q["bm25"], key=lambda x: (-x[1], x[0]))[: p["candidates"]]
     cos = q["cos"]["query"]
-    stats = moments(cos, p, script(q["query"]))
-    crowd = max(max(st[2] for st in stats.values()), 1)
+    stats = moments(cos, p)
     z = {r["id"]: (c - stats[r["script"]][0]) / stats[r["script"]][1] for c, r in zip(cos, records)}
     dense = sorted(z, key=lambda i: -z[i])[: p["candidates"]]
     live = {r["id"] for r in records if r["live"]}
     best = max([s for _, s in lexical], default=0.0)
     bm25 = dict(lexical)
-    grown = min(max(p["floor_growth"] * math.sqrt(2 * math.log(crowd)), p["floor"]), max(p["floor_max"], p["floor"]))
-    floor = p["floor_with_words"] if lexical else grown
+    floor = p["floor_with_words"] if lexical else p["floor"]
     out = []
     for i in (set(bm25) | set(dense)) & live:
         share = bm25[i] / best if i in bm25 and best > 0 else (0.0 if i in bm25 else None)

@@ -7,11 +7,7 @@
 //! - cosine becomes a z-score against the records of the same script in the namespace
 //!   (mean and spread of the query's cosine to all of them, shrunk towards a prior when
 //!   there are few): "how far above the crowd of its language" is comparable across
-//!   languages, which is what makes cross-lingual matches rank. The prior depends on
-//!   whether the record is in the query's script: e5 puts an English question's cosine
-//!   to any Chinese text below its cosine to English ones, so in a small store (one
-//!   record of a script: no crowd) a single prior left cross-lingual answers under the
-//!   floor (issue 31);
+//!   languages, which is what makes cross-lingual matches rank;
 //! - BM25 is divided by the query's best BM25 (the lexical evidence relative to the best
 //!   lexical match);
 //! - score = z + `lexical_weight` x bm25 share; a record is kept only if its z clears
@@ -35,15 +31,6 @@ use super::index::MemoryIndex;
 use super::records::{MemoryRecord, SearchFilter};
 use super::vectors::{Script, Vectors};
 
-/// Prior mean and spread of multilingual-e5-small's cosine between a query and the records
-/// of a store that do not answer it, by [query script][record script] (Latin, CJK): the
-/// mean over the tuning half of tests/memory_eval of each query's mean and spread (the
-/// spread of those means across queries is 0.009-0.025). Issue 31: a single prior (0.78,
-/// 0.035) left a Chinese record asked in English, alone of its script in a small store,
-/// under the floor.
-const PRIOR_MEAN: [[f32; 2]; 2] = [[0.784, 0.763], [0.764, 0.841]];
-const PRIOR_STD: [[f32; 2]; 2] = [[0.0232, 0.0155], [0.0195, 0.0159]];
-
 /// Candidates taken from each side before fusing.
 const CANDIDATES: usize = 100;
 
@@ -57,13 +44,10 @@ pub struct FusionParams {
     pub floor_with_words: f32,
     /// z a record that also matches words needs.
     pub lexical_floor: f32,
-    /// How many records' worth of weight the prior cosine level has in a script's crowd.
+    /// Prior mean and spread of cosines, and how many records' worth of weight the prior has.
+    pub prior_mean: f32,
+    pub prior_std: f32,
     pub prior_weight: f32,
-    /// The floor on meaning alone grows with the crowd: among n unrelated records the best
-    /// is about sqrt(2 ln n) spreads above their mean by chance, so `floor` is raised to
-    /// `floor_growth` x sqrt(2 ln n), at most `floor_max`.
-    pub floor_growth: f32,
-    pub floor_max: f32,
     /// Exponent of a query word's [`specificity`] weight on its BM25 (0: no weighting).
     pub specificity: f32,
 }
@@ -81,12 +65,9 @@ impl Default for FusionParams {
             // queries about nothing (which share no word with the set) keep the 1.8 floor.
             floor_with_words: 1.4,
             lexical_floor: 0.0,
+            prior_mean: 0.78,
+            prior_std: 0.035,
             prior_weight: 20.0,
-            // Replayed on the tuning half (fusion_sim.py): 0.7 and a cap of 2.2-2.4 keep
-            // every query about nothing of the 300-record store empty, with R@5 unchanged,
-            // and leave a store of four records the 1.8 that finds its paraphrases.
-            floor_growth: 0.7,
-            floor_max: 2.4,
             // Measured on tests/memory_eval (`fusion_sweep`, fifth value): R@5 is 0.885 for
             // every exponent 0-3; MRR 0.768 at 0, 0.765 at 0.75-1.0, 0.770 at 1.5-2.0. Below
             // 0.5 "like" still outweighs "indentation" in tests/memory_recall.rs.
@@ -109,13 +90,11 @@ impl Moments {
         self.sum_sq += x * x;
     }
 
-    /// Mean and standard deviation, shrunk towards the prior of a query of script `query`
-    /// for records of script `record`.
-    fn mean_std(&self, p: &FusionParams, query: usize, record: usize) -> (f32, f32) {
-        let (prior_mean, prior_std) = (PRIOR_MEAN[query][record], PRIOR_STD[query][record]);
+    /// Mean and standard deviation, shrunk towards the prior.
+    fn mean_std(&self, p: &FusionParams) -> (f32, f32) {
         let n = self.n + p.prior_weight;
-        let mean = (self.sum + p.prior_weight * prior_mean) / n;
-        let prior_sq = p.prior_weight * (prior_std * prior_std + prior_mean * prior_mean);
+        let mean = (self.sum + p.prior_weight * p.prior_mean) / n;
+        let prior_sq = p.prior_weight * (p.prior_std * p.prior_std + p.prior_mean * p.prior_mean);
         let var = ((self.sum_sq + prior_sq) / n - mean * mean).max(1e-6);
         (mean, var.sqrt())
     }
@@ -195,9 +174,7 @@ impl Sources<'_> {
         for d in &dense {
             moments[script_slot(d.script)].add(d.cosine);
         }
-        let query_script = script_slot(Script::of(query));
-        let stats = [0, 1].map(|s| moments[s].mean_std(&p, query_script, s));
-        let crowd = moments.iter().map(|m| m.n).fold(1f32, f32::max);
+        let stats = moments.map(|m| m.mean_std(&p));
         let z_of = |c: f32, s: Script| {
             let (mean, std) = stats[script_slot(s)];
             (c - mean) / std
@@ -216,11 +193,7 @@ impl Sources<'_> {
             by_z.iter().filter_map(|(id, _)| cos_of.get(id).map(|&(c, s)| (*id, z_of(c, s)))).collect();
         keep_best(&mut dense, CANDIDATES.max(limit));
         let best_bm25 = lexical.iter().map(|(_, s)| *s).fold(0f32, f32::max);
-        let floor = if lexical.is_empty() {
-            (p.floor_growth * (2.0 * crowd.ln()).sqrt()).clamp(p.floor, p.floor_max.max(p.floor))
-        } else {
-            p.floor_with_words
-        };
+        let floor = if lexical.is_empty() { p.floor } else { p.floor_with_words };
         let bm25: HashMap<u64, f32> = lexical.iter().copied().collect();
         let mut ids: Vec<u64> = lexical.iter().map(|(id, _)| *id).collect();
         ids.extend(dense.iter().map(|(id, _)| *id).filter(|id| !bm25.contains_key(id)));
