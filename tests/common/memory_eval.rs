@@ -1,5 +1,11 @@
-//! The labelled bilingual memory set (tests/memory_eval/) loaded into a real store, and
-//! R@1 / R@5 / MRR per query class. Shared by tests/memory_quality.rs and the memory bench.
+//! The labelled bilingual memory sets loaded into real stores, and R@1 / R@5 / MRR per
+//! query class. Shared by tests/memory_quality.rs and the memory bench.
+//!
+//! - tests/memory_eval/: 300 memories of one developer; its queries are split by topic
+//!   (held_out.txt) into a tuning half, the only one the fusion's constants may be chosen
+//!   on, and a held-out half;
+//! - tests/memory_eval2/: written apart (a data-science team and a household), in stores of
+//!   5, 50 and 300 records; never tuned on.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
+use skillhost::memory::embed::{EmbedModel, TextRole, cosine};
 use skillhost::memory::{Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
 
 pub const DAY_MS: u64 = 86_400_000;
@@ -18,6 +25,9 @@ pub const CLASSES: [&str; 6] = ["exact", "synonym", "paraphrase", "crosslingual"
 #[derive(Debug, Clone, Deserialize)]
 pub struct EvalMemory {
     pub key: String,
+    /// The smallest store of the second set the memory is in (none in the first set).
+    #[serde(default)]
+    pub tier: Option<usize>,
     pub day: u64,
     pub kind: String,
     pub priority: u8,
@@ -36,8 +46,16 @@ pub fn eval_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tests/memory_eval")
 }
 
+pub fn second_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("tests/memory_eval2")
+}
+
 fn jsonl<T: for<'de> Deserialize<'de>>(name: &str) -> Vec<T> {
-    let text = std::fs::read_to_string(eval_dir().join(name)).unwrap();
+    jsonl_in(&eval_dir(), name)
+}
+
+fn jsonl_in<T: for<'de> Deserialize<'de>>(dir: &Path, name: &str) -> Vec<T> {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
     text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
@@ -49,14 +67,74 @@ pub fn queries() -> Vec<EvalQuery> {
     jsonl("queries.jsonl")
 }
 
-/// Store every memory with `memory add` semantics, in day order, on a clock at its day.
-/// Returns the store and the id that holds each key.
+/// A half of the first set's queries, split by topic (see tests/memory_eval/held_out.txt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Half {
+    Tuning,
+    HeldOut,
+}
+
+/// The topic of a memory key: "zh-bill-db-2" -> "bill", "pref-indent-2" -> "pref-indent".
+pub fn topic(key: &str) -> String {
+    let key = key.strip_prefix("zh-").unwrap_or(key);
+    let key = match key.rsplit_once('-') {
+        Some((head, n)) if n.chars().all(|c| c.is_ascii_digit()) => head,
+        _ => key,
+    };
+    let parts: Vec<&str> = key.split('-').collect();
+    let keep = if parts[0] == "pref" { 2 } else { 1 };
+    parts[..keep.min(parts.len())].join("-")
+}
+
+/// The first set's queries of one half.
+pub fn half(which: Half) -> Vec<EvalQuery> {
+    let text = std::fs::read_to_string(eval_dir().join("held_out.txt")).unwrap();
+    let held: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let mut nothing = 0;
+    queries()
+        .into_iter()
+        .filter(|q| {
+            let held_out = match q.relevant.first() {
+                Some(key) => held.contains(&topic(key).as_str()),
+                None => {
+                    nothing += 1;
+                    nothing % 2 == 0
+                }
+            };
+            held_out == (which == Half::HeldOut)
+        })
+        .collect()
+}
+
+/// The second set's memories in its store of `size` records (5, 50 or 300).
+pub fn second_memories(size: usize) -> Vec<EvalMemory> {
+    jsonl_in::<EvalMemory>(&second_dir(), "memories.jsonl").into_iter().filter(|m| m.tier.unwrap() <= size).collect()
+}
+
+/// The second set's queries about `memories` (and those about nothing).
+pub fn second_queries(memories: &[EvalMemory]) -> Vec<EvalQuery> {
+    let keys: Vec<&str> = memories.iter().map(|m| m.key.as_str()).collect();
+    jsonl_in::<EvalQuery>(&second_dir(), "queries.jsonl")
+        .into_iter()
+        .filter(|q| q.relevant.iter().all(|k| keys.contains(&k.as_str())))
+        .collect()
+}
+
+/// Store every memory of the first set with `memory add` semantics, in day order, on a
+/// clock at its day. Returns the store and the id that holds each key.
 pub fn load(dir: &Path, config: MemoryConfig) -> (Memory, HashMap<String, u64>) {
+    load_memories(dir, config, &memories())
+}
+
+/// Store `memories` as [`load`] does.
+pub fn load_memories(dir: &Path, config: MemoryConfig, memories: &[EvalMemory]) -> (Memory, HashMap<String, u64>) {
     let clock = Arc::new(AtomicU64::new(START_MS));
     let c = clock.clone();
     let memory = Memory::open(dir, config).unwrap().with_clock(move || c.load(Ordering::SeqCst));
     let mut ids = HashMap::new();
-    for m in memories() {
+    let mut memories = memories.to_vec();
+    memories.sort_by_key(|m| m.day);
+    for m in memories {
         clock.store(START_MS + m.day * DAY_MS, Ordering::SeqCst);
         let id = memory
             .add(NewRecord {
@@ -125,6 +203,8 @@ pub struct Table {
     pub abstained: f64,
     /// (query, class, wanted, got top 3) of the misses at 5, for a look.
     pub misses: Vec<String>,
+    /// (query, rank of its first relevant record) of every graded query.
+    pub ranks: Vec<(String, Option<usize>)>,
 }
 
 impl Table {
@@ -140,15 +220,26 @@ impl Table {
     }
 }
 
-/// Rank of the first relevant result, by `search` returning ranked ids (top 10).
+/// Rank of the first relevant result, by `search` returning ranked ids (top 10), over
+/// the first set's queries.
 pub fn evaluate(
     search: &mut dyn FnMut(&str) -> Vec<u64>,
     ids: &HashMap<String, u64>,
     content: &HashMap<u64, String>,
 ) -> Table {
+    evaluate_queries(search, ids, content, &queries())
+}
+
+/// [`evaluate`] over `queries`.
+pub fn evaluate_queries(
+    search: &mut dyn FnMut(&str) -> Vec<u64>,
+    ids: &HashMap<String, u64>,
+    content: &HashMap<u64, String>,
+    queries: &[EvalQuery],
+) -> Table {
     let mut table = Table::default();
     let (mut none, mut none_empty) = (0, 0);
-    for q in queries() {
+    for q in queries {
         let got = search(&q.query);
         if q.cls == "none" {
             none += 1;
@@ -162,6 +253,7 @@ pub fn evaluate(
             table.misses.push(format!("[{}] {:?} -> {:?}", q.cls, q.query, top));
         }
         table.classes.entry(q.cls.clone()).or_default().add(rank);
+        table.ranks.push((q.query.clone(), rank));
     }
     table.abstained = none_empty as f64 / f64::from(none.max(1) as u32);
     table
@@ -184,4 +276,64 @@ pub fn print_table(title: &str, t: &Table) {
     let o = t.overall();
     println!("  {:<13} {:>4} {:>6.3} {:>6.3} {:>6.3}", "overall", o.n, o.r1(), o.r5(), o.mrr());
     println!("  queries about nothing answered with nothing: {:.0} %", t.abstained * 100.0);
+}
+
+/// Script of a text, as the store tells it (vectors.rs): a quarter of CJK characters.
+fn is_cjk(text: &str) -> bool {
+    let letters = text.chars().filter(|c| c.is_alphanumeric()).count();
+    let cjk = text.chars().filter(|c| matches!(*c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff)).count();
+    cjk * 4 >= letters.max(1)
+}
+
+/// The dense-only baseline of issue 31: the live records of `memory` ranked by the e5
+/// cosine to the query minus the query's mean cosine to the records of the same script
+/// (per-language mean centring), no lexical part and no threshold (it always answers).
+pub fn dense_search(model: &EmbedModel, memory: &Memory) -> impl FnMut(&str) -> Vec<u64> {
+    let now = memory.now_ms();
+    let live: Vec<_> = memory.all_records().unwrap().into_iter().filter(|r| r.is_live(now)).collect();
+    let texts: Vec<&str> = live.iter().map(|r| r.content.trim()).collect();
+    let vectors = model.embed_batch(TextRole::Passage, &texts);
+    let scripts: Vec<bool> = live.iter().map(|r| is_cjk(&r.content)).collect();
+    let ids: Vec<u64> = live.iter().map(|r| r.id).collect();
+    move |q| {
+        let v = model.embed(TextRole::Query, q.trim());
+        let cos: Vec<f32> = vectors.iter().map(|r| cosine(&v, r)).collect();
+        let mean = |s: bool| {
+            let xs: Vec<f32> = cos.iter().zip(&scripts).filter(|(_, k)| **k == s).map(|(c, _)| *c).collect();
+            xs.iter().sum::<f32>() / xs.len().max(1) as f32
+        };
+        let (latin, cjk) = (mean(false), mean(true));
+        let mut scored: Vec<(u64, f32)> =
+            ids.iter().zip(&cos).zip(&scripts).map(|((id, c), s)| (*id, c - if *s { cjk } else { latin })).collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        scored.into_iter().take(10).map(|(id, _)| id).collect()
+    }
+}
+
+/// R@5 per class (and R@1, MRR overall) of several rankers side by side.
+pub fn print_columns(title: &str, columns: &[(&str, &Table)]) {
+    println!("{title}");
+    print!("  {:<13} {:>4}", "R@5", "n");
+    for (name, _) in columns {
+        print!(" {name:>9}");
+    }
+    println!();
+    let row = |label: &str, n: usize, f: &dyn Fn(&Table) -> f64| {
+        print!("  {label:<13} {n:>4}");
+        for (_, t) in columns {
+            print!(" {:>9.3}", f(t));
+        }
+        println!();
+    };
+    for c in CLASSES {
+        let n = columns.first().map_or(0, |(_, t)| t.class(c).n);
+        if n > 0 {
+            row(c, n, &|t| t.class(c).r5());
+        }
+    }
+    let n = columns.first().map_or(0, |(_, t)| t.overall().n);
+    row("overall", n, &|t| t.overall().r5());
+    row("R@1 overall", n, &|t| t.overall().r1());
+    row("MRR overall", n, &|t| t.overall().mrr());
+    row("none empty", 0, &|t| t.abstained);
 }

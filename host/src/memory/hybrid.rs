@@ -25,9 +25,11 @@ use std::collections::HashMap;
 
 use anyhow::{Result, anyhow};
 
+use redb::Database;
+
+use super::index::MemoryIndex;
 use super::records::{MemoryRecord, SearchFilter};
-use super::store::Store;
-use super::vectors::Script;
+use super::vectors::{Script, Vectors};
 
 /// Candidates taken from each side before fusing.
 const CANDIDATES: usize = 100;
@@ -138,7 +140,17 @@ fn script_slot(s: Script) -> usize {
     }
 }
 
-impl Store {
+/// What a ranking reads: the store's parts, lent by the store for one search.
+pub(super) struct Sources<'a> {
+    pub index: &'a MemoryIndex,
+    pub vectors: &'a Vectors,
+    pub db: &'a Database,
+    pub fusion: FusionParams,
+    /// The records of some ids (those that exist, any state).
+    pub load: &'a dyn Fn(Vec<u64>) -> Result<Vec<MemoryRecord>>,
+}
+
+impl Sources<'_> {
     /// Ids of the records relevant to `query` under `filter`, best first, with their scores.
     pub(super) fn ranked(&self, query: &str, filter: &SearchFilter, now: u64, limit: usize) -> Result<Vec<(u64, f32)>> {
         // A query with no terms (only question words, particles, "the user") asks about
@@ -148,7 +160,7 @@ impl Store {
         let Some(semantic) = self.vectors.semantic.as_ref().filter(|_| has_terms) else {
             return self.index.search(query, filter, now, limit);
         };
-        let p = self.config.fusion;
+        let p = self.fusion;
         let weigh = |word: &str| specificity(semantic.model.surprisal(word), p.specificity);
         let lexical = self.index.search_weighted(query, Some(&weigh), filter, now, CANDIDATES.max(limit))?;
         let q = self.vectors.query_embedding(&semantic.model, query.trim());
@@ -186,7 +198,7 @@ impl Store {
         let mut ids: Vec<u64> = lexical.iter().map(|(id, _)| *id).collect();
         ids.extend(dense.iter().map(|(id, _)| *id).filter(|id| !bm25.contains_key(id)));
         let mut out = Vec::new();
-        for r in self.load(ids)? {
+        for r in (self.load)(ids)? {
             if !matches(&r, filter, now) {
                 continue;
             }

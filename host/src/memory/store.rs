@@ -25,7 +25,7 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::daily::{self, DailyEntry, DailyNotes};
 use super::embed::{self, EmbedModel};
-use super::hybrid::FusionParams;
+use super::hybrid::{self, FusionParams};
 use super::index::{self, DailyHit, MemoryIndex};
 use super::lock::StoreLock;
 use super::merge::{self, round_importance};
@@ -499,7 +499,14 @@ impl Store {
             SearchOrder::Relevance => limit,
             SearchOrder::PriorityThenRecency => (limit.saturating_mul(5)).max(50),
         };
-        let ranked = self.ranked(query, filter, now, fetch)?;
+        let sources = hybrid::Sources {
+            index: &self.index,
+            vectors: &self.vectors,
+            db: &self.db,
+            fusion: self.config.fusion,
+            load: &|ids| self.load(ids),
+        };
+        let ranked = sources.ranked(query, filter, now, fetch)?;
         let scores: HashMap<u64, f32> = ranked.iter().copied().collect();
         let mut hits: Vec<SearchHit> = self
             .load(ranked.iter().map(|(id, _)| *id))?
