@@ -98,7 +98,8 @@ pub fn call_entry(report: &RunReport) -> Map<String, Value> {
     m.insert("skill".into(), report.skill.clone().into());
     m.insert("version".into(), report.version.clone().into());
     m.insert("skill_hash".into(), report.content_hash.clone().into());
-    m.insert("params".into(), report.params.clone());
+    // Parameters come from the caller (an MCP client, a model): bounded, see crate::bounded.
+    m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES));
     match &report.result {
         Ok(out) => {
             m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
@@ -471,7 +472,7 @@ impl Library {
         let mut m = new_entry(EntryKind::Call, &opts.session);
         m.insert("step".into(), opts.step.into());
         m.insert("skill".into(), name.into());
-        m.insert("params".into(), params.clone());
+        m.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
         m.insert("status".into(), "refused".into());
         m.insert("error".into(), format!("{error:#}").into());
         let denial =
