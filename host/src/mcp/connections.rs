@@ -22,8 +22,11 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio_util::sync::CancellationToken;
 
-/// How long a waiting connection is safe from eviction.
-pub const EVICT_GRACE: Duration = Duration::from_millis(250);
+/// How long a waiting connection is safe from eviction: a client's request head arrives
+/// with (or right after) the handshake's last packet, so a connection still waiting for
+/// one after this, while the server is full, is slow or idle. Short, because a flood that
+/// reconnects as fast as it is closed keeps every slot young.
+pub const EVICT_GRACE: Duration = Duration::from_millis(10);
 
 /// How the connections are bounded (from [`super::http::HttpOptions`]).
 #[derive(Debug, Clone, Copy)]
