@@ -37,13 +37,20 @@ pub(super) fn description(m: &Manifest) -> String {
         d.push_str("\n\nWhen to use: ");
         d.push_str(w);
     }
-    served(&d)
+    // Each field judged on its own: a role turn starts a line of when_to_use, not of `d`.
+    let flagged = crate::memory::instruction_like(&m.description)
+        || m.when_to_use.as_deref().is_some_and(crate::memory::instruction_like);
+    served_as(&d, flagged)
 }
 
 /// One SKILL.md text as a client is given it (see [`description`]).
 pub(super) fn served(text: &str) -> String {
+    served_as(text, crate::memory::instruction_like(text))
+}
+
+fn served_as(text: &str, instruction_like: bool) -> String {
     let mut d = text.trim().to_string();
-    if crate::memory::instruction_like(&d) {
+    if instruction_like || crate::memory::instruction_like(&d) {
         let quoted: Vec<String> = d.lines().map(|l| format!("> {l}")).collect();
         d = format!("{QUOTED_NOTE}\n{}", quoted.join("\n"));
     }
