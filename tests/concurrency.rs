@@ -267,7 +267,7 @@ fn a_call_over_its_memory_limit_does_not_disturb_the_others() {
 
 /// A rig whose every skill gets an instance made ahead from its second call on.
 fn rig_making_ahead() -> Rig {
-    rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Always })
+    rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Always, ..Default::default() })
 }
 
 /// Wait (at most 10 s) until `prepared` has an instance made ahead for its next call.
@@ -364,7 +364,8 @@ fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inlin
     let rig = rig_making_ahead();
     // No memory at all: whatever the probe had at instantiation is over it.
     let tiny = Limits { memory_mb: 0, ..limits(2_000, 30_000) };
-    let inline = rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Never });
+    let inline =
+        rig_with(RuntimeOptions { max_concurrent_calls: 8, make_ahead: MakeAhead::Never, ..Default::default() });
     multi_thread().block_on(async {
         for _ in 0..2 {
             rig.runtime

@@ -64,6 +64,47 @@ enum Kind {
     Install,
     /// Run through the CLI: judged on the bytes a terminal would get.
     Cli,
+    /// Served by `skillhost mcp` (see `McpAttack`): judged on what an MCP client is given
+    /// and on the audit lines the server writes.
+    Mcp,
+}
+
+/// What an MCP client does to (or around) a served hostile skill.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpAttack {
+    /// The server's `--memory` (default `write`).
+    #[serde(default)]
+    memory: Option<String>,
+    /// The client's `clientInfo.name` is this many bytes.
+    #[serde(default)]
+    client_name_bytes: Option<usize>,
+    /// After the first listing, `[old, new]` is replaced in the installed SKILL.md.
+    #[serde(default)]
+    edit: Option<[String; 2]>,
+    /// Tool calls made after the listings.
+    #[serde(default)]
+    calls: Vec<McpCall>,
+    /// The first call's tool must leave an audit line with this status.
+    #[serde(default)]
+    audited_status: Option<String>,
+    /// An instruction skill: no component.
+    #[serde(default)]
+    instruction: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpCall {
+    /// A tool name; `self` is the attack's own skill.
+    tool: String,
+    #[serde(default)]
+    arguments: Option<toml::Value>,
+    /// This string argument is padded with `pad_bytes` bytes.
+    #[serde(default)]
+    pad_argument: Option<String>,
+    #[serde(default)]
+    pad_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -201,6 +242,8 @@ struct Attack {
     /// `bundle-entry`: file, symlink, hardlink.
     #[serde(default)]
     entry_type: Option<String>,
+    #[serde(default)]
+    mcp: Option<McpAttack>,
     /// An attack that works today: what leaks. The corpus skips it and says so loudly,
     /// so the hole stays visible until it is closed (none is marked today).
     #[serde(default)]
@@ -1066,6 +1109,232 @@ fn judge_clis(cases: &[&Case], failures: &mut Vec<String>) {
     }
 }
 
+// ---- Through an MCP server: what a client is given -------------------------------------------
+
+/// The longest audit line a server may write for any client (client fields are bounded).
+const MAX_AUDIT_LINE: usize = 8 * 1024;
+
+/// Strings in `v` (keys too) holding a character that acts on a terminal or hides text.
+fn active_strings(v: &Value, out: &mut Vec<String>) {
+    let active = |s: &str| {
+        s.chars().any(|c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2060}' | '\u{feff}')
+        })
+    };
+    match v {
+        Value::String(s) if active(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|i| active_strings(i, out)),
+        Value::Object(m) => m.iter().for_each(|(k, v)| {
+            if active(k) {
+                out.push(k.clone());
+            }
+            active_strings(v, out)
+        }),
+        _ => {}
+    }
+}
+
+/// Every string of `v`, joined: the text a client is shown.
+fn strings_of(v: &Value, out: &mut String) {
+    match v {
+        Value::String(s) => {
+            out.push_str(s);
+            out.push('\n');
+        }
+        Value::Array(items) => items.iter().for_each(|i| strings_of(i, out)),
+        Value::Object(m) => m.values().for_each(|v| strings_of(v, out)),
+        _ => {}
+    }
+}
+
+/// A `skillhost mcp` child over stdio, spoken to line by line.
+struct McpChild {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl McpChild {
+    fn start(home: &Path, ws: &Path, memory: &str, client_name: &str) -> McpChild {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("skillhost"))
+            .env("SKILLHOST_HOME", home)
+            .env_remove("RUST_LOG")
+            .arg("--workspace")
+            .arg(ws)
+            .args(["mcp", "--memory", memory])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut c = McpChild { child, stdin, stdout, next: 1 };
+        let init = c.request(
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": client_name, "version": "1" } }),
+        );
+        assert!(init.get("result").is_some(), "initialize: {init}");
+        c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        c
+    }
+
+    fn send(&mut self, m: &Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{m}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        use std::io::BufRead as _;
+        let id = self.next;
+        self.next += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "the server closed stdout during {method}");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("id") == Some(&json!(id)) {
+                return v;
+            }
+        }
+    }
+
+    /// What the lists serve (and the prompt of `prompt`, when it is listed).
+    fn served(&mut self, prompt: &str) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for method in ["tools/list", "prompts/list", "resources/list", "skills/list"] {
+            out.push((method.to_string(), self.request(method, json!({}))));
+        }
+        let listed = out[1].1.to_string().contains(&format!("\"{prompt}\""));
+        if listed {
+            out.push(("prompts/get".into(), self.request("prompts/get", json!({ "name": prompt }))));
+        }
+        out
+    }
+
+    fn close(mut self) {
+        self.stdin = None;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(15) {
+            if self.child.try_wait().unwrap().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Installs every MCP attack into one home, then serves each from its own `skillhost mcp`
+/// and judges what its client is given: no active character in any served string, the
+/// `says` texts there (escapes, the quote of instruction-like text), no `output_lacks`
+/// text, an edited skill not listed at all, and audit lines that are bounded and present.
+fn judge_mcps(cases: &[&Case], failures: &mut Vec<String>) {
+    if cases.is_empty() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    {
+        let lib = Library::open(home.path(), Some(ws.path()), None).unwrap();
+        for case in cases {
+            let dir = scratch.path().join(&case.name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(case.dir.join("SKILL.md"), dir.join("SKILL.md")).unwrap();
+            let spec = case.attack.mcp.as_ref().expect("kind = mcp needs an [mcp] table");
+            if !spec.instruction {
+                std::fs::copy(component(&case.attack.component), dir.join("skill.wasm")).unwrap();
+            }
+            if let Err(e) = lib.install(&dir, &grant_for(case.attack.grant)) {
+                failures.push(format!("{}: could not be installed: {e:#}", case.name));
+            }
+        }
+    }
+    let audit = home.path().join("audit/audit.jsonl");
+    for case in cases {
+        let name = &case.name;
+        let spec = case.attack.mcp.as_ref().unwrap();
+        let mut fail = |m: String| failures.push(format!("{name} ({}): {m}", case.attack.expect));
+        let before = std::fs::read_to_string(&audit).unwrap_or_default().lines().count();
+        let client_name = spec.client_name_bytes.map_or_else(|| "hostile-corpus".to_string(), |n| "N".repeat(n));
+        let mut c = McpChild::start(home.path(), ws.path(), spec.memory.as_deref().unwrap_or("write"), &client_name);
+        let mut served = c.served(name);
+        if let Some([old, new]) = &spec.edit {
+            let installed = home.path().join("skills").join(name).join("SKILL.md");
+            let text = std::fs::read_to_string(&installed).unwrap();
+            assert!(text.contains(old.as_str()), "{name}: the SKILL.md has no `{old}` to edit");
+            std::fs::write(&installed, text.replacen(old.as_str(), new, 1)).unwrap();
+            served = c.served(name);
+            for (method, v) in &served {
+                let text = v.to_string();
+                if text.contains(&format!("\"{name}\"")) || text.contains(&format!("skill://{name}/")) {
+                    fail(format!("{method} still lists the edited skill: {}", truncate(&text)));
+                }
+            }
+        }
+        let mut replies = Vec::new();
+        for call in &spec.calls {
+            let tool = if call.tool == "self" { name.clone() } else { call.tool.clone() };
+            let mut args = call.arguments.as_ref().map(toml_to_json).unwrap_or_else(|| json!({}));
+            if let Some(arg) = &call.pad_argument {
+                let current = args.get(arg).and_then(Value::as_str).unwrap_or("").to_string();
+                args[arg.as_str()] = Value::String(current + &"A".repeat(call.pad_bytes));
+            }
+            replies.push(c.request("tools/call", json!({ "name": tool, "arguments": args })));
+        }
+        c.close();
+        let mut active = Vec::new();
+        let mut shown = String::new();
+        for (_, v) in &served {
+            active_strings(v, &mut active);
+            strings_of(v, &mut shown);
+        }
+        if !active.is_empty() {
+            fail(format!("raw control, bidi or zero-width characters served: {active:?}"));
+        }
+        for text in &case.attack.says {
+            if !shown.contains(text.as_str()) {
+                fail(format!("what is served does not say `{text}`: {}", truncate(&shown)));
+            }
+        }
+        for text in &case.attack.output_lacks {
+            if shown.contains(text.as_str()) {
+                fail(format!("what is served holds `{text}`: {}", truncate(&shown)));
+            }
+        }
+        let log = std::fs::read_to_string(&audit).unwrap_or_default();
+        let new: Vec<&str> = log.lines().skip(before).collect();
+        if let Some(long) = new.iter().find(|l| l.len() > MAX_AUDIT_LINE) {
+            fail(format!("an audit line of {} bytes (max {MAX_AUDIT_LINE}): {}", long.len(), truncate(long)));
+        }
+        let lines: Vec<Value> = new.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect();
+        for call in &spec.calls {
+            let tool = if call.tool == "self" { name.as_str() } else { call.tool.as_str() };
+            if !lines.iter().any(|l| l["skill"] == tool) {
+                fail(format!("the call of {tool} left no audit line; replies {replies:?}"));
+            }
+        }
+        if let (Some(status), Some(call)) = (&spec.audited_status, spec.calls.first()) {
+            let tool = if call.tool == "self" { name.as_str() } else { call.tool.as_str() };
+            let found = new
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .any(|l| l["skill"] == tool && l["status"] == status.as_str());
+            if !found {
+                fail(format!("no `{status}` audit line for {tool}; replies {replies:?}; lines {new:?}"));
+            }
+        }
+    }
+    if let Err(e) = skillhost::audit::AuditLog::in_home(home.path()).verify() {
+        failures.push(format!("mcp: the audit chain no longer verifies: {e}"));
+    }
+}
+
 // ---- The corpus ------------------------------------------------------------------------------
 
 #[test]
@@ -1080,12 +1349,13 @@ fn run_corpus(cases: Vec<Case>) {
     let started = Instant::now();
     let mut failures = Vec::new();
     let mut by_layout: BTreeMap<&'static str, World> = BTreeMap::new();
-    let (mut runs, mut installs, mut clis) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut runs, mut installs, mut clis, mut mcps) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for case in cases {
         match case.attack.kind {
             Kind::Run => runs.push(case),
             Kind::Install => installs.push(case),
             Kind::Cli => clis.push(case),
+            Kind::Mcp => mcps.push(case),
         }
     }
     for layout in [LayoutKind::Plain, LayoutKind::Nested] {
@@ -1273,6 +1543,8 @@ fn run_corpus(cases: Vec<Case>) {
     eprintln!("hostile corpus: install attacks judged at {:?}", started.elapsed());
     judge_clis(&clis.iter().collect::<Vec<_>>(), &mut failures);
     eprintln!("hostile corpus: CLI attacks judged at {:?}", started.elapsed());
+    judge_mcps(&mcps.iter().collect::<Vec<_>>(), &mut failures);
+    eprintln!("hostile corpus: MCP attacks judged at {:?}", started.elapsed());
     // Nothing a refused bundle carried was written anywhere.
     for world in by_layout.values() {
         for (path, state) in snapshot(&world.root()) {
@@ -1304,7 +1576,7 @@ fn run_corpus(cases: Vec<Case>) {
             failures.push(format!("the user's priority-5 write was refused: {mine:?}"));
         }
     }
-    let total = outcomes.len() + refused_installs + installs.len() + clis.len();
+    let total = outcomes.len() + refused_installs + installs.len() + clis.len() + mcps.len();
     eprintln!("hostile corpus: {total} attacks judged in {:?}", started.elapsed());
     assert!(failures.is_empty(), "{} of {total} attacks broke a check:\n{}", failures.len(), failures.join("\n"));
 }

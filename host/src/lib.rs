@@ -11,10 +11,12 @@
 pub mod agent;
 pub mod audit;
 pub mod authoring;
+pub mod bounded;
 pub mod bundle;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod controls;
 pub mod fsutil;
 pub mod http;
 pub mod library;

@@ -138,7 +138,9 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
                 CallError::Cancelled => {
                     "The call was cancelled before it finished; call it again if it is still needed."
                 }
-                CallError::Busy { .. } => "The host is busy with other calls; the same call may work a little later.",
+                CallError::Busy { .. } | CallError::MemoryBudget { .. } => {
+                    "The host is busy with other calls; the same call may work a little later."
+                }
             };
             out.result = format!("{error}. {advice}");
             out.summary = one_line(&error.to_string(), 120);

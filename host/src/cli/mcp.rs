@@ -39,9 +39,29 @@ pub(super) struct McpArgs {
     /// A browser origin to accept over HTTP (e.g. https://app.example.com:443); repeatable.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     allow_origins: Vec<String>,
-    /// Most skill calls running at once; more wait for a slot (up to 10 s, then a busy error).
+    /// Most skill calls running at once; more wait for a slot (up to --call-wait-secs, then
+    /// a busy error, audited).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     max_calls: u32,
+    /// Seconds a call waits for a slot when --max-calls are running (0: refused at once).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600))]
+    call_wait_secs: u64,
+    /// Most HTTP connections open at once (lowered to half the open-file limit); at the cap
+    /// the oldest connection waiting for its request is closed to make room.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_connections: u32,
+    /// Most HTTP connections open at once from one address.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_connections_per_peer: u32,
+    /// Seconds a connection may take to send a request head (also the idle wait of a
+    /// kept-alive connection); slower ones are closed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout_secs: u64,
+    /// Linear memory all running skill calls may hold together, in MiB: each call reserves
+    /// its memory limit before it starts, waits while the budget is taken, then is refused
+    /// (an audited `memory-budget` status).
+    #[arg(long, default_value_t = crate::sandbox::DEFAULT_MEMORY_BUDGET_MB, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    memory_budget_mb: u64,
 }
 
 fn read_token(args: &McpArgs) -> Result<Option<String>> {
@@ -61,9 +81,11 @@ fn read_token(args: &McpArgs) -> Result<Option<String>> {
 }
 
 pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> {
+    let lib = lib.with_guest_memory_budget(args.memory_budget_mb);
     let mut options = ServerOptions::new(home.to_path_buf());
     options.memory = args.memory;
     options.max_concurrent_calls = args.max_calls as usize;
+    options.queue_wait = std::time::Duration::from_secs(args.call_wait_secs);
     if let Some(name) = &args.agent {
         let profiles = load_profiles(home)?;
         let known: Vec<String> = profiles.iter().map(|p| p.name.clone()).collect();
@@ -78,6 +100,9 @@ pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> 
             h.token = read_token(&args)?;
             h.allowed_hosts = args.allow_hosts.clone();
             h.allowed_origins = args.allow_origins.clone();
+            h.connections.max_total = args.max_connections as usize;
+            h.connections.max_per_peer = args.max_connections_per_peer as usize;
+            h.connections.header_timeout = std::time::Duration::from_secs(args.header_timeout_secs);
             h.check()?;
             Some(h)
         }

@@ -3,8 +3,9 @@
 //!
 //! Text a skill controls (its output, metadata, logs, memories, SKILL.md fields) reaches a
 //! terminal only through [`clean`] or [`clean_line`]: control characters (ANSI escapes,
-//! carriage returns, backspaces, C1 controls) and bidi overrides are shown as `\u{..}`
-//! escapes, so a skill cannot clear the screen, rewrite a line or hide text; and an output
+//! carriage returns, backspaces, C1 controls), bidi overrides and zero-width characters are
+//! shown as `\u{..}` escapes ([`crate::controls`], shared with the MCP server), so a skill
+//! cannot clear the screen, rewrite a line or hide text; and an output
 //! that contains a line shaped like the host's own report lines (`status: ...`, `--`,
 //! `denied ...`) is printed behind a `| ` gutter, so it cannot forge them. `--json` output
 //! is not touched: serde_json escapes control characters itself.
@@ -13,31 +14,7 @@ use std::borrow::Cow;
 
 use crate::library::RunReport;
 
-/// Characters that act on a terminal or reorder text instead of showing.
-fn is_active(c: char, keep_newlines: bool) -> bool {
-    match c {
-        '\t' => false,
-        '\n' => !keep_newlines,
-        c if c.is_control() => true,
-        '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
-        _ => false,
-    }
-}
-
-fn neutralise(text: &str, keep_newlines: bool) -> Cow<'_, str> {
-    if !text.chars().any(|c| is_active(c, keep_newlines)) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if is_active(c, keep_newlines) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
+use crate::controls::neutralise;
 
 /// Skill-controlled text for a terminal, newlines kept.
 pub(crate) fn clean(text: &str) -> Cow<'_, str> {

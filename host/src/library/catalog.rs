@@ -1,7 +1,7 @@
 //! What is installed: names, per-skill info (declared, granted and effective rights) and
 //! relevance search over the catalog.
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -168,7 +168,35 @@ impl Library {
         let record = self.read_record(name)?;
         let dir = self.skill_dir(name);
         let text = std::fs::read_to_string(dir.join("SKILL.md"))?;
-        let manifest = Manifest::parse(&dir.join("SKILL.md"), &text).map_err(|e| anyhow!("{e}"))?;
+        self.info_of(name, record, &text)
+    }
+
+    /// [`Library::info`] from a SKILL.md whose bytes are the installed ones (the sha256
+    /// install.json recorded), with its text: what a server shows clients. A SKILL.md
+    /// edited in the home after its install is an error naming the change, so what is
+    /// listed is what calls run (they verify every file again).
+    pub fn verified_info(&self, name: &str) -> Result<(SkillInfo, String)> {
+        let record = self.read_record(name)?;
+        let path = self.skill_dir(name).join("SKILL.md");
+        // Read once, hashed and parsed from the same bytes.
+        let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let recorded = record.files.get("SKILL.md").unwrap_or(&record.manifest_sha256);
+        let actual = super::record::sha256_hex(&bytes);
+        if actual != *recorded {
+            bail!(
+                "{} was changed after it was installed (sha256 {}, install.json says {}); it is not served until `{name}` is reinstalled (skillhost skill install)",
+                path.display(),
+                super::record::short_hash(&actual),
+                super::record::short_hash(recorded)
+            );
+        }
+        let text = String::from_utf8(bytes).map_err(|_| anyhow!("{} is not UTF-8", path.display()))?;
+        Ok((self.info_of(name, record, &text)?, text))
+    }
+
+    fn info_of(&self, name: &str, record: InstallRecord, text: &str) -> Result<SkillInfo> {
+        let dir = self.skill_dir(name);
+        let manifest = Manifest::parse(&dir.join("SKILL.md"), text).map_err(|e| anyhow!("{e}"))?;
         let policy = self.policy()?;
         let granted = policy.granted(name);
         let effective = manifest.capabilities.intersect(&granted);

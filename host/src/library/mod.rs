@@ -116,6 +116,8 @@ pub struct Library {
     default_paths: BTreeMap<String, String>,
     runtime: OnceLock<Runtime>,
     runtime_init: Mutex<()>,
+    /// The guests' memory budget of the runtime, when not the default.
+    memory_budget_mb: Option<u64>,
     store: OnceLock<Arc<Memory>>,
     store_init: Mutex<()>,
     skills: run::SkillCache,
@@ -155,6 +157,7 @@ impl Library {
             default_paths: BTreeMap::new(),
             runtime: OnceLock::new(),
             runtime_init: Mutex::new(()),
+            memory_budget_mb: None,
             store: OnceLock::new(),
             store_init: Mutex::new(()),
             skills: run::SkillCache::default(),
@@ -240,9 +243,19 @@ impl Library {
         init_once(&self.runtime, &self.runtime_init, || {
             self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);
             let protected = std::iter::once(self.root.clone()).chain(self.policy.project.clone());
-            let runtime = Runtime::new(self.root.join("cache"))?.protecting(protected);
+            let mut runtime = Runtime::new(self.root.join("cache"))?.protecting(protected);
+            if let Some(mb) = self.memory_budget_mb {
+                runtime = runtime.with_memory_budget(mb);
+            }
             Ok(runtime.sealing_with(self.seal_key().cloned()))
         })
+    }
+
+    /// Run calls under a memory budget of `mb` MiB for all guests together (see
+    /// [`crate::sandbox::RuntimeOptions::memory_budget_mb`]); before the first call.
+    pub fn with_guest_memory_budget(mut self, mb: u64) -> Library {
+        self.memory_budget_mb = Some(mb);
+        self
     }
 
     /// The memory system of this home, opened on first use (it locks the store against

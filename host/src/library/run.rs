@@ -104,7 +104,8 @@ pub fn call_entry(report: &RunReport) -> Map<String, Value> {
     if let Some(p) = &report.provenance {
         m.insert("oci".into(), p.audit_value());
     }
-    m.insert("params".into(), report.params.clone());
+    // Parameters come from the caller (an MCP client, a model): bounded, see crate::bounded.
+    m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES));
     match &report.result {
         Ok(out) => {
             m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
@@ -478,7 +479,7 @@ impl Library {
         let mut m = new_entry(EntryKind::Call, &opts.session);
         m.insert("step".into(), opts.step.into());
         m.insert("skill".into(), name.into());
-        m.insert("params".into(), params.clone());
+        m.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
         m.insert("status".into(), "refused".into());
         m.insert("error".into(), format!("{error:#}").into());
         let denial =

@@ -1,6 +1,7 @@
 //! Streamable HTTP at `/mcp` (rmcp's tower service under axum) and `/healthz`.
 //!
-//! In front of the MCP service, in this order: a bearer token when one is configured (always
+//! Connections are accepted by [`super::connections`] (a header read timeout, caps in total
+//! and per peer). In front of the MCP service, in this order: a bearer token when one is configured (always
 //! for a non-loopback bind, see [`HttpOptions::check`]); a request-size limit; a bound on
 //! requests in flight. Each refusal is a JSON-RPC error body with a sentence saying what to
 //! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here.
@@ -13,13 +14,13 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::connections::ConnectionLimits;
 use super::{McpServer, Transport};
 
 /// How the HTTP endpoint is guarded.
@@ -34,6 +35,9 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub max_in_flight: usize,
+    /// Open connections: in total, per peer address, and how long one may take to send a
+    /// request head (see [`super::connections`]).
+    pub connections: ConnectionLimits,
 }
 
 impl HttpOptions {
@@ -45,6 +49,11 @@ impl HttpOptions {
             allowed_origins: Vec::new(),
             max_body_bytes: 1 << 20,
             max_in_flight: 256,
+            connections: ConnectionLimits {
+                max_total: 512,
+                max_per_peer: 128,
+                header_timeout: std::time::Duration::from_secs(10),
+            },
         }
     }
 
@@ -68,6 +77,8 @@ fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
     let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response();
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"skillhost\""));
+        // A client without the token keeps no connection open here.
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     if status == StatusCode::SERVICE_UNAVAILABLE {
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -290,14 +301,6 @@ pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: Cance
     let local = listener.local_addr()?;
     eprintln!("skillhost mcp: listening on http://{local}/mcp");
     let app = router(server.clone(), &options, shutdown.clone());
-    // An answer leaves as several small writes (a session's SSE priming event, the message,
-    // the last chunk); with Nagle's algorithm on, each write after the first waits for the
-    // client's delayed ACK (40 ms on Linux). axum does not set it on accepted connections.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("cannot set TCP_NODELAY on an MCP connection (its answers may stall): {e}");
-        }
-    });
-    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled_owned().await }).await?;
+    super::connections::serve(listener, app, options.connections, shutdown).await;
     server.finish()
 }

@@ -13,6 +13,7 @@
 //! when `--memory` allows them. Every skill is also served through the Skills extension
 //! ([`skills`]: `skills/list`, `skills/get`, `skill://` files with sha256 digests).
 
+pub mod connections;
 pub mod http;
 mod skills;
 mod tools;
@@ -312,6 +313,14 @@ fn client_of(context: &RequestContext<RoleServer>) -> Client {
     }
 }
 
+impl Client {
+    /// The client as its audit lines name it: each field bounded (see [`crate::bounded`]).
+    fn audited(&self) -> Value {
+        use crate::bounded::{MAX_NAME_BYTES, string};
+        json!({ "name": string(&self.name, MAX_NAME_BYTES), "version": string(&self.version, MAX_NAME_BYTES) })
+    }
+}
+
 /// Keep a client-chosen string fit for a session name: a few safe characters, bounded.
 fn sanitize(s: &str) -> String {
     let cleaned: String = s
@@ -375,15 +384,15 @@ impl SkillhostMcp {
             permit = queued => match permit {
                 Ok(Ok(p)) => Some(p),
                 _ => {
-                    return Err(McpError::new(
-                        ErrorCode(-32000),
-                        format!(
-                            "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
-                            self.server.options.max_concurrent_calls,
-                            self.server.options.queue_wait.as_secs()
-                        ),
-                        None,
-                    ));
+                    let message = format!(
+                        "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
+                        self.server.options.max_concurrent_calls,
+                        self.server.options.queue_wait.as_secs()
+                    );
+                    let mut extra = Map::new();
+                    extra.insert("error".into(), message.clone().into());
+                    self.audit_line(name, &client, &arguments, "busy", extra).await;
+                    return Err(McpError::new(ErrorCode(-32000), message, None));
                 }
             },
         };
@@ -406,16 +415,17 @@ impl SkillhostMcp {
         }
     }
 
-    /// The audit line of a memory tool call or MEMORY.md read, written before the answer
-    /// goes out (synced in the background with concurrent appends, as a skill call's is).
-    async fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
+    /// The audit line of a memory tool call, a MEMORY.md read or a call refused before it
+    /// reached the library, written before the answer goes out (synced in the background
+    /// with concurrent appends, as a skill call's is). What the client sent is bounded.
+    async fn audit_line(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
         let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
         entry.insert("step".into(), 0.into());
         entry.insert("skill".into(), tool.into());
-        entry.insert("params".into(), params.clone());
+        entry.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
         entry.insert("status".into(), status.into());
         entry.insert("transport".into(), self.transport.as_str().into());
-        entry.insert("client".into(), json!({ "name": client.name, "version": client.version }));
+        entry.insert("client".into(), client.audited());
         entry.extend(extra);
         if let Err(e) = self.server.lib.append_entry(entry).await {
             tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
@@ -435,7 +445,7 @@ impl SkillhostMcp {
         let request = match tools::MemoryRequest::parse(tool, arguments) {
             Ok(r) => r,
             Err(message) => {
-                self.audit_memory(tool.name(), &client, &params, "invalid-params", Map::new()).await;
+                self.audit_line(tool.name(), &client, &params, "invalid-params", Map::new()).await;
                 return Ok(tools::error_result(&message));
             }
         };
@@ -450,7 +460,7 @@ impl SkillhostMcp {
             Ok(v) => ("success", tools::memory_audit_fields(v)),
             Err(_) => ("failed", Map::new()),
         };
-        self.audit_memory(tool.name(), &client, &params, status, extra).await;
+        self.audit_line(tool.name(), &client, &params, status, extra).await;
         Ok(match outcome {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
@@ -517,14 +527,15 @@ impl ServerHandler for SkillhostMcp {
         let _in_flight = self.server.in_flight.enter();
         if let Some(tool) = tools::MemoryTool::from_name(&name) {
             if !tool.offered(self.server.options.memory) {
-                return Err(McpError::invalid_params(
-                    format!(
-                        "unknown tool `{name}`: this server was started with --memory {:?}",
-                        self.server.options.memory
-                    )
-                    .to_lowercase(),
-                    None,
-                ));
+                let message = format!(
+                    "unknown tool `{name}`: this server was started with --memory {:?}",
+                    self.server.options.memory
+                )
+                .to_lowercase();
+                let mut extra = Map::new();
+                extra.insert("error".into(), message.clone().into());
+                self.audit_line(tool.name(), &client_of(&context), &arguments, "refused", extra).await;
+                return Err(McpError::invalid_params(message, None));
             }
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
         }
@@ -598,7 +609,10 @@ impl ServerHandler for SkillhostMcp {
                 None,
             ));
         };
-        Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, info.manifest.body.clone())])
+        // The body is guidance to follow (an instruction skill), so it is not quoted; it is
+        // made inert like every text a SKILL.md supplies.
+        let body = crate::controls::neutralise(&info.manifest.body, true).into_owned();
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)])
             .with_description(tools::description(&info.manifest))
             .into())
     }
@@ -644,7 +658,7 @@ impl ServerHandler for SkillhostMcp {
             let client = client_of(&context);
             let namespace = self.server.namespace().to_string();
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
-            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), "success", Map::new()).await;
+            self.audit_line("memory_view", &client, &json!({ "uri": uri }), "success", Map::new()).await;
             return Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
             ])

@@ -54,9 +54,24 @@ pub(super) fn get(server: &McpServer, uri: &str) -> Result<Option<Skill>> {
 fn entry(server: &McpServer, info: &SkillInfo) -> Result<Skill> {
     let name = &info.manifest.name;
     let dir = server.options.home.join("skills").join(name);
-    let text = std::fs::read_to_string(dir.join("SKILL.md")).context("cannot read SKILL.md")?;
-    let mut frontmatter = SkillFrontmatter::new(name.clone(), info.manifest.description.clone());
-    frontmatter.extra = front_matter_fields(&text);
+    // Read again for its front matter: these bytes are checked against install.json too.
+    let bytes = std::fs::read(dir.join("SKILL.md")).context("cannot read SKILL.md")?;
+    let recorded = info.record.files.get("SKILL.md").unwrap_or(&info.record.manifest_sha256);
+    let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    anyhow::ensure!(actual == *recorded, "SKILL.md was changed after it was installed; reinstall `{name}`");
+    let text = String::from_utf8(bytes).context("SKILL.md is not UTF-8")?;
+    let mut frontmatter = SkillFrontmatter::new(name.clone(), super::tools::served(&info.manifest.description));
+    // The other fields as served texts too: a `when_to_use` is read by the model as well.
+    frontmatter.extra = front_matter_fields(&text)
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => Value::String(super::tools::served(&s)),
+                other => crate::controls::neutralise_json(&other),
+            };
+            (crate::controls::neutralise(&k, false).into_owned(), v)
+        })
+        .collect();
     let mut files = Vec::new();
     for (path, sha256) in recorded_files(info) {
         let size = std::fs::metadata(dir.join(&path)).with_context(|| format!("cannot stat {path}"))?.len();

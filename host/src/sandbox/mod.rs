@@ -107,11 +107,23 @@ pub struct RuntimeOptions {
     /// Whether skills slow to instantiate get an instance made ahead of their next call
     /// (see [`MakeAhead`]; made-ahead instances hold pool slots of their own).
     pub make_ahead: MakeAhead,
+    /// Linear memory all running guests may hold together, in MiB. A call reserves its
+    /// memory limit from it before it starts (waiting like for a slot, then refused), so
+    /// the host's guest memory stays under this whatever `max_concurrent_calls` is.
+    pub memory_budget_mb: u64,
 }
+
+/// The default [`RuntimeOptions::memory_budget_mb`]: the default 64 calls at the default
+/// 64 MiB limit fit; four calls at the 1 GiB ceiling take it all.
+pub const DEFAULT_MEMORY_BUDGET_MB: u64 = 4096;
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        RuntimeOptions { max_concurrent_calls: 64, make_ahead: MakeAhead::default() }
+        RuntimeOptions {
+            max_concurrent_calls: 64,
+            make_ahead: MakeAhead::default(),
+            memory_budget_mb: DEFAULT_MEMORY_BUDGET_MB,
+        }
     }
 }
 
@@ -133,6 +145,9 @@ pub struct Runtime {
     ticker: Arc<AtomicBool>,
     admission: Semaphore,
     max_calls: u32,
+    /// The guests' memory budget, one permit per MiB (see [`RuntimeOptions::memory_budget_mb`]).
+    memory_budget: Semaphore,
+    memory_budget_mb: u64,
     make_ahead: MakeAhead,
     /// Made-ahead instances this runtime may still hold (see [`ready`]).
     ahead_budget: Arc<AtomicUsize>,
@@ -259,6 +274,8 @@ impl Runtime {
             ticker,
             admission: Semaphore::new(calls as usize),
             max_calls: calls,
+            memory_budget: Semaphore::new(budget_permits(options.memory_budget_mb)),
+            memory_budget_mb: options.memory_budget_mb,
             make_ahead: options.make_ahead,
             ahead_budget: Arc::new(AtomicUsize::new(ahead)),
             protected: Vec::new(),
@@ -388,6 +405,33 @@ impl Runtime {
         skill.pre.clone()
     }
 
+    /// The same runtime with a guest memory budget of `mb` MiB (before any call runs).
+    pub fn with_memory_budget(mut self, mb: u64) -> Runtime {
+        self.memory_budget = Semaphore::new(budget_permits(mb));
+        self.memory_budget_mb = mb;
+        self
+    }
+
+    /// Reserve `mb` MiB of the guests' memory budget, waiting at most `wait`.
+    async fn reserve_memory(&self, mb: u64, wait: Duration) -> Result<SemaphorePermit<'_>, CallError> {
+        let refused = |waited: Duration| CallError::MemoryBudget {
+            asked_mb: mb,
+            budget_mb: self.memory_budget_mb,
+            waited_ms: waited.as_millis() as u64,
+        };
+        if mb > self.memory_budget_mb {
+            return Err(refused(Duration::ZERO));
+        }
+        let permits = budget_permits(mb) as u32;
+        if let Ok(permit) = self.memory_budget.try_acquire_many(permits) {
+            return Ok(permit);
+        }
+        match tokio::time::timeout(wait, self.memory_budget.acquire_many(permits)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(refused(wait)),
+        }
+    }
+
     /// Wait for a call slot, at most `wait`.
     async fn admit(&self, wait: Duration) -> Result<SemaphorePermit<'_>, CallError> {
         if let Ok(permit) = self.admission.try_acquire() {
@@ -407,6 +451,12 @@ impl Runtime {
         let limits = grant.limits;
         let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
         let _slot = match self.admit(wall).await {
+            Ok(p) => p,
+            Err(e) => return CallOutcome::failed(e, Vec::new(), started),
+        };
+        // Its whole memory limit, held until the call ends: the sum over running calls
+        // never exceeds the budget. The wait for it shares the wait for the slot.
+        let _memory = match self.reserve_memory(limits.memory_mb, wall.saturating_sub(started.elapsed())).await {
             Ok(p) => p,
             Err(e) => return CallOutcome::failed(e, Vec::new(), started),
         };
@@ -736,6 +786,11 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// Permits of a memory budget of `mb` MiB (a semaphore holds at most `u32::MAX >> 3`).
+fn budget_permits(mb: u64) -> usize {
+    mb.min(Semaphore::MAX_PERMITS as u64).min(u32::MAX as u64 >> 3) as usize
+}
+
 /// A right the skill used without holding it. The model reads `message`; the audit log
 /// keeps the whole record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -841,6 +896,13 @@ pub enum CallError {
         running: u32,
         waited_ms: u64,
     },
+    /// The call's memory limit did not fit in the host's guest memory budget (what the
+    /// running calls had not reserved) within its wait, or is larger than the whole budget.
+    MemoryBudget {
+        asked_mb: u64,
+        budget_mb: u64,
+        waited_ms: u64,
+    },
     Panic(String),
     Trap(String),
     Setup(String),
@@ -860,6 +922,14 @@ impl std::fmt::Display for CallError {
             CallError::Busy { running, waited_ms } => {
                 write!(f, "host busy: {running} calls running; retry later (no slot was free within {waited_ms} ms)")
             }
+            CallError::MemoryBudget { asked_mb, budget_mb, .. } if asked_mb > budget_mb => write!(
+                f,
+                "refused: the skill's memory limit of {asked_mb} MiB is over the host's memory budget for all guests ({budget_mb} MiB); lower its memory_mb or raise the budget"
+            ),
+            CallError::MemoryBudget { asked_mb, budget_mb, waited_ms } => write!(
+                f,
+                "host memory busy: the running calls hold the {budget_mb} MiB memory budget for guests and this call's {asked_mb} MiB did not fit within {waited_ms} ms; retry later"
+            ),
             CallError::Panic(m) => write!(f, "skill panicked: {m}"),
             CallError::Trap(m) => write!(f, "skill trapped: {m}"),
             CallError::Setup(m) => write!(f, "cannot start the skill: {m}"),

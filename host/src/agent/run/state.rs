@@ -195,7 +195,7 @@ impl From<&crate::sandbox::CallError> for StepStatus {
             CallError::Trap(_) => StepStatus::Trap,
             CallError::Setup(_) => StepStatus::Setup,
             CallError::Cancelled => StepStatus::Cancelled,
-            CallError::Busy { .. } => StepStatus::Busy,
+            CallError::Busy { .. } | CallError::MemoryBudget { .. } => StepStatus::Busy,
         }
     }
 }
