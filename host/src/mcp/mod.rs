@@ -38,6 +38,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
+use crate::audit::{CallDetail, CallEntry, CallStatus, ClientInfo, MemoryToolCall};
 use crate::capabilities::MemoryAccess;
 use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
 use crate::sandbox::CallError;
@@ -408,16 +409,29 @@ impl SkillhostMcp {
 
     /// The audit line of a memory tool call or MEMORY.md read, written before the answer
     /// goes out (synced in the background with concurrent appends, as a skill call's is).
-    async fn audit_memory(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
-        let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
-        entry.insert("step".into(), 0.into());
-        entry.insert("skill".into(), tool.into());
-        entry.insert("params".into(), params.clone());
-        entry.insert("status".into(), status.into());
-        entry.insert("transport".into(), self.transport.as_str().into());
-        entry.insert("client".into(), json!({ "name": client.name, "version": client.version }));
-        entry.extend(extra);
-        if let Err(e) = self.server.lib.append_entry(entry).await {
+    async fn audit_memory(
+        &self,
+        tool: &str,
+        client: &Client,
+        params: &Value,
+        status: CallStatus,
+        touched: tools::MemoriesTouched,
+    ) {
+        let entry = CallEntry {
+            session: self.session(client),
+            step: 0,
+            skill: tool.into(),
+            params: params.clone(),
+            status,
+            error: None,
+            detail: CallDetail::MemoryTool(MemoryToolCall {
+                transport: self.transport.as_str().into(),
+                client: ClientInfo { name: client.name.clone(), version: client.version.clone() },
+                memories_stored: touched.stored,
+                memories_read: touched.read,
+            }),
+        };
+        if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
             tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
         }
     }
@@ -435,7 +449,7 @@ impl SkillhostMcp {
         let request = match tools::MemoryRequest::parse(tool, arguments) {
             Ok(r) => r,
             Err(message) => {
-                self.audit_memory(tool.name(), &client, &params, "invalid-params", Map::new()).await;
+                self.audit_memory(tool.name(), &client, &params, CallStatus::InvalidParams, Default::default()).await;
                 return Ok(tools::error_result(&message));
             }
         };
@@ -446,11 +460,11 @@ impl SkillhostMcp {
                 Ok(request.execute(&memory, &namespace, &session, &provenance_client))
             })
             .await?;
-        let (status, extra) = match &outcome {
-            Ok(v) => ("success", tools::memory_audit_fields(v)),
-            Err(_) => ("failed", Map::new()),
+        let (status, touched) = match &outcome {
+            Ok(v) => (CallStatus::Success, tools::memories_touched(v)),
+            Err(_) => (CallStatus::Failed, Default::default()),
         };
-        self.audit_memory(tool.name(), &client, &params, status, extra).await;
+        self.audit_memory(tool.name(), &client, &params, status, touched).await;
         Ok(match outcome {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
@@ -644,7 +658,8 @@ impl ServerHandler for SkillhostMcp {
             let client = client_of(&context);
             let namespace = self.server.namespace().to_string();
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
-            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), "success", Map::new()).await;
+            self.audit_memory("memory_view", &client, &json!({ "uri": uri }), CallStatus::Success, Default::default())
+                .await;
             return Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
             ])

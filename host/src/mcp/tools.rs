@@ -407,16 +407,22 @@ impl MemoryRequest {
 }
 
 /// Audit fields of a memory tool's answer (ids, not contents).
-pub(super) fn memory_audit_fields(v: &Value) -> Map<String, Value> {
-    let mut m = Map::new();
-    if let Some(id) = v.get("id") {
-        m.insert("memories_stored".into(), json!([id]));
+pub(super) fn memories_touched(v: &Value) -> MemoriesTouched {
+    MemoriesTouched {
+        stored: v.get("id").map(|id| vec![id.clone()]),
+        read: v
+            .get("hits")
+            .and_then(Value::as_array)
+            .map(|hits| hits.iter().filter_map(|h| h.get("id").cloned()).collect()),
     }
-    if let Some(hits) = v.get("hits").and_then(Value::as_array) {
-        let ids: Vec<Value> = hits.iter().filter_map(|h| h.get("id").cloned()).collect();
-        m.insert("memories_read".into(), Value::Array(ids));
-    }
-    m
+}
+
+/// The records a memory tool call stored or read, for its audit line (ids as the tool's
+/// answer gave them).
+#[derive(Debug, Default)]
+pub(super) struct MemoriesTouched {
+    pub stored: Option<Vec<Value>>,
+    pub read: Option<Vec<Value>>,
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use wasmtime::component::Linker;
 
 use super::capability::{CallSetup, Enforce};
 use super::filesystem_gate::FsState;
+use crate::capabilities::CapabilityKind;
 use super::{CallState, Denial};
 use crate::capabilities::filesystem::Filesystem;
 use crate::capabilities::filesystem::resolve_mount_host;
@@ -68,7 +69,7 @@ fn apply(
         let host = match resolve_mount_host(&m.host, paths) {
             Ok(p) => p,
             Err(e) => {
-                denials.push(Denial { capability: "filesystem".into(), message: format!("mount {m} skipped: {e:#}") });
+                denials.push(Denial { capability: CapabilityKind::Filesystem.into(), message: format!("mount {m} skipped: {e:#}") });
                 continue;
             }
         };
@@ -78,7 +79,7 @@ fn apply(
                 host.display(),
                 p.display()
             );
-            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            denials.push(Denial { capability: CapabilityKind::Filesystem.into(), message: message.clone() });
             anyhow::bail!(message);
         }
         // Kernel views of the host: /proc/<pid>/environ is the host's environment (API keys)
@@ -88,7 +89,7 @@ fn apply(
                 "mount {m} ({}) is inside {kernel}, the kernel's view of the host (process environments and files, devices); refusing to run. Mount a project directory instead",
                 host.display()
             );
-            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            denials.push(Denial { capability: CapabilityKind::Filesystem.into(), message: message.clone() });
             anyhow::bail!(message);
         }
         let perms = match m.access {

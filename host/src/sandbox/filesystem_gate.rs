@@ -36,6 +36,7 @@ use wasmtime_wasi::p2::{
 };
 use wasmtime_wasi::{FsPerms, OpenMode};
 
+use crate::capabilities::CapabilityKind;
 use super::{CallState, Denial};
 use crate::capabilities::Limits;
 
@@ -121,7 +122,7 @@ impl FsState {
             if more > 0 {
                 message.push_str(&format!("; and {more} more"));
             }
-            out.push(Denial { capability: "filesystem".into(), message });
+            out.push(Denial { capability: CapabilityKind::Filesystem.into(), message });
             self.refused = 0;
             self.named.clear();
         }
@@ -129,7 +130,7 @@ impl FsState {
             && b.hit.swap(false, Ordering::Relaxed)
         {
             out.push(Denial {
-                capability: "filesystem".into(),
+                capability: CapabilityKind::Filesystem.into(),
                 message: format!(
                     "disk-write limit reached: a call may write {} MiB through its read-write mounts (limit disk_write_mb; new files and directories count {ENTRY_BYTES} bytes each), and further writes failed with insufficient-space. A skill that needs more declares `limits: disk_write_mb: N` in SKILL.md (at most {}) and the user grants it with `skillhost policy grant NAME limits`",
                     self.limit_mb,

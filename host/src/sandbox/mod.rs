@@ -20,6 +20,7 @@
 mod cache;
 mod capability;
 mod cpu;
+mod denial;
 mod env;
 mod filesystem;
 mod filesystem_gate;
@@ -53,7 +54,8 @@ use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
-pub use log::LogLine;
+pub use denial::{Denial, DenialKind};
+pub use log::{LogLevel, LogLine};
 pub use memory::{Absorbed, absorb};
 pub use ready::MakeAhead;
 pub use secrets::{LeakScanner, SecretValues};
@@ -734,14 +736,6 @@ impl ResourceLimiter for MemoryLimiter {
     fn memories(&self) -> usize {
         MAX_MEMORIES_PER_INSTANCE
     }
-}
-
-/// A right the skill used without holding it. The model reads `message`; the audit log
-/// keeps the whole record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Denial {
-    pub capability: String,
-    pub message: String,
 }
 
 /// What a skill returned, after the host's caps.

@@ -33,6 +33,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::Error as HttpError;
 
 use super::capability::{CallSetup, Enforce};
+use crate::capabilities::CapabilityKind;
 use super::{CallState, Denial};
 use crate::capabilities::SecretUse;
 use crate::capabilities::secrets::LeakAction;
@@ -266,7 +267,7 @@ impl CallSecrets {
         if let Ok(mut d) = self.denials.lock()
             && !d.iter().any(|x| x.message == message)
         {
-            d.push(Denial { capability: "secrets".into(), message });
+            d.push(Denial { capability: CapabilityKind::Secrets.into(), message });
         }
     }
 
