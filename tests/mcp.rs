@@ -149,6 +149,30 @@ fn every_call_is_an_audit_line_naming_transport_and_client() {
     cli(home.path(), &["audit", "verify"]);
 }
 
+/// A client's `memory_add` is admitted by the rule a skill's proposed memories follow: above
+/// the policy's `[memory] max_skill_priority` (default 3) it is stored at the cap, and the
+/// answer says so; priority 5 stays the user's.
+#[test]
+fn memory_add_is_capped_at_the_policy_priority_like_a_skill_memory() {
+    let home = example_home();
+    let mut c = StdioClient::start(home.path(), &[]);
+    let added = c.call("memory_add", json!({ "content": "The deploy key rotates every month", "priority": 5 }));
+    assert_eq!(added["isError"], false, "{added}");
+    let answer = &added["structuredContent"];
+    let id = answer["id"].as_u64().unwrap();
+    assert!(answer["note"].as_str().unwrap().contains("stored at 3"), "{added}");
+    let low = c.call("memory_add", json!({ "content": "The staging host is slow on Mondays", "priority": 2 }));
+    assert!(low["structuredContent"].get("note").is_none(), "{low}");
+    drop(c);
+    let listed: Value = serde_json::from_str(&cli(home.path(), &["--json", "memory", "list"])).unwrap();
+    let priority_of = |id: u64| {
+        let records = listed.as_array().or_else(|| listed["records"].as_array()).unwrap();
+        records.iter().find(|r| r["id"] == id).map(|r| r["priority"].clone()).unwrap_or_else(|| panic!("{listed}"))
+    };
+    assert_eq!(priority_of(id), 3, "stored at the cap, not at 5");
+    assert_eq!(priority_of(low["structuredContent"]["id"].as_u64().unwrap()), 2);
+}
+
 #[test]
 fn installs_removals_and_revocations_apply_while_the_server_runs() {
     let env = common::Env::new();

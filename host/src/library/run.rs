@@ -22,15 +22,18 @@ use serde_json::{Map, Value};
 use super::Library;
 use super::record::{InstallRecord, verify_files_sealed};
 use crate::audit::{CallDetail, CallEntry, CallStatus, RanCall, preview};
-use crate::capabilities::{CapabilityKind, Limits, MemoryAccess};
+use crate::capabilities::{CapabilityKind, CapabilitySet, Limits, MemoryAccess};
 use crate::fsutil::FileStamp;
 use crate::manifest::{Manifest, ParamType};
-use crate::memory::Provenance;
+use crate::memory::{MemoryStore, Provenance};
+use crate::policy::Policy;
 use crate::sandbox::{
-    self, CallError, CallGrant, CompileOutcome, Denial, DenialKind, Invocation, LogLine, PreparedSkill, SkillOutput,
+    self, Admission, CallError, CallGrant, CallOutcome, CompileOutcome, Denial, DenialKind, Invocation,
+    PreparedSkill, ProposedMemory,
 };
 
-/// Everything about one `run`.
+/// Everything about one `run`: which skill and version ran for whom, with what rights,
+/// and the sandbox's [`CallOutcome`] (reached through the report: `report.result`...).
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     pub skill: String,
@@ -39,36 +42,45 @@ pub struct RunReport {
     pub session: String,
     pub step: u32,
     pub params: Value,
-    #[serde(serialize_with = "ser_result")]
-    pub result: Result<SkillOutput, CallError>,
-    /// What the sandbox refused when the skill tried it (and proposed memories dropped).
-    pub denials: Vec<Denial>,
+    /// The result, what the sandbox refused when the skill tried it (and the memories
+    /// dropped or capped, first), logs, stdio and what the call used.
+    #[serde(flatten)]
+    pub outcome: CallOutcome,
     /// Rights the skill declares that the policy does not grant, for information: the call
     /// ran without them whether or not it tried to use them (`denials` says what it tried).
     pub not_granted: Vec<String>,
-    pub logs: Vec<LogLine>,
     pub memories: sandbox::Absorbed,
-    pub stdout: String,
-    pub stderr: String,
-    pub elapsed_us: u64,
-    /// CPU time the guest used (summed over the polls of its call, on whichever threads).
-    pub cpu_time_us: u64,
-    pub memory_peak_bytes: usize,
     pub compile: Option<CompileOutcome>,
     pub limits: Limits,
 }
 
-fn ser_result<S: serde::Serializer>(r: &Result<SkillOutput, CallError>, s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    #[serde(rename_all = "lowercase")]
-    enum Tagged<'a> {
-        Ok(&'a SkillOutput),
-        Error(&'a CallError),
+impl std::ops::Deref for RunReport {
+    type Target = CallOutcome;
+
+    fn deref(&self) -> &CallOutcome {
+        &self.outcome
     }
-    match r {
-        Ok(o) => Tagged::Ok(o).serialize(s),
-        Err(e) => Tagged::Error(e).serialize(s),
+}
+
+impl std::ops::DerefMut for RunReport {
+    fn deref_mut(&mut self) -> &mut CallOutcome {
+        &mut self.outcome
     }
+}
+
+/// A call's effective rights and limits, and the policy they came from (stage 2).
+struct Authorized {
+    policy: Arc<Policy>,
+    limits: Limits,
+    effective: CapabilitySet,
+    not_granted: Vec<String>,
+}
+
+/// What the sandbox is handed for one call (stage 3).
+struct PreparedCall {
+    grant: CallGrant,
+    invocation: Invocation,
+    store: Option<Arc<dyn MemoryStore>>,
 }
 
 /// How to run: session and step identity, and the namespace of the agent profile.
@@ -291,9 +303,11 @@ impl Library {
 
     /// Run an installed skill once. Refused (an error, nothing runs) when the audit log
     /// cannot record the call; an error too when the call ran but its line could not be
-    /// written.
+    /// written. The call's stages, in order: [`Library::load_for_call`],
+    /// [`Library::authorize`], [`Library::prepare_call`], [`Library::call_guest`],
+    /// [`Library::absorb_memories`], [`Library::audit_call`].
     pub async fn run(&self, name: &str, params: Value, opts: &RunOptions) -> Result<RunReport> {
-        self.run_cancellable(name, params, opts, std::future::pending()).await
+        self.call(name, params, opts, MemoryAccess::Write, std::future::pending()).await
     }
 
     /// [`Library::run`] that stops when `cancelled` resolves first: the guest's future (and
@@ -307,12 +321,11 @@ impl Library {
         opts: &RunOptions,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
-        self.run_narrowed(name, params, opts, MemoryAccess::Write, cancelled).await
+        self.call(name, params, opts, MemoryAccess::Write, cancelled).await
     }
 
     /// [`Library::run_cancellable`] with the skill's `memory` right capped at `max_memory`
-    /// for this call (a server started with `--memory read` runs a memory-write skill as
-    /// memory-read). What the cap took away shows in the report's `not_granted`.
+    /// (see [`Library::call`]).
     pub async fn run_narrowed(
         &self,
         name: &str,
@@ -321,26 +334,24 @@ impl Library {
         max_memory: MemoryAccess,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
+        self.call(name, params, opts, max_memory, cancelled).await
+    }
+
+    /// One call, every stage: the skill's `memory` right capped at `max_memory` for this
+    /// call (a server started with `--memory read` runs a memory-write skill as
+    /// memory-read; what the cap took away shows in the report's `not_granted`), stopped
+    /// when `cancelled` resolves first.
+    pub async fn call(
+        &self,
+        name: &str,
+        params: Value,
+        opts: &RunOptions,
+        max_memory: MemoryAccess,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
         let started = std::time::Instant::now();
-        self.audit.check_appendable()?;
-        // A loaded skill is one `stat` away: no hand-off of the worker for that (block_in_place
-        // moves the worker's queue to another thread); only a real load leaves the executor.
-        let cached = self.record_stamp(name).and_then(|stamp| self.skills.cached(name, &stamp));
-        let loaded = match cached.map_or_else(|| off_the_executor(|| self.load(name)), Ok) {
-            Ok(l) => l,
-            Err(e) => return Err(self.audit_refused(name, &params, opts, e).await),
-        };
-        let Some(prepared) = &loaded.prepared else {
-            let e = anyhow!(
-                "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
-            );
-            return Err(self.audit_refused(name, &params, opts, e).await);
-        };
-        let manifest = &loaded.manifest;
-        let policy = self.policy()?;
-        let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(name));
-        let mut effective = manifest.capabilities.intersect(&policy.granted(name));
-        effective.memory = effective.memory.min(max_memory);
+        let (loaded, prepared) = self.load_for_call(name, &params, opts).await?;
+        let authorized = self.authorize(&loaded, name, max_memory)?;
         let mut report = RunReport {
             skill: name.to_string(),
             version: loaded.record.version.clone(),
@@ -348,110 +359,170 @@ impl Library {
             session: opts.session.clone(),
             step: opts.step,
             params: params.clone(),
-            result: Err(CallError::Setup(String::new())),
-            denials: Vec::new(),
-            not_granted: manifest.capabilities.beyond(&effective),
-            logs: Vec::new(),
+            outcome: CallOutcome::not_started(CallError::Setup(String::new())),
+            not_granted: authorized.not_granted.clone(),
             memories: Default::default(),
-            stdout: String::new(),
-            stderr: String::new(),
-            elapsed_us: 0,
-            cpu_time_us: 0,
-            memory_peak_bytes: 0,
             compile: loaded.compile,
-            limits,
+            limits: authorized.limits,
         };
-        let params = match validate_params(manifest, &loaded.validator, params) {
-            Ok(p) => p,
+        let prepared_call = validate_params(&loaded.manifest, &loaded.validator, params).and_then(|params| {
+            report.params = params.clone();
+            self.prepare_call(&loaded, &authorized, name, params, opts)
+        });
+        let call = match prepared_call {
+            Ok(call) => call?,
             Err(e) => {
-                report.result = Err(e);
+                report.outcome.result = Err(e);
                 self.audit_call(&report).await?;
                 return Ok(report);
             }
         };
-        report.params = params.clone();
+        let Some(outcome) = self.call_guest(&prepared, call.grant, call.invocation, cancelled).await? else {
+            report.outcome.result = Err(CallError::Cancelled);
+            report.outcome.elapsed_us = started.elapsed().as_micros() as u64;
+            self.audit_call(&report).await?;
+            return Ok(report);
+        };
+        report.outcome = outcome;
+        if let Ok(out) = &report.outcome.result {
+            let admitted =
+                self.absorb_memories(name, &out.new_memories, &loaded, &authorized, call.store.as_deref(), opts);
+            // The memory denials come first, as they always have.
+            let memory_denials = admitted.capped.iter().chain(&admitted.dropped);
+            let denials: Vec<Denial> =
+                memory_denials.map(|m| Denial::new(CapabilityKind::Memory, m.clone())).collect();
+            report.outcome.denials.splice(0..0, denials);
+            report.memories = admitted;
+        }
+        self.audit_call(&report).await?;
+        Ok(report)
+    }
+
+    /// Stage 1, load: the installed version, verified and prepared, and its component. A
+    /// skill that cannot be loaded, or has no component, is refused (and audited as such).
+    async fn load_for_call(
+        &self,
+        name: &str,
+        params: &Value,
+        opts: &RunOptions,
+    ) -> Result<(Arc<Loaded>, PreparedSkill)> {
+        self.audit.check_appendable()?;
+        // A loaded skill is one `stat` away: no hand-off of the worker for that (block_in_place
+        // moves the worker's queue to another thread); only a real load leaves the executor.
+        let cached = self.record_stamp(name).and_then(|stamp| self.skills.cached(name, &stamp));
+        let loaded = match cached.map_or_else(|| off_the_executor(|| self.load(name)), Ok) {
+            Ok(l) => l,
+            Err(e) => return Err(self.audit_refused(name, params, opts, e).await),
+        };
+        let Some(prepared) = loaded.prepared.clone() else {
+            let e = anyhow!(
+                "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
+            );
+            return Err(self.audit_refused(name, params, opts, e).await);
+        };
+        Ok((loaded, prepared))
+    }
+
+    /// Stage 2, authorize: effective rights (declared AND granted, narrowed to
+    /// `max_memory`) and limits (asked for, capped by the policy).
+    fn authorize(&self, loaded: &Loaded, name: &str, max_memory: MemoryAccess) -> Result<Authorized> {
+        let manifest = &loaded.manifest;
+        let policy = self.policy()?;
+        let limits = Limits::resolve(&manifest.limits, &policy.limit_caps(name));
+        let mut effective = manifest.capabilities.intersect(&policy.granted(name));
+        effective.memory = effective.memory.min(max_memory);
+        let not_granted = manifest.capabilities.beyond(&effective);
+        Ok(Authorized { policy, limits, effective, not_granted })
+    }
+
+    /// Stage 3, prepare (after the parameters were checked against SKILL.md): what the
+    /// sandbox needs for the call (paths, secret values, the store). A [`CallError`] is the
+    /// call's result and is audited like one; the outer error (the store cannot be opened)
+    /// is the host's.
+    fn prepare_call(
+        &self,
+        loaded: &Loaded,
+        authorized: &Authorized,
+        name: &str,
+        params: Value,
+        opts: &RunOptions,
+    ) -> Result<Result<PreparedCall>, CallError> {
+        let (policy, effective) = (&authorized.policy, &authorized.effective);
         // Explicit flags, then the user policy, then defaults.
         let mut paths = policy.paths.clone();
         paths.extend(self.paths.clone());
         for (k, v) in &self.default_paths {
             paths.entry(k.clone()).or_insert_with(|| v.clone());
         }
-        let secret_values = match if effective.secrets.is_empty() {
-            Ok(Default::default())
+        let secret_values = if effective.secrets.is_empty() {
+            Default::default()
         } else {
             off_the_executor(|| self.secrets().values_for(&effective.secrets))
-        } {
-            Ok(v) => v,
-            Err(e) => {
-                report.result = Err(CallError::Setup(format!("{e:#}")));
-                self.audit_call(&report).await?;
-                return Ok(report);
-            }
+                .map_err(|e| CallError::Setup(format!("{e:#}")))?
         };
         let secret_values = secret_values.on_leak(policy.secrets.on_leak());
         let needs_store = effective.memory != MemoryAccess::None || effective.session;
-        let store = if needs_store { Some(self.store()?) } else { None };
+        let store = match needs_store.then(|| self.store()).transpose() {
+            Ok(store) => store,
+            Err(e) => return Ok(Err(e)),
+        };
         let grant = CallGrant {
             skill: name.to_string(),
             skill_hash: loaded.content_hash.clone(),
             capabilities: effective.clone(),
-            limits,
+            limits: authorized.limits,
             paths,
             store: store.clone(),
             namespace: opts.namespace.clone(),
             secret_values,
         };
         let invocation = Invocation { session_id: opts.session.clone(), step: opts.step, params: params.to_string() };
+        Ok(Ok(PreparedCall { grant, invocation, store }))
+    }
+
+    /// Stage 4, call: the guest in the sandbox, raced against `cancelled` (`None` when the
+    /// caller gave up first).
+    async fn call_guest(
+        &self,
+        prepared: &PreparedSkill,
+        grant: CallGrant,
+        invocation: Invocation,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<Option<CallOutcome>> {
         let call = self.runtime()?.call(prepared, grant, invocation);
         // Biased: once cancelled, the guest is not resumed for another slice.
-        let outcome = tokio::select! {
+        Ok(tokio::select! {
             biased;
             () = cancelled => None,
             outcome = call => Some(outcome),
+        })
+    }
+
+    /// Stage 5, absorb: the memories the skill proposed, through the one admission rule
+    /// (its `memory` right, its limits, the policy's priority cap), with provenance.
+    fn absorb_memories(
+        &self,
+        skill: &str,
+        proposed: &[ProposedMemory],
+        loaded: &Loaded,
+        authorized: &Authorized,
+        store: Option<&dyn MemoryStore>,
+        opts: &RunOptions,
+    ) -> sandbox::Absorbed {
+        let provenance = Provenance {
+            skill: skill.to_string(),
+            skill_hash: loaded.content_hash.clone(),
+            session: opts.session.clone(),
+            step: opts.step,
         };
-        let Some(outcome) = outcome else {
-            report.result = Err(CallError::Cancelled);
-            report.elapsed_us = started.elapsed().as_micros() as u64;
-            self.audit_call(&report).await?;
-            return Ok(report);
-        };
-        if let Ok(out) = &outcome.result {
-            let provenance = Provenance {
-                skill: name.to_string(),
-                skill_hash: loaded.content_hash.clone(),
-                session: opts.session.clone(),
-                step: opts.step,
-            };
-            // Priority 5 (and whatever the policy keeps above its cap) belongs to the user.
-            let cap = policy.memory.max_skill_priority();
-            let mut proposed = out.new_memories.clone();
-            for (i, m) in proposed.iter_mut().enumerate().filter(|(_, m)| m.priority > cap) {
-                report.denials.push(Denial {
-                    capability: CapabilityKind::Memory.into(),
-                    message: format!(
-                        "memory #{} proposed at priority {}, stored at {cap}: priorities above {cap} belong to the user ([memory] max_skill_priority in the policy)",
-                        i + 1,
-                        m.priority
-                    ),
-                });
-                m.priority = cap;
-            }
-            report.memories =
-                sandbox::absorb(&proposed, effective.memory, &limits, store.as_deref(), &opts.namespace, &provenance);
-            for d in &report.memories.dropped {
-                report.denials.push(Denial { capability: CapabilityKind::Memory.into(), message: d.clone() });
-            }
-        }
-        report.result = outcome.result;
-        report.denials.extend(outcome.denials);
-        report.logs = outcome.logs;
-        report.stdout = outcome.stdout;
-        report.stderr = outcome.stderr;
-        report.elapsed_us = outcome.elapsed_us;
-        report.cpu_time_us = outcome.cpu_time_us;
-        report.memory_peak_bytes = outcome.memory_peak_bytes;
-        self.audit_call(&report).await?;
-        Ok(report)
+        let rules = Admission::for_call(
+            authorized.effective.memory,
+            &authorized.limits,
+            authorized.policy.memory.max_skill_priority(),
+            &opts.namespace,
+            &provenance,
+        );
+        sandbox::admit(proposed, &rules, store)
     }
 
     /// A call refused before anything ran (tampered installed files, a component that does

@@ -457,7 +457,8 @@ impl SkillhostMcp {
         let outcome = self
             .blocking(move |server| {
                 let memory = server.lib.memory()?;
-                Ok(request.execute(&memory, &namespace, &session, &provenance_client))
+                let max_priority = server.lib.policy()?.memory.max_skill_priority();
+                Ok(request.execute(&memory, &namespace, &session, &provenance_client, max_priority))
             })
             .await?;
         let (status, touched) = match &outcome {

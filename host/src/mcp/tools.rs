@@ -11,11 +11,11 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde_json::{Map, Value, json};
 
 use super::{McpServer, MemoryMode};
-use crate::capabilities::{Access, CapabilitySet, MemoryAccess};
+use crate::capabilities::{Access, CapabilitySet, Limits, MemoryAccess};
 use crate::library::{RunReport, SkillInfo};
 use crate::manifest::Manifest;
-use crate::memory::{Memory, MemoryKind, NewRecord, Provenance, SearchFilter};
-use crate::sandbox::{CallError, Status};
+use crate::memory::{Memory, MemoryKind, Provenance, SearchFilter};
+use crate::sandbox::{self, Admission, CallError, ProposedMemory, Status};
 
 /// Longest tool description sent: SKILL.md descriptions are capped by the linter, but a
 /// hostile one should not fill a client's context.
@@ -364,6 +364,7 @@ impl MemoryRequest {
         namespace: &str,
         session: &str,
         client: &str,
+        max_priority: u8,
     ) -> Result<Value, String> {
         match self {
             MemoryRequest::Search { query, limit } => {
@@ -386,21 +387,36 @@ impl MemoryRequest {
                 Ok(json!({ "hits": hits }))
             }
             MemoryRequest::Add { content, kind, priority, tags } => {
-                let record = NewRecord {
-                    namespace: namespace.to_string(),
-                    kind,
-                    content,
-                    priority,
-                    tags,
-                    provenance: Provenance {
-                        skill: client.to_string(),
-                        skill_hash: String::new(),
-                        session: session.to_string(),
-                        step: 0,
-                    },
+                let provenance = Provenance {
+                    skill: client.to_string(),
+                    skill_hash: String::new(),
+                    session: session.to_string(),
+                    step: 0,
                 };
-                let id = memory.add(record).map_err(|e| format!("cannot store the memory: {e:#}"))?;
-                Ok(json!({ "id": id }))
+                // The rule a skill's proposed memories follow, the policy's priority cap
+                // included: a client is not the user either. One memory per call; its size
+                // is bounded by the argument check and the limits' ceiling.
+                let rules = Admission {
+                    access: MemoryAccess::Write,
+                    max_priority,
+                    max_new: 1,
+                    max_bytes: Limits::CEILING.max_memory_bytes,
+                    namespace,
+                    provenance: &provenance,
+                };
+                let proposed = ProposedMemory { kind, content, priority, tags };
+                let admitted = sandbox::admit(&[proposed], &rules, Some(memory));
+                match (admitted.stored.first(), admitted.dropped.first()) {
+                    (Some(id), _) => {
+                        let mut answer = json!({ "id": id });
+                        if let Some(capped) = admitted.capped.first() {
+                            answer["note"] = capped.replace("memory #1 proposed", "proposed").into();
+                        }
+                        Ok(answer)
+                    }
+                    (None, Some(dropped)) => Err(format!("cannot store the memory: {dropped}")),
+                    (None, None) => Err("cannot store the memory".into()),
+                }
             }
         }
     }

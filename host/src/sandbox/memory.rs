@@ -135,46 +135,88 @@ impl Host for MemoryState {
     }
 }
 
-/// Result of storing a call's proposed memories.
+/// What became of proposed memories: the ids stored, and a sentence for each one dropped
+/// or capped.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Absorbed {
     pub stored: Vec<u64>,
     pub dropped: Vec<String>,
+    /// Memories stored at a lower priority than proposed (the policy's cap). Reported as
+    /// denials beside the drops; not part of the serialized report, which never had it.
+    #[serde(skip)]
+    pub capped: Vec<String>,
 }
 
-/// Store what the skill proposed, if it may; explain every drop.
-pub fn absorb(
-    proposed: &[ProposedMemory],
-    access: MemoryAccess,
-    limits: &Limits,
-    store: Option<&dyn MemoryStore>,
-    namespace: &str,
-    provenance: &Provenance,
-) -> Absorbed {
+/// The rules a proposed memory is admitted under, whoever proposes it (a skill's result, an
+/// MCP client's `memory_add`): the right to write, the policy's priority cap (priority 5
+/// and whatever the policy keeps above its cap belong to the user), how many and how large.
+#[derive(Debug, Clone)]
+pub struct Admission<'a> {
+    pub access: MemoryAccess,
+    /// `[memory] max_skill_priority`: a memory proposed above it is stored at it.
+    pub max_priority: u8,
+    pub max_new: u64,
+    /// Bytes of content and tags, per memory.
+    pub max_bytes: u64,
+    pub namespace: &'a str,
+    pub provenance: &'a Provenance,
+}
+
+impl<'a> Admission<'a> {
+    /// A call's rules: its effective `memory` right and limits, and the policy's cap.
+    pub fn for_call(
+        access: MemoryAccess,
+        limits: &Limits,
+        max_priority: u8,
+        namespace: &'a str,
+        provenance: &'a Provenance,
+    ) -> Admission<'a> {
+        Admission {
+            access,
+            max_priority,
+            max_new: limits.max_new_memories,
+            max_bytes: limits.max_memory_bytes,
+            namespace,
+            provenance,
+        }
+    }
+}
+
+/// Store what was proposed, as far as `rules` let it; explain every drop and every cap.
+/// The one place memory writes from outside the user are admitted.
+pub fn admit(proposed: &[ProposedMemory], rules: &Admission<'_>, store: Option<&dyn MemoryStore>) -> Absorbed {
     let mut out = Absorbed::default();
     if proposed.is_empty() {
         return out;
     }
-    let (MemoryAccess::Write, Some(store)) = (access, store) else {
+    let cap = rules.max_priority;
+    for (i, m) in proposed.iter().enumerate().filter(|(_, m)| m.priority > cap) {
+        out.capped.push(format!(
+            "memory #{} proposed at priority {}, stored at {cap}: priorities above {cap} belong to the user ([memory] max_skill_priority in the policy)",
+            i + 1,
+            m.priority
+        ));
+    }
+    let (MemoryAccess::Write, Some(store)) = (rules.access, store) else {
         out.dropped
             .push(format!("{} proposed memories dropped: the skill does not hold `memory: write`", proposed.len()));
         return out;
     };
     for (i, m) in proposed.iter().enumerate() {
-        if i as u64 >= limits.max_new_memories {
+        if i as u64 >= rules.max_new {
             out.dropped.push(format!(
                 "{} proposed memories over the limit of {} dropped",
                 proposed.len() - i,
-                limits.max_new_memories
+                rules.max_new
             ));
             break;
         }
         let size = m.content.len() + m.tags.iter().map(String::len).sum::<usize>();
-        if size as u64 > limits.max_memory_bytes {
+        if size as u64 > rules.max_bytes {
             out.dropped.push(format!(
                 "memory #{} dropped: {size} bytes (content and tags) exceeds the limit of {}; summarize it (counts and key lines)",
                 i + 1,
-                limits.max_memory_bytes
+                rules.max_bytes
             ));
             continue;
         }
@@ -183,12 +225,12 @@ pub fn absorb(
             continue;
         }
         let record = NewRecord {
-            namespace: namespace.to_string(),
+            namespace: rules.namespace.to_string(),
             kind: m.kind,
             content: m.content.clone(),
-            priority: m.priority,
+            priority: m.priority.min(cap),
             tags: m.tags.clone(),
-            provenance: provenance.clone(),
+            provenance: rules.provenance.clone(),
         };
         match store.insert(record) {
             Ok(id) => out.stored.push(id),

@@ -56,7 +56,7 @@ pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep a
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
 pub use denial::{Denial, DenialKind};
 pub use log::{LogLevel, LogLine};
-pub use memory::{Absorbed, absorb};
+pub use memory::{Absorbed, Admission, admit};
 pub use ready::MakeAhead;
 pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
@@ -403,35 +403,58 @@ impl Runtime {
 
     /// Run one call in a fresh store. The call first waits for a slot (at most its wall
     /// limit); its wall limit then counts from the start of its run. The future is `Send`:
-    /// calls may run on any worker of a multi-threaded runtime.
+    /// calls may run on any worker of a multi-threaded runtime. The stages, in order:
+    /// [`Runtime::admit`], [`Runtime::prepare_store`], [`execute`], [`hand_back`].
     pub async fn call(&self, skill: &PreparedSkill, grant: CallGrant, invocation: Invocation) -> CallOutcome {
         let started = Instant::now();
         let limits = grant.limits;
-        let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
-        let _slot = match self.admit(wall).await {
+        let _slot = match self.admit(Duration::from_millis(limits.wall_time_ms)).await {
             Ok(p) => p,
             Err(e) => return CallOutcome::failed(e, Vec::new(), started),
         };
-        let running = Instant::now();
         let mut denials = Vec::new();
-        let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
-        let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
-        let state =
-            match CallState::new(&grant, &invocation, &self.protected, stdout.clone(), stderr.clone(), &mut denials) {
-                Ok(s) => s,
-                Err(e) => return CallOutcome::failed(CallError::Setup(format!("{e:#}")), denials, started),
-            };
-        let tier = Limits::STACK_TIERS_KB.iter().position(|t| *t == limits.stack_kb).unwrap_or(0);
-        let pre = match self.pre_for(skill, tier).await {
-            Ok(pre) => pre,
-            Err(e) => {
-                let e = CallError::Setup(format!("cannot prepare a {} KiB stack: {e:#}", limits.stack_kb));
-                return CallOutcome::failed(e, denials, started);
-            }
+        let stdio = CallStdio::new();
+        let ready = match self.prepare_store(skill, &grant, &invocation, &stdio, &mut denials).await {
+            Ok(ready) => ready,
+            Err(e) => return CallOutcome::failed(e, denials, started),
         };
+        let (tier, pre, meter) = (ready.tier, ready.pre.clone(), ready.meter.clone());
+        let (result, store, inline_instantiation) = execute(ready, &invocation, &limits, &stdio.stderr).await;
+        let execute_end = Instant::now();
+        skill.ready.called(inline_instantiation);
+        skill.ready.refill(self.make_ahead, &self.ahead_budget, tier, pre);
+        let mut outcome = hand_back(store.into_data(), result, &stdio, grant.secret_values.leak_action(), denials);
+        outcome.cpu_time_us = meter.used().as_micros() as u64;
+        outcome.elapsed_us = execute_end.duration_since(started).as_micros() as u64;
+        outcome
+    }
+
+    /// The call's store, ready to run: its state built from the grant (every capability's
+    /// slice; rights that cannot be honoured go to `denials`), the component linked for its
+    /// stack size, an instance made ahead when one waits, the memory limiter and the epoch
+    /// callback that enforces the CPU and wall limits and yields to the executor.
+    async fn prepare_store(
+        &self,
+        skill: &PreparedSkill,
+        grant: &CallGrant,
+        invocation: &Invocation,
+        stdio: &CallStdio,
+        denials: &mut Vec<Denial>,
+    ) -> Result<ReadyStore, CallError> {
+        let running = Instant::now();
+        let limits = grant.limits;
+        let (cpu_limit, wall) = (Duration::from_millis(limits.cpu_time_ms), Duration::from_millis(limits.wall_time_ms));
+        let state =
+            CallState::new(grant, invocation, &self.protected, stdio.stdout.clone(), stdio.stderr.clone(), denials)
+                .map_err(|e| CallError::Setup(format!("{e:#}")))?;
+        let tier = Limits::STACK_TIERS_KB.iter().position(|t| *t == limits.stack_kb).unwrap_or(0);
+        let pre = self
+            .pre_for(skill, tier)
+            .await
+            .map_err(|e| CallError::Setup(format!("cannot prepare a {} KiB stack: {e:#}", limits.stack_kb)))?;
         // An instance made ahead (never run, no capability) takes this call's state before
         // any export runs; one whose instantiation used more memory than this call may have
-        // is dropped, and the inline instantiation below reports the limit as before.
+        // is dropped, and the inline instantiation reports the limit as before.
         let (mut store, made_ahead) = match skill.ready.take(tier) {
             Some(made) if made.store.data().limiter.total <= state.limiter.max => {
                 let mut store = made.store;
@@ -469,105 +492,149 @@ impl Runtime {
             slice_start = used;
             Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())))
         });
+        Ok(ReadyStore { store, made_ahead, pre, tier, meter })
+    }
+}
 
-        let mut inline_instantiation = None;
-        let result = {
-            let run = async {
-                let instance = match made_ahead {
-                    Some(instance) => instance,
-                    None => {
-                        let instantiating = Instant::now();
-                        let instance = pre
-                            .instantiate_async(&mut store)
-                            .await
-                            .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
-                        inline_instantiation = Some(instantiating.elapsed());
-                        instance
-                    }
-                };
-                match instance.call_execute(&mut store, &invocation.to_wit()).await {
-                    Err(e) => Err(classify_trap(e, store.data_mut(), &limits, &stderr)),
-                    Ok(Err(wit::SkillError::InvalidParams(m))) => Err(CallError::InvalidParams(m)),
-                    Ok(Err(wit::SkillError::Failed(m))) => Err(CallError::Failed(m)),
-                    Ok(Ok(r)) => Ok(SkillOutput::from_wit(r, &limits)),
+/// The guest's stdout and stderr, captured (up to [`STDIO_CAPACITY`] each).
+struct CallStdio {
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl CallStdio {
+    fn new() -> CallStdio {
+        CallStdio { stdout: MemoryOutputPipe::new(STDIO_CAPACITY), stderr: MemoryOutputPipe::new(STDIO_CAPACITY) }
+    }
+}
+
+/// A call's store with everything set but the run itself ([`Runtime::prepare_store`]).
+struct ReadyStore {
+    store: Store<CallState>,
+    /// An instance made ahead that adopted the call's state; `None`: instantiate inline.
+    made_ahead: Option<bindings::Skill>,
+    pre: SkillPre<CallState>,
+    /// Index of the stack tier (see [`Limits::STACK_TIERS_KB`]).
+    tier: usize,
+    /// The call's CPU time, summed over the polls of its future.
+    meter: Arc<cpu::CpuMeter>,
+}
+
+/// Run the guest: instantiate it (unless made ahead) and call `execute`, under the wall
+/// limit (a tokio timeout for the time the guest waits in a host call, where epochs do not
+/// fire). Returns the raw result, the store, and how long an inline instantiation took.
+async fn execute(
+    ready: ReadyStore,
+    invocation: &Invocation,
+    limits: &Limits,
+    stderr: &MemoryOutputPipe,
+) -> (Result<SkillOutput, CallError>, Store<CallState>, Option<Duration>) {
+    let ReadyStore { mut store, made_ahead, pre, meter, .. } = ready;
+    let wall = Duration::from_millis(limits.wall_time_ms);
+    let mut inline_instantiation = None;
+    let result = {
+        let run = async {
+            let instance = match made_ahead {
+                Some(instance) => instance,
+                None => {
+                    let instantiating = Instant::now();
+                    let instance = pre
+                        .instantiate_async(&mut store)
+                        .await
+                        .map_err(|e| CallError::Setup(format!("cannot instantiate the component: {e:#}")))?;
+                    inline_instantiation = Some(instantiating.elapsed());
+                    instance
                 }
             };
-            let mut run = std::pin::pin!(run);
-            let metered = cpu::Metered { inner: run.as_mut(), meter: meter.clone() };
-            match tokio::time::timeout(wall, metered).await {
-                Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
-                Ok(r) => r,
+            match instance.call_execute(&mut store, &invocation.to_wit()).await {
+                Err(e) => Err(classify_trap(e, store.data_mut(), limits, stderr)),
+                Ok(Err(wit::SkillError::InvalidParams(m))) => Err(CallError::InvalidParams(m)),
+                Ok(Err(wit::SkillError::Failed(m))) => Err(CallError::Failed(m)),
+                Ok(Ok(r)) => Ok(SkillOutput::from_wit(r, limits)),
             }
         };
-        let execute_end = Instant::now();
-        let mut state = store.into_data();
-        skill.ready.called(inline_instantiation);
-        skill.ready.refill(self.make_ahead, &self.ahead_budget, tier, pre);
-        // Everything handed back is scrubbed of held values (secrets, granted env values)
-        // before the denials are collected: a redaction is itself a denial.
-        let caps = &state.caps;
-        let leaked = std::cell::Cell::new(false);
-        let redact = |what: &str, mut text: String| {
-            if caps.redact(what, &mut text) {
-                leaked.set(true);
-            }
-            text
-        };
-        let result = result.map(|mut out| {
-            out.output = redact("the output", std::mem::take(&mut out.output));
-            for (k, v) in &mut out.metadata {
-                *k = redact("a metadata key", std::mem::take(k));
-                *v = redact("metadata", std::mem::take(v));
-            }
-            for m in &mut out.new_memories {
-                m.content = redact("a proposed memory", std::mem::take(&mut m.content));
-                for t in &mut m.tags {
-                    *t = redact("a memory tag", std::mem::take(t));
-                }
-            }
-            out
-        });
-        let result = result.map_err(|e| match e {
-            CallError::Failed(m) => CallError::Failed(redact("the error", m)),
-            CallError::InvalidParams(m) => CallError::InvalidParams(redact("the error", m)),
-            CallError::Trap(m) => CallError::Trap(redact("the error", m)),
-            // A panic message is the guest's own text (quoted from its stderr), like a trap's.
-            CallError::Panic(m) => CallError::Panic(redact("the error", m)),
-            other => other,
-        });
-        let logs: Vec<LogLine> = std::mem::take(&mut state.logs.lines)
-            .into_iter()
-            .map(|l| LogLine { message: redact("a log line", l.message), ..l })
-            .collect();
-        let stdout = redact("stdout", String::from_utf8_lossy(&stdout.contents()).into_owned());
-        let stderr = redact("stderr", String::from_utf8_lossy(&stderr.contents()).into_owned());
-        denials.extend(state.caps.take_denials());
-        // The policy may fail a call that tried to hand back a held value at all, rather
-        // than pass on its (redacted) result.
-        let result = match result {
-            Ok(_)
-            | Err(CallError::Failed(_))
-            | Err(CallError::InvalidParams(_))
-            | Err(CallError::Trap(_))
-            | Err(CallError::Panic(_))
-                if leaked.get() && grant.secret_values.leak_action() == LeakAction::Fail =>
-            {
-                Err(CallError::Failed(
-                    "the skill tried to hand back a value the host holds for it (a secret or a granted environment value; it is redacted everywhere), and the policy fails such calls ([secrets] on_leak = \"fail\")".into(),
-                ))
-            }
-            other => other,
-        };
-        CallOutcome {
-            result,
-            denials,
-            logs,
-            stdout,
-            stderr,
-            memory_peak_bytes: state.limiter.peak,
-            cpu_time_us: meter.used().as_micros() as u64,
-            elapsed_us: execute_end.duration_since(started).as_micros() as u64,
+        let mut run = std::pin::pin!(run);
+        let metered = cpu::Metered { inner: run.as_mut(), meter };
+        match tokio::time::timeout(wall, metered).await {
+            Err(_) => Err(CallError::Timeout { limit_ms: limits.wall_time_ms }),
+            Ok(r) => r,
         }
+    };
+    (result, store, inline_instantiation)
+}
+
+/// Everything handed back, scrubbed of held values (secrets, granted env values) before the
+/// denials are collected (a redaction is itself a denial); then the leak policy: it may fail
+/// a call that tried to hand back a held value at all, rather than pass on its redacted
+/// result. Times are the caller's to fill in.
+fn hand_back(
+    mut state: CallState,
+    result: Result<SkillOutput, CallError>,
+    stdio: &CallStdio,
+    leak_action: LeakAction,
+    mut denials: Vec<Denial>,
+) -> CallOutcome {
+    let caps = &state.caps;
+    let leaked = std::cell::Cell::new(false);
+    let redact = |what: &str, mut text: String| {
+        if caps.redact(what, &mut text) {
+            leaked.set(true);
+        }
+        text
+    };
+    let result = result.map(|mut out| {
+        out.output = redact("the output", std::mem::take(&mut out.output));
+        for (k, v) in &mut out.metadata {
+            *k = redact("a metadata key", std::mem::take(k));
+            *v = redact("metadata", std::mem::take(v));
+        }
+        for m in &mut out.new_memories {
+            m.content = redact("a proposed memory", std::mem::take(&mut m.content));
+            for t in &mut m.tags {
+                *t = redact("a memory tag", std::mem::take(t));
+            }
+        }
+        out
+    });
+    let result = result.map_err(|e| match e {
+        CallError::Failed(m) => CallError::Failed(redact("the error", m)),
+        CallError::InvalidParams(m) => CallError::InvalidParams(redact("the error", m)),
+        CallError::Trap(m) => CallError::Trap(redact("the error", m)),
+        // A panic message is the guest's own text (quoted from its stderr), like a trap's.
+        CallError::Panic(m) => CallError::Panic(redact("the error", m)),
+        other => other,
+    });
+    let logs: Vec<LogLine> = std::mem::take(&mut state.logs.lines)
+        .into_iter()
+        .map(|l| LogLine { message: redact("a log line", l.message), ..l })
+        .collect();
+    let stdout = redact("stdout", String::from_utf8_lossy(&stdio.stdout.contents()).into_owned());
+    let stderr = redact("stderr", String::from_utf8_lossy(&stdio.stderr.contents()).into_owned());
+    let leaked = leaked.get();
+    denials.extend(state.caps.take_denials());
+    let result = match result {
+        Ok(_)
+        | Err(CallError::Failed(_))
+        | Err(CallError::InvalidParams(_))
+        | Err(CallError::Trap(_))
+        | Err(CallError::Panic(_))
+            if leaked && leak_action == LeakAction::Fail =>
+        {
+            Err(CallError::Failed(
+                "the skill tried to hand back a value the host holds for it (a secret or a granted environment value; it is redacted everywhere), and the policy fails such calls ([secrets] on_leak = \"fail\")".into(),
+            ))
+        }
+        other => other,
+    };
+    CallOutcome {
+        result,
+        denials,
+        logs,
+        stdout,
+        stderr,
+        memory_peak_bytes: state.limiter.peak,
+        cpu_time_us: 0,
+        elapsed_us: 0,
     }
 }
 
@@ -924,8 +991,9 @@ fn stderr_tail(stderr: &str) -> Option<String> {
 }
 
 /// Everything about one call, for the CLI, the agent loop and the audit log.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CallOutcome {
+    #[serde(serialize_with = "ser_result")]
     pub result: Result<SkillOutput, CallError>,
     pub denials: Vec<Denial>,
     pub logs: Vec<LogLine>,
@@ -937,7 +1005,35 @@ pub struct CallOutcome {
     pub elapsed_us: u64,
 }
 
+/// A result as `{"ok": output}` or `{"error": {"kind": ..., "message": ...}}`.
+fn ser_result<S: serde::Serializer>(r: &Result<SkillOutput, CallError>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Tagged<'a> {
+        Ok(&'a SkillOutput),
+        Error(&'a CallError),
+    }
+    match r {
+        Ok(o) => Tagged::Ok(o).serialize(s),
+        Err(e) => Tagged::Error(e).serialize(s),
+    }
+}
+
 impl CallOutcome {
+    /// A call that ended with `e` before the sandbox was asked to run it.
+    pub fn not_started(e: CallError) -> CallOutcome {
+        CallOutcome {
+            result: Err(e),
+            denials: Vec::new(),
+            logs: Vec::new(),
+            stdout: String::new(),
+            stderr: String::new(),
+            memory_peak_bytes: 0,
+            cpu_time_us: 0,
+            elapsed_us: 0,
+        }
+    }
+
     fn failed(e: CallError, denials: Vec<Denial>, started: Instant) -> CallOutcome {
         CallOutcome {
             result: Err(e),
