@@ -6,15 +6,8 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
-use assert_cmd::Command;
-use common::Env;
+use common::{Env, skillhost};
 use serde_json::Value;
-
-fn skillhost(env: &Env) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", env.home.path());
-    c
-}
 
 fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
     let dir = env.probe_as("bundled", "");
@@ -23,7 +16,8 @@ fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
     std::fs::create_dir_all(dir.join("target")).unwrap();
     std::fs::write(dir.join("target/junk"), "build output is not packed").unwrap();
     let out = env.sources.path().join("bundled.skill");
-    let o = skillhost(env).args(["--json", "skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
+    let o =
+        skillhost(env.home.path()).args(["--json", "skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
     let report: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
     let files: Vec<&String> = report["manifest"]["files"].as_object().unwrap().keys().collect();
     assert_eq!(files, ["SKILL.md", "references/usage.md", "skill.wasm"]);
@@ -35,8 +29,8 @@ fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
 fn pack_then_install_from_a_file() {
     let env = Env::new();
     let (file, _) = packed(&env);
-    skillhost(&env).args(["skill", "install"]).arg(&file).assert().success();
-    skillhost(&env).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
+    skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().success();
+    skillhost(env.home.path()).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
 }
 
 #[test]
@@ -48,7 +42,7 @@ fn tampered_or_padded_bundles_are_refused() {
     let at = bytes.windows(4).position(|w| w == b"\0asm").unwrap() + 4096;
     tampered[at] ^= 0xff;
     std::fs::write(&file, &tampered).unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     assert!(err.contains("`skill.wasm` does not match its hash"), "{err}");
 
@@ -67,14 +61,14 @@ fn tampered_or_padded_bundles_are_refused() {
     header.set_cksum();
     builder.append_data(&mut header, "scripts/evil.sh", &b"boom"[..]).unwrap();
     std::fs::write(&file, builder.into_inner().unwrap()).unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     assert!(err.contains("`scripts/evil.sh` is not listed"), "{err}");
 
     std::fs::write(&file, b"not a bundle at all").unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     assert!(String::from_utf8_lossy(&o.get_output().stderr).contains("bundle"));
-    let o = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    let o = skillhost(env.home.path()).args(["--json", "skill", "list"]).assert().success();
     assert_eq!(serde_json::from_slice::<Value>(&o.get_output().stdout).unwrap(), serde_json::json!([]));
 }
 
@@ -98,12 +92,14 @@ fn install_from_a_loopback_url() {
             }
         }
     });
-    let o =
-        skillhost(&env).args(["skill", "install", &format!("http://127.0.0.1:{port}/missing.skill")]).assert().code(1);
+    let o = skillhost(env.home.path())
+        .args(["skill", "install", &format!("http://127.0.0.1:{port}/missing.skill")])
+        .assert()
+        .code(1);
     assert!(String::from_utf8_lossy(&o.get_output().stderr).contains("404"), "{:?}", o.get_output());
-    skillhost(&env)
+    skillhost(env.home.path())
         .args(["skill", "install", &format!("http://127.0.0.1:{port}/bundled.skill"), "--yes"])
         .assert()
         .success();
-    skillhost(&env).args(["skill", "run", "bundled", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
+    skillhost(env.home.path()).args(["skill", "run", "bundled", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
 }
