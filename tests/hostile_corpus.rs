@@ -184,6 +184,10 @@ struct Attack {
     /// Symlinks made before the call: [link, target], with placeholders.
     #[serde(default)]
     symlinks: Vec<[String; 2]>,
+    /// The other skill's race, played at the host's pause point between a mount's check
+    /// and its open: [checked mount dir, directory swapped for a link, link target].
+    #[serde(default)]
+    swap_after_check: Option<[String; 3]>,
     /// Hard links made before the call: [link, existing file].
     #[serde(default)]
     hardlinks: Vec<[String; 2]>,
@@ -455,6 +459,30 @@ impl World {
             .replace("{UNGRANTED_VAR}", UNGRANTED_VAR)
     }
 
+    /// Whether a link at `path` with text `text` leads out of the mount directory that
+    /// holds it (`{WS}/NAME`), judged on the tree as the user's tools would follow it: the
+    /// link's real parent, then every link on the way (a dangling end on its text).
+    fn leads_out_of_its_mount(&self, path: &Path, text: &Path) -> bool {
+        let ws = self.ws.canonicalize().unwrap();
+        let Some(parent) = path.parent().and_then(|p| p.canonicalize().ok()) else { return true };
+        let Some(first) = parent.strip_prefix(&ws).ok().and_then(|rel| rel.components().next()) else { return true };
+        let mount = ws.join(first);
+        let to = path.canonicalize().unwrap_or_else(|_| {
+            let mut out = PathBuf::new();
+            for c in parent.join(text).components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => out.push(c),
+                }
+            }
+            out
+        });
+        !to.starts_with(&mount)
+    }
+
     /// Files whose bytes may change during the corpus: the workspace's scratch (everything
     /// but `shared/`) and the home's own state (audit log, memory and session store, the
     /// compile cache's new entries, temp files). Everything else is a canary.
@@ -482,6 +510,30 @@ fn victim_dir(parent: &Path, name: &str) -> PathBuf {
     );
     std::fs::copy(common::probe_wasm(), dir.join("skill.wasm")).unwrap();
     dir
+}
+
+// ---- The racing skill, played deterministically -------------------------------------
+
+struct Swap {
+    checked: PathBuf,
+    swapped: PathBuf,
+    to: PathBuf,
+}
+
+/// Swaps still to play, and the links they left (the test's own, not the attacker's).
+static SWAPS: Mutex<Vec<Swap>> = Mutex::new(Vec::new());
+static SWAPPED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The host's pause point after checking a mount: swap the directory for a link, as a
+/// skill with write access to the workspace would in a tight loop.
+fn swap_after_check(checked: &Path) {
+    let mut swaps = SWAPS.lock().unwrap();
+    if let Some(i) = swaps.iter().position(|s| s.checked == checked) {
+        let s = swaps.remove(i);
+        std::fs::rename(&s.swapped, s.swapped.with_extension("was")).unwrap();
+        std::os::unix::fs::symlink(&s.to, &s.swapped).unwrap();
+        SWAPPED.lock().unwrap().push(s.swapped);
+    }
 }
 
 // ---- Snapshots of the canary files -------------------------------------------------------
@@ -1149,6 +1201,17 @@ fn run_corpus(cases: Vec<Case>) {
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
             std::os::unix::fs::symlink(world.fill(target, ports), &link).unwrap();
         }
+        if let Some([checked, swapped, to]) = &case.attack.swap_after_check {
+            let (checked, swapped) =
+                (PathBuf::from(world.fill(checked, ports)), PathBuf::from(world.fill(swapped, ports)));
+            std::fs::create_dir_all(&checked).unwrap();
+            let _ = skillhost::capabilities::filesystem::AFTER_MOUNT_CHECK.set(swap_after_check);
+            SWAPS.lock().unwrap().push(Swap {
+                checked: checked.canonicalize().unwrap(),
+                swapped,
+                to: PathBuf::from(world.fill(to, ports)),
+            });
+        }
         for [link, target] in &case.attack.hardlinks {
             let link = PathBuf::from(world.fill(link, ports));
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
@@ -1261,8 +1324,14 @@ fn run_corpus(cases: Vec<Case>) {
             }
             if let Some(link) = &state.link
                 && !before[key].contains_key(path)
+                && world.leads_out_of_its_mount(path, link)
+                && !SWAPPED.lock().unwrap().contains(path)
             {
-                failures.push(format!("{key}: a symlink {} -> {} was created", path.display(), link.display()));
+                failures.push(format!(
+                    "{key}: a symlink {} -> {} leading out was created",
+                    path.display(),
+                    link.display()
+                ));
             }
         }
     }
