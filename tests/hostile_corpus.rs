@@ -14,7 +14,14 @@
 //!   the place that holds them, or any byte a loopback server received (the secret is
 //!   allowed only in the header the host injects for the declared host);
 //! - a loopback server no rule allows receives nothing; the allowed one only what the
-//!   attack's `allowed_path_prefix` permits;
+//!   attack's `allowed_path_prefix` permits (and no secret at all where it is scoped to
+//!   another port); an allowed server may reflect what it got in a form the guest can
+//!   undo (gzip, trailers, header names, escapes, reversed, split over two answers), and
+//!   nothing the guest rebuilds from it may leave;
+//! - a link the attack leaves in the tree leads nowhere outside the mount that holds it,
+//!   judged as the user's own tools would follow it; a race with another skill (a
+//!   directory swapped for a link between the host's check of a mount and its open) is
+//!   played at the host's pause point, not hoped for;
 //! - exhaustion attacks stay inside wall-time and host peak-RSS bounds, and the host
 //!   serves the next call;
 //! - every call leaves one audit line, and the audit chain still verifies.
@@ -39,6 +46,8 @@ use skillhost::memory::{MemoryKind, NewRecord, Provenance};
 use skillhost::policy::Grant;
 
 const SECRET: &str = "sk-live-hostile-4c1e9b7d20a6";
+/// A second secret, with the characters escapings treat differently (`/`, `+`, `=`, `(`).
+const SPECIAL_SECRET: &str = "sk/live+hostile=9f3a(b7)c1";
 const GRANTED_VAR: &str = "HOSTILE_CORPUS_GRANTED";
 const GRANTED_VALUE: &str = "granted-canary-e83b51f0";
 const UNGRANTED_VAR: &str = "HOSTILE_CORPUS_UNGRANTED";
@@ -145,6 +154,24 @@ enum Reply {
     Echo,
     /// 302 to the forbidden server.
     Redirect,
+    /// The Authorization value gzip'd (`Content-Encoding: gzip`), whatever was asked for.
+    Gzip,
+    /// An empty chunked body, with the Authorization value in a trailer.
+    Trailer,
+    /// The bearer token as a header name (`x-<token>: 1`).
+    HeaderName,
+    /// The Authorization value as `encodeURIComponent` writes it.
+    UriComponent,
+    /// The Authorization value as Python's `urllib.parse.quote` writes it.
+    PythonQuote,
+    /// `{"auth": "..."}` with every byte `\u00XX`-escaped.
+    JsonUnicode,
+    /// `{"auth": "..."}` with `/` escaped as `\/`.
+    JsonSlash,
+    /// The Authorization value backwards.
+    Reversed,
+    /// The first half of the Authorization value, then the second half on the next request.
+    Split,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -213,6 +240,10 @@ struct Attack {
     /// Text no server may receive (a smuggled request line).
     #[serde(default)]
     never_sent: Vec<String>,
+    /// The secret is scoped to another port of the allowed host: the allowed server may not
+    /// receive it at all, not even in the header the host injects.
+    #[serde(default)]
+    secret_not_sent: bool,
     /// Text the report must not contain (what a refused read would have returned).
     #[serde(default)]
     output_lacks: Vec<String>,
@@ -225,6 +256,13 @@ struct Attack {
     /// Symlinks made before the call: [link, target], with placeholders.
     #[serde(default)]
     symlinks: Vec<[String; 2]>,
+    /// Directories made before the call (a second mount's host directory).
+    #[serde(default)]
+    dirs: Vec<String>,
+    /// The other skill's race, played at the host's pause point between a mount's check
+    /// and its open: [checked mount dir, directory swapped for a link, link target].
+    #[serde(default)]
+    swap_after_check: Option<[String; 3]>,
     /// Hard links made before the call: [link, existing file].
     #[serde(default)]
     hardlinks: Vec<[String; 2]>,
@@ -327,7 +365,21 @@ impl Capture {
                                 l.to_ascii_lowercase().starts_with("authorization:").then(|| l[14..].trim().to_string())
                             })
                             .unwrap_or_else(|| "none".into());
-                        requests.lock().unwrap().push(raw.clone());
+                        let nth = {
+                            let mut requests = requests.lock().unwrap();
+                            requests.push(raw.clone());
+                            requests.len() - 1
+                        };
+                        let reflected = |extra: &str, body: &[u8]| {
+                            let mut r = format!(
+                                "HTTP/1.1 200 OK\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                                body.len()
+                            )
+                            .into_bytes();
+                            r.extend_from_slice(body);
+                            r
+                        };
+                        let token = auth.strip_prefix("Bearer ").unwrap_or(&auth);
                         let reply = match reply {
                             Reply::Echo => {
                                 let body = &raw[..raw.len().min(16 * 1024)];
@@ -343,6 +395,28 @@ impl Capture {
                                 "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{redirect_to}/stolen\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                             )
                             .into_bytes(),
+                            Reply::Gzip => reflected("Content-Encoding: gzip\r\n", &gzip(auth.as_bytes())),
+                            Reply::Trailer => format!(
+                                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: x-echo\r\nConnection: close\r\n\r\n0\r\nx-echo: {auth}\r\n\r\n"
+                            )
+                            .into_bytes(),
+                            Reply::HeaderName => {
+                                reflected(&format!("x-{}: 1\r\n", token.to_ascii_lowercase()), b"ok")
+                            }
+                            Reply::UriComponent => reflected("", percent(&auth, b"-_.!~*'()").as_bytes()),
+                            Reply::PythonQuote => reflected("", percent(&auth, b"_.-~/").as_bytes()),
+                            Reply::JsonUnicode => {
+                                let escaped: String = auth.bytes().map(|b| format!("\\u{b:04x}")).collect();
+                                reflected("", format!("{{\"auth\":\"{escaped}\"}}").as_bytes())
+                            }
+                            Reply::JsonSlash => {
+                                reflected("", format!("{{\"auth\":\"{}\"}}", auth.replace('/', "\\/")).as_bytes())
+                            }
+                            Reply::Reversed => reflected("", auth.chars().rev().collect::<String>().as_bytes()),
+                            Reply::Split => {
+                                let half = auth.len() / 2;
+                                reflected("", if nth == 0 { &auth.as_bytes()[..half] } else { &auth.as_bytes()[half..] })
+                            }
                         };
                         let _ = s.write_all(&reply);
                     });
@@ -383,6 +457,55 @@ fn read_request(s: &mut std::net::TcpStream) -> Vec<u8> {
         }
     }
     raw
+}
+
+/// `text` percent-encoded except for ASCII letters, digits and `keep`.
+fn percent(text: &str, keep: &[u8]) -> String {
+    text.bytes()
+        .map(
+            |b| {
+                if b.is_ascii_alphanumeric() || keep.contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            },
+        )
+        .collect()
+}
+
+/// A gzip member of one fixed-Huffman deflate block of literals: a real compressed answer
+/// (the value's bytes appear in it nowhere), small enough to write here.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let (mut acc, mut bits) = (0u64, 0u32);
+    let mut put = |out: &mut Vec<u8>, value: u32, n: u32| {
+        acc |= u64::from(value) << bits;
+        bits += n;
+        while bits >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            bits -= 8;
+        }
+    };
+    // BFINAL, then BTYPE 01 (fixed Huffman), least significant bit first.
+    put(&mut out, 0b011, 3);
+    for &b in data {
+        let (code, n) = if b < 144 { (0x30 + u32::from(b), 8) } else { (0x190 + u32::from(b) - 144, 9) };
+        // Huffman codes go most significant bit first.
+        put(&mut out, code.reverse_bits() >> (32 - n), n);
+    }
+    put(&mut out, 0, 7 + 7);
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    out.extend_from_slice(&(!crc).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
 }
 
 // ---- The world an attack lands in ------------------------------------------------------
@@ -456,6 +579,7 @@ impl World {
         );
         let lib = Library::open(&home, Some(&ws), project).unwrap();
         lib.secrets().set("API_TOKEN", SECRET).unwrap();
+        lib.secrets().set("SPECIAL_TOKEN", SPECIAL_SECRET).unwrap();
         // A victim: another skill whose session holds a canary, granted what it asks.
         let victim = tempfile::tempdir().unwrap();
         let dir = victim_dir(victim.path(), "victim");
@@ -498,6 +622,31 @@ impl World {
             .replace("{UNGRANTED_VAR}", UNGRANTED_VAR)
     }
 
+    /// Whether a link at `path` with text `text` leads out of the mount directory that
+    /// holds it (`{WS}/NAME`), judged on the tree as the user's tools would follow it: the
+    /// link's real parent, then every link on the way (a dangling end on its text).
+    fn leads_out_of_its_mount(&self, path: &Path, text: &Path) -> bool {
+        let Some(parent) = path.parent().and_then(|p| p.canonicalize().ok()) else { return true };
+        let Some(first) = parent.strip_prefix(&self.ws).ok().and_then(|rel| rel.components().next()) else {
+            return true;
+        };
+        let mount = self.ws.join(first);
+        let to = path.canonicalize().unwrap_or_else(|_| {
+            let mut out = PathBuf::new();
+            for c in parent.join(text).components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    c => out.push(c),
+                }
+            }
+            out
+        });
+        !to.starts_with(&mount)
+    }
+
     /// Files whose bytes may change during the corpus: the workspace's scratch (everything
     /// but `shared/`) and the home's own state (audit log, memory and session store, the
     /// compile cache's new entries, temp files). Everything else is a canary.
@@ -525,6 +674,30 @@ fn victim_dir(parent: &Path, name: &str) -> PathBuf {
     );
     std::fs::copy(common::probe_wasm(), dir.join("skill.wasm")).unwrap();
     dir
+}
+
+// ---- The racing skill, played deterministically -------------------------------------
+
+struct Swap {
+    checked: PathBuf,
+    swapped: PathBuf,
+    to: PathBuf,
+}
+
+/// Swaps still to play, and the links they left (the test's own, not the attacker's).
+static SWAPS: Mutex<Vec<Swap>> = Mutex::new(Vec::new());
+static SWAPPED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The host's pause point after checking a mount: swap the directory for a link, as a
+/// skill with write access to the workspace would in a tight loop.
+fn swap_after_check(checked: &Path) {
+    let mut swaps = SWAPS.lock().unwrap();
+    if let Some(i) = swaps.iter().position(|s| s.checked == checked) {
+        let s = swaps.remove(i);
+        std::fs::rename(&s.swapped, s.swapped.with_extension("was")).unwrap();
+        std::os::unix::fs::symlink(&s.to, &s.swapped).unwrap();
+        SWAPPED.lock().unwrap().push(s.swapped);
+    }
 }
 
 // ---- Snapshots of the canary files -------------------------------------------------------
@@ -562,6 +735,7 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, FileState> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Canary {
     Secret,
+    SpecialSecret,
     GrantedEnv,
     UngrantedEnv,
     Policy,
@@ -571,8 +745,9 @@ enum Canary {
 }
 
 impl Canary {
-    const ALL: [Canary; 7] = [
+    const ALL: [Canary; 8] = [
         Canary::Secret,
+        Canary::SpecialSecret,
         Canary::GrantedEnv,
         Canary::UngrantedEnv,
         Canary::Policy,
@@ -584,6 +759,7 @@ impl Canary {
     fn value(self) -> &'static str {
         match self {
             Canary::Secret => SECRET,
+            Canary::SpecialSecret => SPECIAL_SECRET,
             Canary::GrantedEnv => GRANTED_VALUE,
             Canary::UngrantedEnv => UNGRANTED_VALUE,
             Canary::Policy => POLICY_CANARY,
@@ -596,7 +772,9 @@ impl Canary {
     /// Where a value lives by right (it is no leak to find it there).
     fn home_of(self, world: &World, path: &Path) -> bool {
         match self {
-            Canary::Secret => path.starts_with(world.home.join("secrets")) || path == world.home.join("secrets.json"),
+            Canary::Secret | Canary::SpecialSecret => {
+                path.starts_with(world.home.join("secrets")) || path == world.home.join("secrets.json")
+            }
             Canary::Policy => path == world.home.join("policy.toml"),
             // The victim's own call (its parameters) is in the audit log by right.
             Canary::VictimSession => {
@@ -613,11 +791,13 @@ impl Canary {
     }
 }
 
-/// A value in every form a leak takes.
+/// A value in every form a leak takes: the simple encodings, the escapings an echo server
+/// may use, and `.`-joined characters (the attackers' own form, which no scanner lists: a
+/// value the guest got hold of goes out in it).
 fn forms(value: &str) -> Vec<String> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    vec![
+    let mut out = vec![
         value.to_string(),
         b64.encode(value).trim_end_matches('=').to_string(),
         b64url.encode(value),
@@ -625,7 +805,16 @@ fn forms(value: &str) -> Vec<String> {
         hex::encode_upper(value),
         value.bytes().map(|b| format!("%{b:02X}")).collect(),
         value.bytes().map(|b| format!("%{b:02x}")).collect(),
-    ]
+        percent(value, b"-_.!~*'()"),
+        percent(value, b"_.-~/"),
+        value.bytes().map(|b| format!("\\u{b:04x}")).collect(),
+        value.replace('/', "\\/"),
+        value.chars().rev().collect(),
+        value.chars().map(String::from).collect::<Vec<_>>().join("."),
+    ];
+    out.sort();
+    out.dedup();
+    out
 }
 
 fn leaks_in(haystack: &str, canaries: &[Canary]) -> Vec<String> {
@@ -835,9 +1024,18 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
         ));
     }
     for req in &allowed {
-        let injected = format!("authorization: Bearer {SECRET}");
-        let cleaned: String =
-            req.split("\r\n").filter(|l| !l.eq_ignore_ascii_case(&injected)).collect::<Vec<_>>().join("\r\n");
+        if a.secret_not_sent {
+            let leaks = leaks_in(req, &[Canary::Secret, Canary::SpecialSecret]);
+            if !leaks.is_empty() {
+                fail(format!("the allowed server got a secret scoped to another port: {leaks:?}: {}", truncate(req)));
+            }
+        }
+        let injected = [SECRET, SPECIAL_SECRET].map(|s| format!("authorization: Bearer {s}"));
+        let cleaned: String = req
+            .split("\r\n")
+            .filter(|l| !injected.iter().any(|i| l.eq_ignore_ascii_case(i)))
+            .collect::<Vec<_>>()
+            .join("\r\n");
         let leaks = leaks_in(&cleaned, &Canary::ALL);
         if !leaks.is_empty() {
             fail(format!("the allowed server received {leaks:?}: {}", truncate(&cleaned)));
@@ -1419,6 +1617,19 @@ fn run_corpus(cases: Vec<Case>) {
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
             std::os::unix::fs::symlink(world.fill(target, ports), &link).unwrap();
         }
+        for dir in &case.attack.dirs {
+            std::fs::create_dir_all(world.fill(dir, ports)).unwrap();
+        }
+        if let Some([checked, swapped, to]) = &case.attack.swap_after_check {
+            let checked = PathBuf::from(world.fill(checked, ports));
+            std::fs::create_dir_all(&checked).unwrap();
+            let _ = skillhost::capabilities::filesystem::AFTER_MOUNT_CHECK.set(swap_after_check);
+            SWAPS.lock().unwrap().push(Swap {
+                checked: checked.canonicalize().unwrap(),
+                swapped: PathBuf::from(world.fill(swapped, ports)),
+                to: PathBuf::from(world.fill(to, ports)),
+            });
+        }
         for [link, target] in &case.attack.hardlinks {
             let link = PathBuf::from(world.fill(link, ports));
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
@@ -1529,10 +1740,18 @@ fn run_corpus(cases: Vec<Case>) {
                     failures.push(format!("{key}: {} holds {leaks:?}", path.display()));
                 }
             }
+            // Links a skill may make point down; one that leads out of its mount is what the
+            // user's own tools would follow out.
             if let Some(link) = &state.link
                 && !before[key].contains_key(path)
+                && !SWAPPED.lock().unwrap().contains(path)
+                && world.leads_out_of_its_mount(path, link)
             {
-                failures.push(format!("{key}: a symlink {} -> {} was created", path.display(), link.display()));
+                failures.push(format!(
+                    "{key}: a symlink {} -> {} leading out of its mount was created",
+                    path.display(),
+                    link.display()
+                ));
             }
         }
     }

@@ -19,8 +19,38 @@ pub struct Request<'a> {
     pub body: Vec<Vec<u8>>,
 }
 
-/// Send `req` through wasi:http; "<status> [<headers>] <body>" or the error text.
+/// What came back, as the guest got it.
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    /// The trailers after a chunked body, if the server sent any.
+    pub trailers: Vec<(String, Vec<u8>)>,
+    /// Headers the host refused to send.
+    pub refused: Vec<String>,
+}
+
+fn lines(fields: &[(String, Vec<u8>)]) -> String {
+    fields.iter().map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(v))).collect::<Vec<_>>().join("; ")
+}
+
+/// Send `req` through wasi:http; "<status> [<headers>] <body>" (and the trailers) or the
+/// error text.
 pub fn http(req: &Request) -> Result<String, String> {
+    let r = fetch(req)?;
+    let trailers = if r.trailers.is_empty() { String::new() } else { format!(" trailers [{}]", lines(&r.trailers)) };
+    Ok(format!(
+        "{} [{}] {}{trailers} (headers refused: {:?})",
+        r.status,
+        lines(&r.headers),
+        String::from_utf8_lossy(&r.body),
+        r.refused
+    ))
+}
+
+/// Send `req` through wasi:http; the whole response (body bytes as they came) or the
+/// error text.
+pub fn fetch(req: &Request) -> Result<Response, String> {
     use wasip2::http::outgoing_handler;
     use wasip2::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
 
@@ -76,19 +106,23 @@ pub fn http(req: &Request) -> Result<String, String> {
         .map_err(|_| "response already taken")?
         .map_err(|e| format!("request failed: {e:?}"))?;
     let status = response.status();
-    let headers: Vec<String> = response
-        .headers()
-        .entries()
-        .into_iter()
-        .map(|(k, v)| format!("{k}: {}", String::from_utf8_lossy(&v)))
-        .collect();
+    let headers = response.headers().entries();
     let body = response.consume().map_err(|_| "no body")?;
-    let stream = body.stream().map_err(|_| "no body stream")?;
     let mut bytes = Vec::new();
-    while let Ok(chunk) = stream.blocking_read(64 * 1024) {
-        bytes.extend_from_slice(&chunk);
+    {
+        let stream = body.stream().map_err(|_| "no body stream")?;
+        while let Ok(chunk) = stream.blocking_read(64 * 1024) {
+            bytes.extend_from_slice(&chunk);
+        }
     }
-    Ok(format!("{status} [{}] {} (headers refused: {refused:?})", headers.join("; "), String::from_utf8_lossy(&bytes)))
+    // The stream is gone: the trailers can be read.
+    let future = wasip2::http::types::IncomingBody::finish(body);
+    future.subscribe().block();
+    let trailers = match future.get() {
+        Some(Ok(Ok(Some(fields)))) => fields.entries(),
+        _ => Vec::new(),
+    };
+    Ok(Response { status, headers, body: bytes, trailers, refused })
 }
 
 /// `value` in the named encoding: the forms a scanner must see through.
@@ -99,6 +133,8 @@ pub fn encode(value: &str, encoding: &str) -> Result<String, SkillError> {
         "hex" => value.bytes().map(|b| format!("{b:02x}")).collect(),
         "HEX" => value.bytes().map(|b| format!("{b:02X}")).collect(),
         "percent" => value.bytes().map(|b| format!("%{b:02X}")).collect(),
+        // A form no scanner lists: what a value the guest got hold of looks like going out.
+        "dotted" => value.chars().map(String::from).collect::<Vec<_>>().join("."),
         other => return Err(SkillError::invalid(format!("unknown encoding {other}"))),
     })
 }
