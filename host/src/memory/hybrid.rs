@@ -188,7 +188,7 @@ impl Sources<'_> {
         keep_best(&mut by_z, 2 * CANDIDATES.max(limit));
         // The final cosines of the candidates and the lexical matches are the exact ones.
         let ids = by_z.iter().map(|(id, _)| *id).chain(lexical.iter().map(|(id, _)| *id));
-        let cos_of = self.vectors.exact_cosines(&self.db, &q, ids)?;
+        let cos_of = self.vectors.exact_cosines(self.db, &q, ids)?;
         let mut dense: Vec<(u64, f32)> =
             by_z.iter().filter_map(|(id, _)| cos_of.get(id).map(|&(c, s)| (*id, z_of(c, s)))).collect();
         keep_best(&mut dense, CANDIDATES.max(limit));
