@@ -85,7 +85,9 @@ fn hybrid_search_finds_what_was_meant() {
     assert_eq!(hybrid.class("exact").r5(), 1.0, "exact R@5");
     assert!(hybrid.overall().r5() >= 0.88, "hybrid R@5 overall {:.3}", hybrid.overall().r5());
     assert!(hybrid.class("paraphrase").r5() >= 0.65, "paraphrase R@5 {:.3}", hybrid.class("paraphrase").r5());
-    assert!(hybrid.class("crosslingual").r5() >= 0.84, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
+    // 0.846 with the fusion fitted to this set (stop 26); the model-calibrated one (issue 31)
+    // finds one cross-lingual query fewer here and holds on the sets it was not tuned on.
+    assert!(hybrid.class("crosslingual").r5() >= 0.80, "cross-lingual R@5 {:.3}", hybrid.class("crosslingual").r5());
     assert!(hybrid.class("newest").r5() >= 0.92, "newest-of-updates R@5 {:.3}", hybrid.class("newest").r5());
     // Issue 13's target: recall finds a relevant record at least as often as search's top
     // five. It holds query by query: recall keeps search's top five (the weak matches aside).
@@ -402,4 +404,107 @@ fn hybrid_search_generalizes_to_sets_it_was_not_tuned_on() {
         check("queries about nothing answered with nothing", hybrid.abstained, 0.5);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Not a check: for every run of issue 31 (the first set's two halves, the second set's stores
+/// of 5, 50 and 300, the small store of four), what any fusion could see: each live record's
+/// vector and script, each query's vector, its BM25 hits and the store's own answer, to
+/// `MEMORY_RUNS_DUMP` (JSON). For trying fusions outside Rust; tune only on the tuning half.
+#[test]
+#[ignore]
+fn dump_runs_for_analysis() {
+    use skillhost::memory::embed::{EmbedModel, TextRole};
+    let Some(model_path) = common::embed_model() else { return };
+    let out = std::env::var("MEMORY_RUNS_DUMP").unwrap_or_else(|_| "/tmp/memory_runs_dump.json".into());
+    let model = EmbedModel::load(&model_path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let small: Vec<memory_eval::EvalMemory> = [
+        "串口乱码是波特率不匹配导致的",
+        "用户喜欢简短的回答",
+        "The release pipeline needs approval from two maintainers",
+        "Lin keeps her dotfiles in a private GitHub repository.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(day, content)| memory_eval::EvalMemory {
+        key: format!("m{day}"),
+        tier: None,
+        day: day as u64,
+        kind: "fact".into(),
+        priority: 3,
+        content: content.to_string(),
+        supersedes: None,
+    })
+    .collect();
+    let q = |cls: &str, query: &str, key: Option<&str>| memory_eval::EvalQuery {
+        cls: cls.into(),
+        query: query.into(),
+        relevant: key.into_iter().map(String::from).collect(),
+    };
+    let small_queries = vec![
+        q("paraphrase", "garbled serial output", Some("m0")),
+        q("paraphrase", "why is the serial console output garbled?", Some("m0")),
+        q("exact", "串口乱码", Some("m0")),
+        q("paraphrase", "what does the user think about long explanations?", Some("m1")),
+        q("crosslingual", "发布需要几个人批准？", Some("m2")),
+        q("none", "what is the capital of Peru?", None),
+        q("none", "推荐一部好看的科幻电影", None),
+    ];
+    let mut runs: Vec<(String, Vec<memory_eval::EvalMemory>, Vec<memory_eval::EvalQuery>)> = vec![
+        ("tuning".into(), memory_eval::memories(), memory_eval::half(memory_eval::Half::Tuning)),
+        ("held-out".into(), memory_eval::memories(), memory_eval::half(memory_eval::Half::HeldOut)),
+    ];
+    for size in [5, 50, 300] {
+        let m = memory_eval::second_memories(size);
+        let q = memory_eval::second_queries(&m);
+        runs.push((format!("second-{size}"), m, q));
+    }
+    runs.push(("small-4".into(), small, small_queries));
+    let round = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| (x * 1e5).round() / 1e5).collect() };
+    let mut dumped = Vec::new();
+    for (i, (name, memories, queries)) in runs.iter().enumerate() {
+        let store_dir = dir.path().join(format!("run-{i}"));
+        let (memory, ids) =
+            memory_eval::load_memories(&store_dir, config(EmbedModelChoice::File(model_path.clone())), memories);
+        let hybrid: Vec<Vec<u64>> = queries.iter().map(|q| memory_eval::store_search(&memory)(&q.query)).collect();
+        drop(memory);
+        let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
+        let now = memory.now_ms();
+        let live: Vec<_> = memory.all_records().unwrap().into_iter().filter(|r| r.is_live(now)).collect();
+        let texts: Vec<&str> = live.iter().map(|r| r.content.trim()).collect();
+        let vectors = model.embed_batch(TextRole::Passage, &texts);
+        let records: Vec<serde_json::Value> = live
+            .iter()
+            .zip(vectors)
+            .map(|(r, v)| serde_json::json!({"id": r.id, "content": r.content, "created_ms": r.created_ms, "vec": round(v)}))
+            .collect();
+        let queries: Vec<serde_json::Value> = queries
+            .iter()
+            .zip(hybrid)
+            .map(|(q, hybrid)| {
+                let hits = memory.search(&q.query, &SearchFilter::namespace("default"), 100).unwrap();
+                let bm25: Vec<(u64, f32)> = hits.iter().map(|h| (h.record.id, h.score)).collect();
+                let relevant: Vec<u64> = q.relevant.iter().map(|k| ids[k]).collect();
+                serde_json::json!({"cls": q.cls, "query": q.query, "relevant": relevant, "bm25": bm25,
+                    "hybrid": hybrid, "vec": round(model.embed(TextRole::Query, q.query.trim())),
+                    "pvec": round(model.embed(TextRole::Passage, q.query.trim())),
+                    "terms": skillhost::search::analyze(&q.query),
+                    "surprisal": skillhost::search::analyze(&q.query).iter().map(|t| model.surprisal(t)).collect::<Vec<_>>()})
+            })
+            .collect();
+        dumped.push(serde_json::json!({"name": name, "records": records, "queries": queries}));
+    }
+    let calibration = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/memory/calibration.txt"),
+    )
+    .unwrap();
+    let texts: Vec<&str> = calibration.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')).collect();
+    let reference: Vec<serde_json::Value> = texts
+        .iter()
+        .zip(model.embed_batch(TextRole::Passage, &texts))
+        .map(|(t, v)| serde_json::json!({"id": 0, "content": t, "vec": round(v)}))
+        .collect();
+    dumped.push(serde_json::json!({"name": "reference", "records": reference, "queries": []}));
+    std::fs::write(&out, serde_json::to_string(&dumped).unwrap()).unwrap();
+    println!("wrote {out}");
 }

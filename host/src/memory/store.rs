@@ -496,7 +496,9 @@ impl Store {
         let limit = limit.min(MAX_SEARCH_LIMIT);
         let now = self.now_ms();
         let fetch = match filter.order {
-            SearchOrder::Relevance => limit,
+            // The newer-of-two rule looks at the first PREFER_NEWER_WINDOW hits whatever the
+            // limit, so that the first five of a search do not depend on how many were asked.
+            SearchOrder::Relevance => limit.max(PREFER_NEWER_WINDOW),
             SearchOrder::PriorityThenRecency => (limit.saturating_mul(5)).max(50),
         };
         let sources = hybrid::Sources {
