@@ -25,6 +25,7 @@ mod filesystem;
 mod filesystem_gate;
 mod imports;
 mod lanes;
+mod leak_scan;
 mod log;
 mod memory;
 mod network;
