@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use skillhost::library::{InstallOptions, Library, RunOptions, RunReport};
@@ -403,8 +404,8 @@ impl Capture {
                             Reply::HeaderName => {
                                 reflected(&format!("x-{}: 1\r\n", token.to_ascii_lowercase()), b"ok")
                             }
-                            Reply::UriComponent => reflected("", percent(&auth, b"-_.!~*'()").as_bytes()),
-                            Reply::PythonQuote => reflected("", percent(&auth, b"_.-~/").as_bytes()),
+                            Reply::UriComponent => reflected("", percent(&auth, URI_COMPONENT).as_bytes()),
+                            Reply::PythonQuote => reflected("", percent(&auth, PYTHON_QUOTE).as_bytes()),
                             Reply::JsonUnicode => {
                                 let escaped: String = auth.bytes().map(|b| format!("\\u{b:04x}")).collect();
                                 reflected("", format!("{{\"auth\":\"{escaped}\"}}").as_bytes())
@@ -459,19 +460,22 @@ fn read_request(s: &mut std::net::TcpStream) -> Vec<u8> {
     raw
 }
 
-/// `text` percent-encoded except for ASCII letters, digits and `keep`.
-fn percent(text: &str, keep: &[u8]) -> String {
-    text.bytes()
-        .map(
-            |b| {
-                if b.is_ascii_alphanumeric() || keep.contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            },
-        )
-        .collect()
+/// What `encodeURIComponent` leaves as it is (letters, digits and these).
+const URI_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+/// What Python's `urllib.parse.quote` leaves as it is by default.
+const PYTHON_QUOTE: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'.').remove(b'-').remove(b'~').remove(b'/');
+
+fn percent(text: &str, keep: &'static AsciiSet) -> String {
+    utf8_percent_encode(text, keep).to_string()
 }
 
 /// A gzip member of one fixed-Huffman deflate block of literals: a real compressed answer
@@ -805,8 +809,8 @@ fn forms(value: &str) -> Vec<String> {
         hex::encode_upper(value),
         value.bytes().map(|b| format!("%{b:02X}")).collect(),
         value.bytes().map(|b| format!("%{b:02x}")).collect(),
-        percent(value, b"-_.!~*'()"),
-        percent(value, b"_.-~/"),
+        percent(value, URI_COMPONENT),
+        percent(value, PYTHON_QUOTE),
         value.bytes().map(|b| format!("\\u{b:04x}")).collect(),
         value.replace('/', "\\/"),
         value.chars().rev().collect(),
