@@ -49,6 +49,7 @@ bench: build-skills
     cargo bench -p skillhost --bench mcp
     bash .ci/guest-toolchains
     cargo bench -p skillhost --bench guests
+    cargo bench -p skillhost --bench oci
 
 # Formatting and clippy, warnings as errors.
 lint:

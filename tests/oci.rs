@@ -159,6 +159,156 @@ fn unsigned_is_refused_and_allow_unsigned_is_loud_and_audited() {
     let lines = audit_lines(&env);
     assert!(lines.iter().any(|l| l["kind"] == "install" && l["status"] == "unsigned-allowed"), "{lines:?}");
     assert_eq!(skillhost(&env).args(["skill", "verify", "loose"]).output().unwrap().status.code(), Some(1));
+
+    // `skill update` refuses the unsigned new version too, unless --allow-unsigned, which
+    // is loud and audited again.
+    push(&env, &probe(&env, "loose", "0.2.0"), &reference, None);
+    let out = skillhost(&env).args(["--json", "skill", "update", "loose", "--yes"]).output().unwrap();
+    let e = json_of(&out.stdout)["error"].as_str().unwrap().to_string();
+    assert!(e.contains("is not signed") && e.contains("--allow-unsigned"), "{e}");
+    let out =
+        skillhost(&env).args(["--json", "skill", "update", "loose", "--yes", "--allow-unsigned"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("UNSIGNED"), "{}", stderr(&out));
+    assert_eq!(json_of(&out.stdout)["version"], "0.2.0");
+    let allowed =
+        audit_lines(&env).iter().filter(|l| l["kind"] == "install" && l["status"] == "unsigned-allowed").count();
+    assert_eq!(allowed, 2);
+}
+
+/// Write `<DOCKER_CONFIG>/config.json` with basic credentials for `registry`.
+fn docker_config(env: &Env, registry: &str, user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let config = json!({ "auths": { registry: { "auth": auth } } });
+    std::fs::write(env.sources.path().join("config.json"), serde_json::to_vec(&config).unwrap()).unwrap();
+    auth
+}
+
+/// Every file under `dir`, as text (lossy).
+fn all_text(dir: &Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.push_str(&all_text(&p));
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            out.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    out
+}
+
+#[test]
+fn basic_auth_against_a_real_registry_refuses_a_wrong_password_and_never_records_credentials() {
+    let password = "correct-horse-battery";
+    let reg = RealRegistry::start_with_htpasswd("alice", password);
+    let env = Env::new();
+    let alice = key(&env, "alice");
+    skillhost(&env).args(["trust", "add", &format!("oci://{}/alice", reg.host())]).arg(&alice).assert().success();
+    let dir = probe(&env, "tool", "1.0.0");
+    let reference = format!("oci://{}/alice/tool:1.0.0", reg.host());
+    let push_out = |env: &Env| {
+        skillhost(env)
+            .args(["--json", "skill", "push"])
+            .arg(&dir)
+            .arg(&reference)
+            .args(["--sign", "alice"])
+            .output()
+            .unwrap()
+    };
+
+    // No credentials: refused, saying how to give them.
+    let out = push_out(&env);
+    let e = json_of(&out.stdout)["error"].as_str().unwrap().to_string();
+    assert!(e.contains("asks for credentials (401)") && e.contains("config.json"), "{e}");
+
+    // A wrong password: refused naming the user, never the password.
+    docker_config(&env, &reg.host(), "alice", "wrong-password");
+    let out = push_out(&env);
+    let e = json_of(&out.stdout)["error"].as_str().unwrap().to_string();
+    assert!(e.contains("refused the password of user `alice` (401)"), "{e}");
+    assert!(!e.contains("wrong-password"), "{e}");
+
+    // The right one: push, then install (debug logging on), then run.
+    let auth = docker_config(&env, &reg.host(), "alice", password);
+    let out = push_out(&env);
+    assert!(out.status.success(), "{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    let out = skillhost(&env)
+        .env("RUST_LOG", "debug")
+        .args(["--json", "skill", "install", &reference, "--yes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
+    assert!(json_of(&out.stdout)["provenance"]["signer"]["fingerprint"].is_string());
+    skillhost(&env).args(["skill", "run", "tool", "-p", "mode=noop"]).assert().success();
+    let everything = all_text(env.home.path()) + &stderr(&out) + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !everything.contains(password) && !everything.contains(&auth),
+        "credentials leaked into the home or the output"
+    );
+    assert!(all_text(&env.home.path().join("audit")).contains("\"kind\":\"install\""), "the audit log was read");
+}
+
+#[test]
+fn bearer_tokens_come_from_the_token_service_for_a_password_or_a_refresh_token() {
+    let x = hostile();
+    let dir = probe(&x.env, "tool", "1.0.0");
+    let built = oci::artifact::build(&dir, "test").unwrap();
+    let repo_path = format!("{}/alice/tool", x.h.host());
+    publish(&x.h, "alice/tool", "1", &built, &x.key, &repo_path);
+    x.h.require_token(registry::TokenAuth {
+        user: "alice".into(),
+        password: "s3cret-pw".into(),
+        refresh: "refresh-abc".into(),
+        token: "tok-123".into(),
+    });
+    let reference = format!("oci://{repo_path}:1");
+    let basic = |user: &str, password: &str| oci::Auth::Basic { user: user.into(), password: password.into() };
+
+    let e = format!("{:#}", fetch_as(&x, &reference, oci::Auth::Anonymous).unwrap_err());
+    assert!(e.contains("asks for credentials"), "{e}");
+    let e = format!("{:#}", fetch_as(&x, &reference, basic("alice", "wrong-pw")).unwrap_err());
+    assert!(e.contains("refused the password of user `alice`") && !e.contains("wrong-pw"), "{e}");
+    let e = format!("{:#}", fetch_as(&x, &reference, oci::Auth::Bearer("stale".into())).unwrap_err());
+    assert!(e.contains("refused the registry token") && !e.contains("stale"), "{e}");
+
+    // The password fetches a token (GET with basic auth, service and scope from the
+    // challenge); every registry request after it carries that token.
+    let before = x.h.seen().len();
+    fetch_as(&x, &reference, basic("alice", "s3cret-pw")).expect("basic credentials through the token service");
+    let seen = &x.h.seen()[before..];
+    let token_req = seen.iter().find(|s| s.path.starts_with("/token")).expect("a token request");
+    assert_eq!(token_req.method, "GET");
+    assert!(
+        token_req.path.contains("service=hostile") && token_req.path.contains("scope=repository%3Aalice%2Ftool%3Apull"),
+        "{token_req:?}"
+    );
+    let after_token: Vec<_> = seen.iter().skip_while(|s| !s.path.starts_with("/token")).skip(1).collect();
+    assert!(
+        !after_token.is_empty() && after_token.iter().all(|s| s.authorization.as_deref() == Some("Bearer tok-123")),
+        "{after_token:?}"
+    );
+
+    // A docker `identitytoken` is an OAuth2 refresh token: exchanged by POST, never sent to the registry.
+    let before = x.h.seen().len();
+    fetch_as(&x, &reference, oci::Auth::IdentityToken("refresh-abc".into())).expect("the refresh token flow");
+    let seen = &x.h.seen()[before..];
+    assert!(seen.iter().any(|s| s.method == "POST" && s.path.starts_with("/token")), "{seen:?}");
+    assert!(
+        seen.iter().filter(|s| s.path.starts_with("/v2/")).all(|s| !s
+            .authorization
+            .as_deref()
+            .unwrap_or("")
+            .contains("refresh-abc"))
+    );
+    // And a token given directly (--registry-token) is used as it is.
+    fetch_as(&x, &reference, oci::Auth::Bearer("tok-123".into())).expect("a registry token");
+
+    // config.json's `identitytoken` is that refresh token; Debug never shows a secret.
+    let e = oci::Auth::from_docker_config(r#"{"auths":{"reg:1":{"identitytoken":"t"}}}"#, "reg:1").unwrap();
+    assert!(matches!(e, oci::Auth::IdentityToken(_)));
+    assert!(!format!("{:?}", basic("alice", "s3cret-pw")).contains("s3cret"), "Debug shows the password");
 }
 
 #[test]
@@ -284,10 +434,11 @@ fn a_signature_made_by_openssl_verifies_and_openssl_verifies_ours() {
                 "ours.sig",
             ]),
         }
-        // openssl reads our P-256 private key too (ring's Ed25519 PKCS#8 v2 it does not).
-        if alg == keys::KeyAlgorithm::EcdsaP256 {
-            run(&["pkey", "-in", g.private_key.to_str().unwrap(), "-noout"]);
-        }
+        // openssl reads our private keys too (Ed25519 is written as PKCS#8 v1 for it), and
+        // derives the same public key.
+        run(&["pkey", "-in", g.private_key.to_str().unwrap(), "-pubout", "-out", "derived.pub"]);
+        let derived = std::fs::read_to_string(tmp.path().join("derived.pub")).unwrap();
+        assert_eq!(keys::PublicKey::from_pem(&derived).unwrap(), key.public, "{alg}");
     }
     // A tampered payload does not verify.
     let mut bad = payload.clone();
@@ -355,8 +506,21 @@ fn hostile() -> Hostile {
 }
 
 fn fetch(x: &Hostile, reference: &str, limits: oci::registry::Limits) -> anyhow::Result<oci::Provenance> {
+    fetch_with(x, reference, limits, oci::Auth::Anonymous)
+}
+
+fn fetch_as(x: &Hostile, reference: &str, auth: oci::Auth) -> anyhow::Result<oci::Provenance> {
+    fetch_with(x, reference, short_limits(), auth)
+}
+
+fn fetch_with(
+    x: &Hostile,
+    reference: &str,
+    limits: oci::registry::Limits,
+    auth: oci::Auth,
+) -> anyhow::Result<oci::Provenance> {
     let into = tempfile::tempdir().unwrap();
-    let opts = RegistryOptions { insecure: Vec::new(), auth: Some(oci::Auth::Anonymous), limits };
+    let opts = RegistryOptions { insecure: Vec::new(), auth: Some(auth), limits };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(oci::fetch(
         x.env.home.path(),

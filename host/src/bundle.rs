@@ -5,6 +5,10 @@
 //!
 //! Packed: SKILL.md, skill.wasm and the Agent Skills folders (scripts/, references/,
 //! assets/). Build outputs and sources are not part of a bundle.
+//!
+//! `skill pack --sign KEY` adds a cosign simple-signing signature to MANIFEST.json over the
+//! bundle's content digest (see [`BundleManifest::digest`]); [`crate::oci::bundle`] checks it
+//! against the trust file. Readers that predate signatures ignore the field.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -29,10 +33,44 @@ pub struct BundleManifest {
     pub version: Option<String>,
     /// Relative path -> sha256 of the file's bytes.
     pub files: BTreeMap<String, String>,
+    /// A signature over [`BundleManifest::digest`] (`skill pack --sign`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<BundleSignature>,
+}
+
+/// A cosign simple-signing signature carried by a bundle: the payload names `bundle:NAME`
+/// and the content digest; the key is there to name the signer, never to decide trust.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BundleSignature {
+    /// The simple-signing payload, base64.
+    pub payload: String,
+    /// The signature over the payload bytes, base64 (DER ECDSA or raw Ed25519).
+    pub signature: String,
+    /// The signer's public key, PEM (SubjectPublicKeyInfo).
+    pub key: String,
+}
+
+impl BundleManifest {
+    /// `sha256:<content hash>`: the same hash install.json records for these files (path and
+    /// sha256 of every file), so a signature covers every byte the bundle installs.
+    pub fn digest(&self) -> String {
+        format!("sha256:{}", crate::library::record::content_hash(&self.files))
+    }
+}
+
+/// A verified bundle unpacked into `dir`, with its manifest (and signature, if any).
+pub struct Unpacked {
+    pub dir: PathBuf,
+    pub manifest: BundleManifest,
 }
 
 /// Pack the skill in `dir` into a bundle at `out`.
 pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
+    pack_signed(dir, out, None)
+}
+
+/// [`pack`], signed by `key` when given.
+pub fn pack_signed(dir: &Path, out: &Path, key: Option<&crate::oci::keys::SigningKey>) -> Result<BundleManifest> {
     let manifest = Manifest::load_dir(dir).map_err(|e| anyhow!("{e}"))?;
     let files = skill_files(dir)?;
     let mut listing = BTreeMap::new();
@@ -42,12 +80,16 @@ pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
         listing.insert(rel.clone(), hex::encode(Sha256::digest(&bytes)));
         contents.push((rel.clone(), bytes));
     }
-    let bundle = BundleManifest {
+    let mut bundle = BundleManifest {
         format: FORMAT.into(),
         name: manifest.name.clone(),
         version: manifest.version.as_ref().map(ToString::to_string),
         files: listing,
+        signature: None,
     };
+    if let Some(key) = key {
+        bundle.signature = Some(crate::oci::bundle::sign(&bundle.name, &bundle.digest(), key)?);
+    }
     let mut builder = tar::Builder::new(Vec::new());
     let mut add = |name: &str, bytes: &[u8]| -> Result<()> {
         let mut header = tar::Header::new_gnu();
@@ -101,6 +143,11 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> Result<
 
 /// Unpack and verify `bytes` into `into/<name>/`; returns that directory.
 pub fn unpack(bytes: &[u8], into: &Path) -> Result<PathBuf> {
+    unpack_with_manifest(bytes, into).map(|u| u.dir)
+}
+
+/// [`unpack`], returning the bundle's manifest too (its signature is not checked here).
+pub fn unpack_with_manifest(bytes: &[u8], into: &Path) -> Result<Unpacked> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         bail!("the bundle is {} bytes, over the limit of {MAX_BUNDLE_BYTES}", bytes.len());
     }
@@ -157,7 +204,7 @@ pub fn unpack(bytes: &[u8], into: &Path) -> Result<PathBuf> {
     if let Some(missing) = manifest.files.keys().find(|k| !seen.contains_key(*k)) {
         bail!("the bundle lists `{missing}` but does not contain it");
     }
-    Ok(dir)
+    Ok(Unpacked { dir, manifest })
 }
 
 /// GET `url` (http or https) through the host's pooled client ([`crate::http`]: proxies from

@@ -120,8 +120,9 @@ enum SkillCmd {
         /// What to install: a skill directory, a `.skill` bundle, an http(s) URL to one, or oci://HOST/REPO:TAG|@sha256:DIGEST.
         #[arg(value_name = "DIR|FILE.skill|URL|oci://REF")]
         dir: PathBuf,
-        /// oci:// only: install although no signature by a key trusted for the repository
-        /// verifies (shown loudly, recorded in install.json and the audit log).
+        /// oci:// and .skill bundles: install although no signature by a key trusted for the
+        /// repository (or `bundle:NAME`) verifies (shown loudly, recorded in install.json and
+        /// the audit log).
         #[arg(long)]
         allow_unsigned: bool,
         /// oci:// only: install an older version than the one installed.
@@ -176,6 +177,10 @@ enum SkillCmd {
         /// oci:// sources: accept a tag that now points at an older version.
         #[arg(long)]
         allow_downgrade: bool,
+        /// Install the new version although no trusted signature verifies (shown loudly,
+        /// recorded in install.json and the audit log).
+        #[arg(long)]
+        allow_unsigned: bool,
         #[command(flatten)]
         registry: oci::RegistryArgs,
     },
@@ -243,6 +248,10 @@ enum SkillCmd {
         /// Output file (default: NAME-VERSION.skill in the current directory).
         #[arg(long, short)]
         output: Option<PathBuf>,
+        /// Sign the bundle's content digest with this key (`skillhost key generate NAME`),
+        /// in cosign's simple-signing format; installs check it against `bundle:NAME` rules.
+        #[arg(long, value_name = "KEY")]
+        sign: Option<String>,
     },
     /// Check a skill directory: our SKILL.md format, and with --agent-skills the Agent Skills rules.
     Lint {

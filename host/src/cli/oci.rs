@@ -267,16 +267,51 @@ pub(super) fn install(
         provenance: Some(provenance.clone()),
     };
     let report = lib.install_with(&dir, decide, &install_opts)?;
+    audit_install(lib, &report, how.source, &provenance)?;
+    Ok(report)
+}
+
+/// The `install` line of the audit log: what was installed, from where, signed by whom.
+fn audit_install(lib: &Library, report: &InstallReport, source: &str, provenance: &oci::Provenance) -> Result<()> {
+    let status = match (&provenance.signer, provenance.unsigned_allowed) {
+        (Some(_), _) => "signed",
+        (None, true) => "unsigned-allowed",
+        (None, false) => "unsigned",
+    };
     let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Install, "install");
     entry.insert("skill".into(), report.name.clone().into());
     entry.insert("version".into(), report.version.clone().into());
     entry.insert("skill_hash".into(), report.content_hash.clone().into());
-    entry.insert("source".into(), how.source.into());
+    entry.insert("source".into(), source.into());
     entry.insert("oci".into(), provenance.audit_value());
-    entry.insert("status".into(), if provenance.unsigned_allowed { "unsigned-allowed" } else { "signed" }.into());
+    entry.insert("status".into(), status.into());
     runtime()?.block_on(lib.append_entry(entry)).map_err(|e| {
         anyhow!("`{}` was installed, but the install could not be written to the audit log: {e:#}", report.name)
-    })?;
+    })
+}
+
+/// `skill install FILE.skill|URL`: unpack, check the signature against the trust file, show
+/// who signed it before any question, install, and write the `install` audit line.
+pub(super) fn install_bundle(
+    lib: &Library,
+    bytes: &[u8],
+    source: &str,
+    unsigned: Unsigned,
+    decide: &dyn Fn(&Manifest) -> Result<Option<Grant>>,
+    confirm: &dyn Fn(&Replacement) -> Result<bool>,
+) -> Result<InstallReport> {
+    let opened = lib.open_bundle(bytes, unsigned).map_err(|e| anyhow!("{source}: {e:#}\nNothing was installed."))?;
+    let provenance = opened.checked.provenance.clone();
+    eprintln!("{} {} from {source}", provenance.repository, opened.version.as_deref().unwrap_or(""));
+    eprintln!("  content digest: {}", provenance.digest);
+    eprintln!("  {}", opened.checked.trust);
+    let install_opts = InstallOptions {
+        confirm_replace: confirm,
+        source: Some(source.to_string()),
+        provenance: Some(provenance.clone()),
+    };
+    let report = lib.install_with(&opened.dir, decide, &install_opts)?;
+    audit_install(lib, &report, source, &provenance)?;
     Ok(report)
 }
 
@@ -291,7 +326,13 @@ pub(super) fn verify(lib: &Library, name: &str, json: bool) -> Result<ExitCode> 
     let still_trusted = p
         .and_then(|p| p.signer.as_ref().map(|s| (p, s)))
         .map(|(p, s)| trust.for_repository(&p.repository).iter().any(|r| r.fingerprint == s.fingerprint));
-    let ok = files.is_ok() && still_trusted != Some(false) && !p.is_some_and(|p| p.unsigned_allowed);
+    // An unsigned bundle installed before a trust rule covered its name fails once one does.
+    let signature_now_required =
+        p.is_some_and(|p| p.signer.is_none() && !p.unsigned_allowed && !trust.for_repository(&p.repository).is_empty());
+    let ok = files.is_ok()
+        && still_trusted != Some(false)
+        && !p.is_some_and(|p| p.unsigned_allowed)
+        && !signature_now_required;
     if json {
         print_json(&json!({
             "name": name,
@@ -300,6 +341,7 @@ pub(super) fn verify(lib: &Library, name: &str, json: bool) -> Result<ExitCode> 
             "files": files.as_ref().map(|_| "match".to_string()).unwrap_or_else(|e| format!("{e:#}")),
             "provenance": p,
             "signer_still_trusted": still_trusted,
+            "signature_required": signature_now_required,
         }))?;
     } else {
         println!("{name} {}", info.record.version.as_deref().unwrap_or(""));
@@ -313,19 +355,20 @@ pub(super) fn verify(lib: &Library, name: &str, json: bool) -> Result<ExitCode> 
                 println!("  source: {} (local: no signature to check)", info.record.source.as_deref().unwrap_or("-"))
             }
             Some(p) => {
-                println!(
-                    "  source: oci://{}{}",
-                    p.repository,
-                    p.tag.as_ref().map(|t| format!(":{t}")).unwrap_or_default()
-                );
+                println!("  source: {}", p.origin());
                 println!("  digest: {}", p.digest);
                 match (&p.signer, still_trusted) {
                     (Some(s), Some(true)) => println!("  signed: {s} (still trusted)"),
                     (Some(s), _) => println!(
-                        "  ! signed: {s}, but that key is no longer trusted for oci://{} (see `skillhost trust list`)",
+                        "  ! signed: {s}, but that key is no longer trusted for {} (see `skillhost trust list`)",
+                        p.origin()
+                    ),
+                    (None, _) if p.unsigned_allowed => println!("  ! UNSIGNED: installed with --allow-unsigned"),
+                    (None, _) if signature_now_required => println!(
+                        "  ! UNSIGNED: your trust file now asks for a signature on {}; reinstall a signed bundle",
                         p.repository
                     ),
-                    (None, _) => println!("  ! UNSIGNED: installed with --allow-unsigned"),
+                    (None, _) => println!("  unsigned bundle (no trust rule asks for a signature on its name)"),
                 }
             }
         }

@@ -67,28 +67,25 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 )
             };
             let source = dir.to_string_lossy().into_owned();
+            let unsigned = if allow_unsigned { crate::oci::Unsigned::Allow } else { crate::oci::Unsigned::Refuse };
+            let is_url = source.starts_with("http://") || source.starts_with("https://");
             let report = if source.starts_with("oci://") {
-                let unsigned = if allow_unsigned { crate::oci::Unsigned::Allow } else { crate::oci::Unsigned::Refuse };
                 let how = super::oci::OciInstall { source: &source, unsigned, allow_downgrade, registry: &registry };
                 super::oci::install(lib, &how, &decide, &confirm)?
-            } else if allow_unsigned || allow_downgrade {
-                return Err(
-                    UsageError("--allow-unsigned and --allow-downgrade apply to oci:// installs only".into()).into()
-                );
-            } else if source.starts_with("http://") || source.starts_with("https://") {
+            } else if allow_downgrade || (allow_unsigned && !is_url && !dir.is_file()) {
+                return Err(UsageError(
+                    "--allow-downgrade applies to oci:// installs, --allow-unsigned to oci:// and .skill bundles"
+                        .into(),
+                )
+                .into());
+            } else if is_url {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 let bytes = rt.block_on(crate::bundle::download(&source))?;
-                let opts = InstallOptions { confirm_replace: &confirm, source: Some(source.clone()), provenance: None };
-                lib.install_bundle_with(&bytes, &decide, &opts)?
+                super::oci::install_bundle(lib, &bytes, &source, unsigned, &decide, &confirm)?
             } else if dir.is_file() {
                 let bytes = std::fs::read(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
                 let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-                let opts = InstallOptions {
-                    confirm_replace: &confirm,
-                    source: Some(path.display().to_string()),
-                    provenance: None,
-                };
-                lib.install_bundle_with(&bytes, &decide, &opts).map_err(|e| anyhow!("{}: {e:#}", dir.display()))?
+                super::oci::install_bundle(lib, &bytes, &path.display().to_string(), unsigned, &decide, &confirm)?
             } else {
                 let path = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
                 let opts = InstallOptions {
@@ -109,12 +106,13 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                     &report.content_hash[..12]
                 );
                 if let Some(p) = &report.provenance {
-                    println!("  from oci://{} digest {}", p.repository, p.digest);
+                    println!("  from {} digest {}", p.origin(), p.digest);
                     match &p.signer {
                         Some(s) => println!("  signed: {s}"),
-                        None => {
+                        None if p.unsigned_allowed => {
                             println!("  ! UNSIGNED: installed with --allow-unsigned; nobody vouches for these bytes")
                         }
+                        None => println!("  unsigned: nobody you trust vouches for these bytes"),
                     }
                 }
                 print_list("declares", &report.declared);
@@ -360,17 +358,27 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             }
             Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
-        SkillCmd::Pack { dir, output } => {
+        SkillCmd::Pack { dir, output, sign } => {
             let manifest = crate::manifest::Manifest::load_dir(&dir).map_err(|e| anyhow!("{e}"))?;
             let out = output.unwrap_or_else(|| {
                 let version = manifest.version.as_ref().map(|v| format!("-{v}")).unwrap_or_default();
                 PathBuf::from(format!("{}{version}.skill", manifest.name))
             });
-            let bundle = crate::bundle::pack(&dir, &out)?;
+            let key = sign.as_deref().map(|n| crate::oci::keys::load_signing(lib.home(), n)).transpose()?;
+            let bundle = crate::bundle::pack_signed(&dir, &out, key.as_ref())?;
+            let signer = key.as_ref().map(|k| k.public.fingerprint());
             if json {
-                print_json(&json!({ "bundle": out, "manifest": bundle }))?;
+                print_json(&json!({ "bundle": out, "manifest": bundle, "digest": bundle.digest(), "signer": signer }))?;
             } else {
                 println!("packed {} ({} files) into {}", bundle.name, bundle.files.len(), out.display());
+                println!("  content digest: {}", bundle.digest());
+                match signer {
+                    Some(f) => println!(
+                        "  signed by {f}; installers trust it with `skillhost trust add bundle:{} KEY.pub`",
+                        bundle.name
+                    ),
+                    None => println!("  not signed (sign with --sign KEY)"),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -450,7 +458,7 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             }
             Ok(ExitCode::SUCCESS)
         }
-        SkillCmd::Update { name, yes, allow_downgrade, registry } => {
+        SkillCmd::Update { name, yes, allow_unsigned, allow_downgrade, registry } => {
             let info = lib.info(&name)?;
             let Some(source) = info.record.source else {
                 anyhow::bail!(
@@ -462,7 +470,7 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 dir: PathBuf::from(source),
                 grants: Vec::new(),
                 yes,
-                allow_unsigned: false,
+                allow_unsigned,
                 allow_downgrade,
                 registry,
             };

@@ -112,6 +112,15 @@ pub struct InstallOptions<'a> {
     pub provenance: Option<crate::oci::Provenance>,
 }
 
+/// A bundle unpacked and its signature checked ([`Library::open_bundle`]): install `dir`
+/// with `checked.provenance`. The directory goes when this is dropped.
+pub struct OpenedBundle {
+    _tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub version: Option<String>,
+    pub checked: crate::oci::bundle::Checked,
+}
+
 /// The outcome of importing one skill directory.
 #[derive(Debug, Clone, Serialize)]
 pub struct ImportResult {
@@ -365,7 +374,9 @@ impl Library {
         )
     }
 
-    /// [`Library::install_bundle`] with [`InstallOptions`] (the source is the bundle's path or URL).
+    /// [`Library::install_bundle`] with [`InstallOptions`] (the source is the bundle's path or
+    /// URL). The bundle's signature is checked as [`Library::open_bundle`] does, without
+    /// `--allow-unsigned`, and recorded as the install's provenance.
     pub fn install_bundle_with(
         &self,
         bytes: &[u8],
@@ -373,12 +384,35 @@ impl Library {
         opts: &InstallOptions<'_>,
     ) -> Result<InstallReport> {
         self.policy_before_change("installed")?;
+        let opened = self.open_bundle(bytes, crate::oci::Unsigned::Refuse)?;
+        let opts = InstallOptions {
+            confirm_replace: opts.confirm_replace,
+            source: opts.source.clone(),
+            provenance: Some(opened.checked.provenance.clone()),
+        };
+        self.install_with(&opened.dir, grants, &opts)
+    }
+
+    /// Unpack a `.skill` bundle (every file checked against MANIFEST.json) into a temporary
+    /// directory of the home and check its signature against the trust file
+    /// ([`crate::oci::bundle::check`]); nothing is installed yet.
+    pub fn open_bundle(&self, bytes: &[u8], unsigned: crate::oci::Unsigned) -> Result<OpenedBundle> {
         let tmp = tempfile::Builder::new()
             .prefix(".bundle-")
             .tempdir_in(&self.root)
             .with_context(|| format!("cannot create a temporary directory in {}", self.root.display()))?;
-        let dir = crate::bundle::unpack(bytes, tmp.path())?;
-        self.install_with(&dir, grants, opts)
+        let unpacked = crate::bundle::unpack_with_manifest(bytes, tmp.path())?;
+        let manifest = Manifest::load_dir(&unpacked.dir).map_err(|e| anyhow!("{e}"))?;
+        crate::oci::bundle::check_name(&unpacked.manifest.name, &manifest.name)?;
+        let trust = crate::oci::trust::TrustFile::load(&self.root)?;
+        let checked = crate::oci::bundle::check(
+            &trust,
+            &manifest.name,
+            &unpacked.manifest.digest(),
+            unpacked.manifest.signature.as_ref(),
+            unsigned,
+        )?;
+        Ok(OpenedBundle { _tmp: tmp, dir: unpacked.dir, version: unpacked.manifest.version, checked })
     }
 
     /// Import every skill directory under `dir` (for example a `.claude/skills` tree):

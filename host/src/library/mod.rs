@@ -55,7 +55,7 @@ pub mod secrets;
 
 pub use catalog::{SkillInfo, SkillSearch};
 pub use history::HistoryEntry;
-pub use install::{ImportResult, InstallOptions, InstallReport, Replacement, SkillKind};
+pub use install::{ImportResult, InstallOptions, InstallReport, OpenedBundle, Replacement, SkillKind};
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
 pub use run::{RunOptions, RunReport, call_entry, new_session_id, params_from_pairs};
 

@@ -82,7 +82,8 @@ pub fn check_payload(bytes: &[u8], repository: &str, digest: &str) -> Result<(),
     let signed = p.critical.identity.docker_reference;
     let signed_repo = signed.split('@').next().unwrap_or(&signed);
     let signed_repo = match signed_repo.rsplit_once(':') {
-        Some((r, tag)) if !tag.contains('/') => r,
+        // `bundle:NAME` (a signed bundle) has no tag.
+        Some((r, tag)) if !tag.contains('/') && !signed_repo.starts_with("bundle:") => r,
         _ => signed_repo,
     };
     if signed_repo != repository {

@@ -1,5 +1,5 @@
 //! Signing keys: generated with `ring`, stored so that other tools read them. The private key
-//! is PKCS#8 (PEM `PRIVATE KEY`, mode 0600) in `<home>/keys/NAME.key`; the public key is a
+//! is PKCS#8 (PEM `PRIVATE KEY`, mode 0600; v1 for Ed25519, so openssl reads it too) in `<home>/keys/NAME.key`; the public key is a
 //! SubjectPublicKeyInfo (PEM `PUBLIC KEY`) in `<home>/keys/NAME.pub`, the form
 //! `cosign verify --key` and `openssl pkey -pubin` read. A key is named by its fingerprint:
 //! sha256 over the SubjectPublicKeyInfo DER.
@@ -176,9 +176,36 @@ pub fn generate(home: &Path, name: &str, algorithm: KeyAlgorithm) -> Result<Gene
     }
     .map_err(|_| anyhow!("cannot generate a key: the system random source failed"))?;
     let key = SigningKey::from_pkcs8(pkcs8.as_ref())?;
-    write_private(&private_key, pem_encode(pkcs8.as_ref(), "PRIVATE KEY").as_bytes())?;
+    let der = match algorithm {
+        KeyAlgorithm::EcdsaP256 => pkcs8.as_ref().to_vec(),
+        KeyAlgorithm::Ed25519 => ed25519_pkcs8_v1(pkcs8.as_ref())?,
+    };
+    write_private(&private_key, pem_encode(&der, "PRIVATE KEY").as_bytes())?;
     crate::fsutil::write_atomic_shared(&public_key, key.public.to_pem().as_bytes())?;
     Ok(GeneratedKey { name: name.into(), algorithm, private_key, public_key, fingerprint: key.public.fingerprint() })
+}
+
+// ring writes Ed25519 keys as PKCS#8 v2 (seed and public key), which openssl 3.0 refuses;
+// v1 (the seed alone, RFC 8410) is what openssl writes, and ring reads it too.
+const ED25519_V2_HEAD: &[u8] =
+    &[0x30, 0x53, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+const ED25519_V1_HEAD: &[u8] =
+    &[0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+
+/// The PKCS#8 v1 form of ring's v2 Ed25519 document.
+fn ed25519_pkcs8_v1(v2: &[u8]) -> Result<Vec<u8>> {
+    let seed = v2
+        .strip_prefix(ED25519_V2_HEAD)
+        .and_then(|rest| rest.get(..32))
+        .ok_or_else(|| anyhow!("unexpected Ed25519 PKCS#8 layout from ring"))?;
+    let v1 = [ED25519_V1_HEAD, seed].concat();
+    // The same key either way.
+    let a = signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&v1).map_err(|_| anyhow!("bad Ed25519 v1 key"))?;
+    let b = signature::Ed25519KeyPair::from_pkcs8(v2).map_err(|_| anyhow!("bad Ed25519 v2 key"))?;
+    if a.public_key().as_ref() != b.public_key().as_ref() {
+        bail!("the Ed25519 PKCS#8 v1 form differs from ring's key");
+    }
+    Ok(v1)
 }
 
 /// Write `bytes` to a new file readable by its owner only.

@@ -9,6 +9,7 @@
 //! - [`cosign`]: the simple-signing payload and the `sha256-<hex>.sig` signature manifest.
 //! - [`registry`]: the distribution API over the host's HTTP client, bounded in size and time.
 //! - [`artifact`]: the layout of a skill as layers, and unpacking it safely.
+//! - [`bundle`]: the same signatures over `.skill` bundles (`bundle:NAME` in the trust file).
 
 use std::path::Path;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 pub mod artifact;
+pub mod bundle;
 pub mod cosign;
 pub mod keys;
 pub mod registry;
@@ -28,7 +30,7 @@ pub use registry::{Auth, Reference, Registry};
 /// Where an installed version came from, as verified at install time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Provenance {
-    /// `HOST[:PORT]/REPOSITORY`.
+    /// `HOST[:PORT]/REPOSITORY`, or `bundle:NAME` for a `.skill` bundle.
     pub repository: String,
     /// The tag installed from, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,6 +47,19 @@ pub struct Provenance {
 }
 
 impl Provenance {
+    /// From a `.skill` bundle (`repository` is `bundle:NAME`, `digest` its content digest).
+    pub fn is_bundle(&self) -> bool {
+        self.repository.starts_with("bundle:")
+    }
+
+    /// Where it came from, as a user writes it: `oci://HOST/REPO[:TAG]` or `bundle:NAME`.
+    pub fn origin(&self) -> String {
+        if self.is_bundle() {
+            return self.repository.clone();
+        }
+        format!("oci://{}{}", self.repository, self.tag.as_ref().map(|t| format!(":{t}")).unwrap_or_default())
+    }
+
     /// The small object calls' audit lines carry.
     pub fn audit_value(&self) -> Value {
         json!({

@@ -32,7 +32,14 @@ impl Reference {
         let usage = "expected oci://HOST[:PORT]/REPOSITORY:TAG or oci://HOST[:PORT]/REPOSITORY@sha256:DIGEST";
         let rest = s.strip_prefix("oci://").ok_or_else(|| anyhow!("`{s}` is not an oci:// reference ({usage})"))?;
         let (registry, path) = rest.split_once('/').ok_or_else(|| anyhow!("`{s}` has no repository ({usage})"))?;
-        if registry.is_empty() || !registry.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)) {
+        let port_ok = match registry.rsplit_once(':') {
+            Some((_, p)) if !registry.ends_with(']') => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
+            _ => true,
+        };
+        if registry.is_empty()
+            || !port_ok
+            || !registry.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        {
             bail!("`{s}`: `{registry}` is not a registry host[:port]");
         }
         let (path, digest) = match path.split_once('@') {
@@ -158,16 +165,42 @@ impl Default for Limits {
     }
 }
 
-/// How to authenticate to a registry.
-#[derive(Debug, Clone, Default)]
+/// How to authenticate to a registry. `Debug` shows the user name, never a secret.
+#[derive(Clone, Default)]
 pub enum Auth {
     #[default]
     Anonymous,
-    Basic {
-        user: String,
-        password: String,
-    },
+    /// A user and password: sent as HTTP basic auth to the registry, or to its token service
+    /// in the bearer handshake.
+    Basic { user: String, password: String },
+    /// A registry token used as it is (`--registry-token`, config.json `registrytoken`).
     Bearer(String),
+    /// An OAuth2 refresh token (config.json `identitytoken`, what `docker login` stores for
+    /// some registries): exchanged at the token service for an access token.
+    IdentityToken(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Anonymous => f.write_str("Anonymous"),
+            Auth::Basic { user, .. } => write!(f, "Basic {{ user: {user:?}, password: <redacted> }}"),
+            Auth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            Auth::IdentityToken(_) => f.write_str("IdentityToken(<redacted>)"),
+        }
+    }
+}
+
+impl Auth {
+    /// What a refusal names: the kind of credentials and the user, no secret.
+    fn describe(&self) -> String {
+        match self {
+            Auth::Anonymous => "no credentials".into(),
+            Auth::Basic { user, .. } => format!("the password of user `{user}`"),
+            Auth::Bearer(_) => "the registry token".into(),
+            Auth::IdentityToken(_) => "the identity token".into(),
+        }
+    }
 }
 
 impl Auth {
@@ -193,8 +226,11 @@ impl Auth {
             k.trim_end_matches('/') == registry
         });
         let Some((_, e)) = entry else { return Ok(Auth::Anonymous) };
-        if let Some(t) = e.registrytoken.clone().or(e.identitytoken.clone()) {
+        if let Some(t) = e.registrytoken.clone() {
             return Ok(Auth::Bearer(t));
+        }
+        if let Some(t) = e.identitytoken.clone() {
+            return Ok(Auth::IdentityToken(t));
         }
         if let Some(a) = &e.auth {
             let decoded = base64::engine::general_purpose::STANDARD
@@ -227,6 +263,8 @@ pub struct Registry {
     base: String,
     registry: String,
     auth: Auth,
+    /// `--insecure-registry` hosts: a token realm there may be plain http too.
+    insecure: Vec<String>,
     token: std::sync::Mutex<Option<String>>,
     pub limits: Limits,
 }
@@ -241,6 +279,7 @@ impl Registry {
             base: format!("{scheme}://{registry}"),
             registry: registry.into(),
             auth,
+            insecure: insecure.to_vec(),
             token: std::sync::Mutex::new(None),
             limits: Limits::default(),
         })
@@ -267,10 +306,7 @@ impl Registry {
             .unwrap_or_default()
             .to_string();
         if !challenge.to_ascii_lowercase().starts_with("bearer ") || matches!(self.auth, Auth::Bearer(_)) {
-            bail!(
-                "{} refused the credentials (401); give them in a docker config.json (--registry-config) or --registry-token",
-                self.registry
-            );
+            return Err(self.refused());
         }
         let token = self.fetch_token(&challenge).await?;
         *self.token.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
@@ -289,6 +325,23 @@ impl Registry {
             Auth::Anonymous => rb,
             Auth::Basic { user, password } => rb.basic_auth(user, Some(password)),
             Auth::Bearer(t) => rb.bearer_auth(t),
+            // Only ever sent to the token service.
+            Auth::IdentityToken(_) => rb,
+        }
+    }
+
+    /// The error for a 401 that credentials did not (or could not) answer.
+    fn refused(&self) -> anyhow::Error {
+        match self.auth {
+            Auth::Anonymous => anyhow!(
+                "{} asks for credentials (401): give them in a docker config.json (`auths` entry for {0}; --registry-config FILE) or --registry-token",
+                self.registry
+            ),
+            _ => anyhow!(
+                "{} refused {} (401): check the credentials for {0} in the docker config.json (or --registry-token)",
+                self.registry,
+                self.auth.describe()
+            ),
         }
     }
 
@@ -297,17 +350,49 @@ impl Registry {
         let realm = params.iter().find(|(k, _)| k == "realm").map(|(_, v)| v.clone());
         let realm = realm.ok_or_else(|| anyhow!("{} sent a bearer challenge without a realm", self.registry))?;
         let mut url = reqwest::Url::parse(&realm).map_err(|e| anyhow!("token realm `{realm}`: {e}"))?;
-        for (k, v) in params.iter().filter(|(k, _)| k == "service" || k == "scope") {
-            url.query_pairs_mut().append_pair(k, v);
+        // Credentials travel to the realm: over https, or plain http only where the registry
+        // itself may be spoken to in the clear (loopback, --insecure-registry).
+        let realm_host = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => bail!("token realm `{realm}` of {} has no host", self.registry),
+        };
+        if url.scheme() != "https"
+            && !(url.scheme() == "http" && (is_loopback(&realm_host) || self.insecure.contains(&realm_host)))
+        {
+            bail!(
+                "{} sends its token service to `{realm}`, which is not https; refusing to send credentials there (--insecure-registry {realm_host} if you mean it)",
+                self.registry
+            );
         }
-        let mut rb = self.client.get(url);
-        if let Auth::Basic { user, password } = &self.auth {
-            rb = rb.basic_auth(user, Some(password));
-        }
+        let rb = match &self.auth {
+            // OAuth2: the refresh token is exchanged by POST (the distribution token spec).
+            Auth::IdentityToken(t) => {
+                let mut form: Vec<(&str, &str)> =
+                    vec![("grant_type", "refresh_token"), ("refresh_token", t.as_str()), ("client_id", "skillhost")];
+                for (k, v) in params.iter().filter(|(k, _)| k == "service" || k == "scope") {
+                    form.push((k.as_str(), v.as_str()));
+                }
+                self.client.post(url).form(&form)
+            }
+            auth => {
+                for (k, v) in params.iter().filter(|(k, _)| k == "service" || k == "scope") {
+                    url.query_pairs_mut().append_pair(k, v);
+                }
+                let rb = self.client.get(url);
+                match auth {
+                    Auth::Basic { user, password } => rb.basic_auth(user, Some(password)),
+                    _ => rb,
+                }
+            }
+        };
         let response = tokio::time::timeout(self.limits.first_byte, rb.send())
             .await
             .map_err(|_| anyhow!("the token service of {} did not answer", self.registry))?
             .map_err(|e| anyhow!("cannot reach the token service of {}: {}", self.registry, chain(&e)))?;
+        if matches!(response.status(), reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN) {
+            return Err(self.refused());
+        }
         if !response.status().is_success() {
             bail!("the token service of {} answered {}", self.registry, response.status());
         }
@@ -513,6 +598,8 @@ mod tests {
         assert!(Reference::parse("oci://reg/a/b").unwrap_err().to_string().contains("no tag or digest"));
         assert!(Reference::parse("oci://reg/../b:1").is_err());
         assert!(Reference::parse("oci://reg/a/b@sha256:xyz").is_err());
+        assert!(Reference::parse("oci://bundle:tool/a:1").is_err());
+        assert!(Reference::parse("oci://[::1]:5000/a:1").is_ok());
         assert!(is_loopback("127.0.0.1:5000") && is_loopback("[::1]:80") && is_loopback("localhost:1"));
         assert!(!is_loopback("registry.example:5000"));
         let p = parse_challenge(r#"realm="http://127.0.0.1:1/token",service="reg",scope="repository:a:pull""#);

@@ -3,6 +3,9 @@
 //! being installed: a valid signature by Alice's key over Bob's repository is refused unless
 //! a rule says Alice signs for Bob. Rules hold the key itself (PEM), so the file is the whole
 //! decision and nothing it trusts can change behind it.
+//!
+//! Signed `.skill` bundles have no registry: their rules are `bundle:NAME` (that skill) or
+//! `bundle:*` (every bundle), see [`super::bundle`].
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +27,12 @@ pub struct TrustRule {
 impl TrustRule {
     /// Does this rule cover `repository` (`HOST[:PORT]/PATH`)?
     pub fn covers(&self, repository: &str) -> bool {
+        if self.prefix == BUNDLE_ANY {
+            return repository.starts_with("bundle:");
+        }
+        if self.prefix.starts_with("bundle:") {
+            return repository == self.prefix;
+        }
         repository == self.prefix || repository.strip_prefix(self.prefix.as_str()).is_some_and(|r| r.starts_with('/'))
     }
 
@@ -42,9 +51,28 @@ pub fn trust_path(home: &Path) -> PathBuf {
     home.join("trust.toml")
 }
 
-/// `oci://HOST/PATH/`, `HOST/PATH` -> `HOST/PATH` (no scheme, no trailing slash).
+/// The rule that trusts a key for every bundle.
+const BUNDLE_ANY: &str = "bundle:*";
+
+/// `oci://HOST/PATH/`, `HOST/PATH` -> `HOST/PATH` (no scheme, no trailing slash);
+/// `bundle:NAME` and `bundle:*` as they are.
 pub fn normalize_prefix(prefix: &str) -> Result<String> {
+    if let Some(name) = prefix.strip_prefix("bundle:") {
+        if name != "*" {
+            crate::manifest::validate_name(name).map_err(|e| {
+                anyhow!("trust prefix `{prefix}`: `{name}` is not a skill name ({e}); or use `bundle:*`")
+            })?;
+        }
+        return Ok(prefix.to_string());
+    }
     let p = prefix.strip_prefix("oci://").unwrap_or(prefix).trim_end_matches('/');
+    // A port is digits: `bundle:x/...` can never be mistaken for a registry.
+    let host = p.split('/').next().unwrap_or_default();
+    if let Some((_, port)) = host.rsplit_once(':').filter(|_| !host.ends_with(']'))
+        && (port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()))
+    {
+        bail!("trust prefix `{prefix}`: `{host}` is not HOST[:PORT] (a port is digits)");
+    }
     if p.is_empty() || p.contains("://") || p.contains(char::is_whitespace) || p.contains('@') {
         bail!("trust prefix `{prefix}`: expected `oci://HOST[:PORT]/REPOSITORY-PREFIX` (or just a host)");
     }
@@ -121,5 +149,10 @@ mod tests {
         assert!(rule("reg:5000").covers("reg:5000/anyone/tool"));
         assert!(normalize_prefix("oci://reg/../x").is_err());
         assert!(normalize_prefix("https://reg/x").is_err());
+        assert!(normalize_prefix("oci://bundle:tool/x").is_err());
+        assert!(normalize_prefix("bundle:Bad Name").is_err());
+        let tool = rule("bundle:tool");
+        assert!(tool.covers("bundle:tool") && !tool.covers("bundle:toolbox") && !tool.covers("bundle:tool/x"));
+        assert!(rule("bundle:*").covers("bundle:any") && !rule("bundle:*").covers("reg/any"));
     }
 }

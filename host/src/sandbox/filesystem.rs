@@ -238,7 +238,7 @@ fn openat(dirfd: RawFd, name: &std::ffi::CStr, extra: libc::c_int) -> std::io::R
 
 /// Open directory `rel` below `base` (an absolute path from `/` when `base` is `None`)
 /// following no symlink at any component and never climbing out of `base`.
-fn open_no_links(base: Option<&File>, rel: &Path) -> std::io::Result<File> {
+pub(super) fn open_no_links(base: Option<&File>, rel: &Path) -> std::io::Result<File> {
     let start = match base {
         Some(b) => b.try_clone()?,
         None => openat(libc::AT_FDCWD, c"/", 0)?,

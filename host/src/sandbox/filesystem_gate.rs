@@ -222,6 +222,51 @@ fn points_down(target: &str) -> bool {
 /// through before refusing (the kernel's own limit is 40; a real tree needs a few).
 const MAX_LINK_DEPTH: usize = 8;
 
+/// How many entries a moved directory may hold for [`climbing_link_below`] to walk it; a
+/// larger tree is not moved by a skill (the walk would hold the call for too long).
+const MAX_WALKED_ENTRIES: usize = 100_000;
+
+/// The first link below the open directory `dir` (path `rel`) whose text does not point
+/// down, walked by handle: each subdirectory opened with `O_NOFOLLOW` from its parent's
+/// handle, so a name swapped for a link during the walk is not followed.
+fn climbing_link_below(dir: &std::fs::File, rel: &str, budget: &mut usize) -> std::io::Result<Option<String>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        let entry = entry?;
+        *budget = budget.checked_sub(1).ok_or_else(|| std::io::Error::other("directory too large to move"))?;
+        let name = entry.file_name();
+        let here = join_rel(rel, &name.to_string_lossy());
+        let c_name = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+        let kind = entry.file_type()?;
+        if kind.is_symlink() {
+            let mut buf = vec![0u8; 4096];
+            // SAFETY: `buf` is valid for its length; the result is the number of bytes written.
+            let n = unsafe { libc::readlinkat(dir.as_raw_fd(), c_name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
+            if !points_down(&text) {
+                return Ok(Some(here));
+            }
+        } else if kind.is_dir() {
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+            // SAFETY: `c_name` is NUL-terminated; the descriptor is owned by the File.
+            let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            let sub = unsafe { std::fs::File::from_raw_fd(fd) };
+            if let Some(found) = climbing_link_below(&sub, &here, budget)? {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// `parent/name`, or `name` when `parent` is empty (paths relative to a descriptor).
 fn join_rel(parent: &str, name: &str) -> String {
     if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") }
@@ -285,6 +330,55 @@ impl GatedFs<'_> {
             }
         }
         true
+    }
+
+    /// Whether renaming `old` (below descriptor `dir`) to `new` (below `new_dir`) keeps every
+    /// link it carries inside the mount. Only a directory carries links, and only a move to
+    /// another parent changes where a link's `..` leads (the ancestors are what it climbs
+    /// through). Such a move is refused when the directory holds a link that does not point
+    /// down ([`points_down`]): links the guest makes point down, so that one was planted by
+    /// the user and is judged by the tree it was planted in. A directory that cannot be
+    /// walked (reached through links, too large) is not moved either.
+    async fn directory_moves_safely(&mut self, dir: u32, old: &str, new_dir: u32, new: &str) -> bool {
+        let st = HostDescriptor::stat_at(&mut self.inner, borrow(dir), types::PathFlags::empty(), old.to_string());
+        match st.await {
+            Ok(st) if st.type_ == types::DescriptorType::Directory => {}
+            // Not a directory, or nothing there (the rename itself then says why).
+            _ => return true,
+        }
+        let from = self.parent_identity(dir, old).await;
+        if from.is_some() && from == self.parent_identity(new_dir, new).await {
+            return true;
+        }
+        let Ok(Descriptor::Dir(base)) = self.inner.table.get(&borrow(dir)) else { return false };
+        let base = base.dir.clone();
+        let old = std::path::PathBuf::from(old.trim_end_matches('/'));
+        let walked = tokio::task::spawn_blocking(move || {
+            let moved = super::filesystem::open_no_links(Some(&base), &old)?;
+            let mut budget = MAX_WALKED_ENTRIES;
+            climbing_link_below(&moved, "", &mut budget)
+        })
+        .await;
+        match walked {
+            Ok(Ok(None)) => true,
+            Ok(Ok(Some(link))) => {
+                tracing::debug!("refused moving a directory that holds the climbing link {link}");
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// The identity (device and inode, hashed) of the directory `path` stands in.
+    async fn parent_identity(&mut self, dir: u32, path: &str) -> Option<(u64, u64)> {
+        let parent = parent_rel(path);
+        let r = if parent.is_empty() {
+            HostDescriptor::metadata_hash(&mut self.inner, borrow(dir)).await
+        } else {
+            HostDescriptor::metadata_hash_at(&mut self.inner, borrow(dir), types::PathFlags::empty(), parent.into())
+                .await
+        };
+        r.ok().map(|h| (h.lower, h.upper))
     }
 
     /// Whether `old` (relative to `dir`) is a link, and if so its text; `None` when it is
@@ -573,6 +667,11 @@ impl HostDescriptor for GatedFs<'_> {
         {
             return self.state.note("rename", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
         }
+        // So is every link a moved directory holds: one that climbs (planted by someone
+        // else; the guest cannot make one) means something else under another parent.
+        if !self.directory_moves_safely(rep, &old_path, new_fd.rep(), &new_path).await {
+            return self.state.note("rename", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
+        }
         let r = HostDescriptor::rename_at(&mut self.inner, fd, old_path, new_fd, new_path).await;
         self.state.note("rename", |s| s.join(rep, &target), r)
     }
@@ -734,7 +833,7 @@ impl Pollable for BudgetedStream {
 
 #[cfg(test)]
 mod tests {
-    use super::{DiskBudget, join_rel, parent_rel, points_down};
+    use super::{DiskBudget, climbing_link_below, join_rel, parent_rel, points_down};
 
     #[test]
     fn a_link_may_only_point_down_from_where_it_stands() {
@@ -747,6 +846,23 @@ mod tests {
         assert_eq!(parent_rel("a/b/link"), "a/b");
         assert_eq!(parent_rel("link"), "");
         assert_eq!(join_rel("", "x"), "x");
+    }
+
+    #[test]
+    fn a_moved_tree_is_walked_for_links_that_climb() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b/c")).unwrap();
+        std::fs::write(t.path().join("a/b/file"), "x").unwrap();
+        std::os::unix::fs::symlink("file", t.path().join("a/b/down")).unwrap();
+        let walk = |budget: &mut usize| {
+            climbing_link_below(&std::fs::File::open(t.path().join("a")).unwrap(), "", budget).unwrap()
+        };
+        assert_eq!(walk(&mut 100), None, "links that point down move with their tree");
+        std::os::unix::fs::symlink("../../..", t.path().join("a/b/c/up")).unwrap();
+        assert_eq!(walk(&mut 100).as_deref(), Some("b/c/up"));
+        let mut tiny = 2;
+        let too_large = climbing_link_below(&std::fs::File::open(t.path().join("a")).unwrap(), "", &mut tiny);
+        assert!(too_large.is_err(), "a tree past the budget is not walked to the end");
     }
 
     #[test]
