@@ -187,17 +187,21 @@ pub fn generate(home: &Path, name: &str, algorithm: KeyAlgorithm) -> Result<Gene
 
 // ring writes Ed25519 keys as PKCS#8 v2 (seed and public key), which openssl 3.0 refuses;
 // v1 (the seed alone, RFC 8410) is what openssl writes, and ring reads it too.
-const ED25519_V2_HEAD: &[u8] =
-    &[0x30, 0x53, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+/// After the outer SEQUENCE header: version 1 (v2), the Ed25519 OID, and the seed's OCTET STRING.
+const ED25519_V2_BODY: &[u8] = &[0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
+/// The whole v1 document before the seed: SEQUENCE of 46 bytes, version 0, OID, seed header.
 const ED25519_V1_HEAD: &[u8] =
     &[0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20];
 
 /// The PKCS#8 v1 form of ring's v2 Ed25519 document.
 fn ed25519_pkcs8_v1(v2: &[u8]) -> Result<Vec<u8>> {
-    let seed = v2
-        .strip_prefix(ED25519_V2_HEAD)
-        .and_then(|rest| rest.get(..32))
-        .ok_or_else(|| anyhow!("unexpected Ed25519 PKCS#8 layout from ring"))?;
+    let seed = match v2 {
+        [0x30, len, body @ ..] if usize::from(*len) == body.len() => {
+            body.strip_prefix(ED25519_V2_BODY).and_then(|rest| rest.get(..32))
+        }
+        _ => None,
+    }
+    .ok_or_else(|| anyhow!("unexpected Ed25519 PKCS#8 layout from ring"))?;
     let v1 = [ED25519_V1_HEAD, seed].concat();
     // The same key either way.
     let a = signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(&v1).map_err(|_| anyhow!("bad Ed25519 v1 key"))?;
