@@ -35,9 +35,14 @@ build:
 demo: build-skills build
     bash examples/log-analysis/demo.sh
 
-# All tests: unit tests and the integration tests in tests/, through the real runtime.
+# All tests: unit tests and the integration tests in tests/, through the real runtime. First
+# installs what they need (.ci/test-needs: guest toolchains, MCP clients, embedding model;
+# cached in target/) or fails naming what is missing; SKILLHOST_SKIP_GUESTS=1,
+# SKILLHOST_SKIP_MCP_CLIENTS=1 or SKILLHOST_SKIP_EMBED_MODEL=1 leaves a group out, said again
+# at the end.
 test: build-skills
-    cargo test --release
+    bash .ci/test-needs
+    status=0; cargo test --release || status=$?; bash .ci/test-needs --summary; exit $status
 
 # Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines. Prints ratios.
 bench: build-skills

@@ -3,6 +3,7 @@
 //! server on 127.0.0.1) and by keywords when the model is missing, down or answers nonsense;
 //! the `skillhost agent` commands with --json.
 
+mod common;
 #[path = "common/llm_mock.rs"]
 mod llm_mock;
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
+use common::skillhost;
 use llm_mock::{MockServer, Reply};
 use serde_json::{Value, json};
 use skillhost::agent::profile::{AgentProfile, Phase, ProfileError, builtin_general, load_profiles, parse_profile};
@@ -232,23 +234,6 @@ async fn chinese_requests_route_by_keywords() {
 
 // ---------------------------------------------------------------------------------------------
 // CLI
-
-fn skillhost(home: &Path) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home).env_remove("RUST_LOG");
-    for var in [
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL",
-        "SKILLHOST_PROVIDER",
-        "SKILLHOST_MODEL",
-        "SKILLHOST_DECISIONS",
-    ] {
-        c.env_remove(var);
-    }
-    c
-}
 
 fn json_of(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))

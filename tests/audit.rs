@@ -6,16 +6,9 @@ mod common;
 
 use std::path::Path;
 
-use assert_cmd::Command;
 use common::Env;
 use serde_json::{Value, json};
 use skillhost::audit::{AuditLog, EntryKind, Problem, VerifyError, new_entry};
-
-fn skillhost(env: &Env) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", env.home.path()).arg("--workspace").arg(env.workspace.path()).env_remove("RUST_LOG");
-    c
-}
 
 fn json_of(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
@@ -52,24 +45,24 @@ fn broken(log: &AuditLog) -> skillhost::audit::ChainBreak {
 fn real_runs_chain_and_the_cli_lists_shows_and_verifies_them() {
     let env = Env::new();
     let dir = env.probe_as("probe", "");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     for (mode, code) in [("echo", 0), ("noop", 0), ("bogus", 3)] {
-        skillhost(&env)
+        env.skillhost()
             .args(["skill", "run", "probe", "--session", "sess-a", "-p", &format!("mode={mode}")])
             .assert()
             .code(code);
     }
-    skillhost(&env).args(["skill", "run", "probe", "--session", "sess-b", "-p", "mode=noop"]).assert().success();
+    env.skillhost().args(["skill", "run", "probe", "--session", "sess-b", "-p", "mode=noop"]).assert().success();
 
-    let out = skillhost(&env).args(["--json", "audit", "verify"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "verify"]).assert().success();
     let v = json_of(&out.get_output().stdout);
     assert_eq!(v["intact"], true);
     assert_eq!(v["entries"], 4);
     assert_eq!(v["head"].as_str().unwrap().len(), 64);
-    let out = skillhost(&env).args(["audit", "verify"]).assert().success();
+    let out = env.skillhost().args(["audit", "verify"]).assert().success();
     assert!(String::from_utf8_lossy(&out.get_output().stdout).contains("audit log intact: 4 entries"));
 
-    let out = skillhost(&env).args(["--json", "audit", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "list"]).assert().success();
     let sessions = json_of(&out.get_output().stdout);
     assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
     assert_eq!(sessions[0]["session"], "sess-a");
@@ -79,7 +72,7 @@ fn real_runs_chain_and_the_cli_lists_shows_and_verifies_them() {
     assert_eq!(sessions[1]["session"], "sess-b");
     assert_eq!(sessions[1]["final_status"], "success");
 
-    let out = skillhost(&env).args(["--json", "audit", "show", "sess-a"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "show", "sess-a"]).assert().success();
     let entries = json_of(&out.get_output().stdout);
     let entries = entries.as_array().unwrap();
     assert_eq!(entries.len(), 3);
@@ -90,14 +83,14 @@ fn real_runs_chain_and_the_cli_lists_shows_and_verifies_them() {
     assert_eq!(entries[0]["skill_hash"].as_str().unwrap().len(), 64);
     assert!(entries[2]["error"].as_str().unwrap().contains("unknown mode"), "{}", entries[2]);
 
-    let out = skillhost(&env).args(["audit", "show", "sess-b"]).assert().success();
+    let out = env.skillhost().args(["audit", "show", "sess-b"]).assert().success();
     let table = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(table.contains("probe") && table.contains("success") && !table.contains("sess-a"), "{table}");
-    let out = skillhost(&env).args(["audit", "list"]).assert().success();
+    let out = env.skillhost().args(["audit", "list"]).assert().success();
     let table = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(table.contains("sess-a") && table.contains("sess-b"), "{table}");
 
-    let out = skillhost(&env).args(["audit", "show", "nope"]).assert().code(1);
+    let out = env.skillhost().args(["audit", "show", "nope"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("no audit entries for session `nope`"));
 }
 
@@ -112,10 +105,10 @@ fn an_edited_field_is_named_by_its_line() {
     assert_eq!((b.line, b.problem), (3, Problem::HashMismatch), "{}", b.message);
     assert!(b.message.starts_with("line 3 was modified after it was written"), "{}", b.message);
 
-    let out = skillhost(&env).args(["audit", "verify"]).assert().code(1);
+    let out = env.skillhost().args(["audit", "verify"]).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("TAMPERED") && err.contains("line 3 was modified"), "{err}");
-    let out = skillhost(&env).args(["--json", "audit", "verify"]).assert().code(1);
+    let out = env.skillhost().args(["--json", "audit", "verify"]).assert().code(1);
     let v = json_of(&out.get_output().stdout);
     assert_eq!(
         (v["intact"].clone(), v["line"].clone(), v["problem"].clone()),
@@ -197,7 +190,7 @@ fn a_torn_last_line_is_a_crash_not_tampering_and_the_next_append_repairs_it() {
     let torn = v.torn_tail.clone().expect("torn tail reported");
     assert_eq!((v.entries, torn.line), (3, 4));
     assert!(torn.to_string().contains("line 4 is incomplete") && torn.to_string().contains("interrupted"), "{torn}");
-    let out = skillhost(&env).args(["audit", "verify"]).assert().success();
+    let out = env.skillhost().args(["audit", "verify"]).assert().success();
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("line 4 is incomplete") && !err.contains("TAMPERED"), "{err}");
 
@@ -240,7 +233,7 @@ fn concurrent_threads_keep_one_chain_with_every_entry() {
 fn concurrent_processes_keep_one_chain() {
     let env = Env::new();
     let dir = env.probe_as("probe", "");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     let bin = assert_cmd::cargo::cargo_bin("skillhost");
     let children: Vec<_> = (0..6)
         .map(|i| {
@@ -269,9 +262,9 @@ fn concurrent_processes_keep_one_chain() {
 fn a_damaged_log_refuses_calls_until_sealed_and_the_seal_keeps_the_history() {
     let env = Env::new();
     let dir = env.probe_as("probe", "");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     for session in ["before-1", "before-2"] {
-        skillhost(&env).args(["skill", "run", "probe", "--session", session, "-p", "mode=noop"]).assert().success();
+        env.skillhost().args(["skill", "run", "probe", "--session", session, "-p", "mode=noop"]).assert().success();
     }
     let log = AuditLog::in_home(env.home.path());
     let head_before = log.verify().unwrap().head;
@@ -281,16 +274,16 @@ fn a_damaged_log_refuses_calls_until_sealed_and_the_seal_keeps_the_history() {
     std::fs::write(log.path(), &damaged).unwrap();
 
     // The call is refused, before it runs, naming the log, the line and the way out.
-    let out = skillhost(&env).args(["skill", "run", "probe", "-p", "mode=noop"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "run", "probe", "-p", "mode=noop"]).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains(&log.path().display().to_string()), "{err}");
     assert!(err.contains("line 3 is not valid JSON"), "{err}");
     assert!(err.contains("refused") && err.contains("skillhost audit seal"), "{err}");
     assert_eq!(std::fs::read(log.path()).unwrap(), damaged, "nothing was appended");
-    skillhost(&env).args(["audit", "verify"]).assert().code(1);
+    env.skillhost().args(["audit", "verify"]).assert().code(1);
 
     // Seal: the damaged file moves aside unchanged; the new segment verifies.
-    let out = skillhost(&env).args(["--json", "audit", "seal"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "seal"]).assert().success();
     let sealed = json_of(&out.get_output().stdout);
     let sealed_path = Path::new(sealed["sealed_path"].as_str().unwrap()).to_path_buf();
     assert_eq!(std::fs::read(&sealed_path).unwrap(), damaged, "the sealed file keeps every byte");
@@ -310,12 +303,12 @@ fn a_damaged_log_refuses_calls_until_sealed_and_the_seal_keeps_the_history() {
     assert_eq!(first["sealed_sha256"], sealed["sha256"]);
 
     // Calls run again and chain onto the seal; the history before the seal still shows.
-    skillhost(&env).args(["skill", "run", "probe", "--session", "after", "-p", "mode=noop"]).assert().success();
-    let out = skillhost(&env).args(["--json", "audit", "verify"]).assert().success();
+    env.skillhost().args(["skill", "run", "probe", "--session", "after", "-p", "mode=noop"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "verify"]).assert().success();
     let v = json_of(&out.get_output().stdout);
     assert_eq!((v["intact"].clone(), v["entries"].clone()), (json!(true), json!(2)), "{v}");
     assert_eq!(v["sealed"]["status"], "intact");
-    let out = skillhost(&env).args(["--json", "audit", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "list"]).assert().success();
     let sessions: Vec<String> = json_of(&out.get_output().stdout)
         .as_array()
         .unwrap()
@@ -324,13 +317,13 @@ fn a_damaged_log_refuses_calls_until_sealed_and_the_seal_keeps_the_history() {
         .collect();
     assert!(sessions.starts_with(&["before-1".to_string(), "before-2".to_string()]), "{sessions:?}");
     assert!(sessions.last().is_some_and(|s| s == "after"), "{sessions:?}");
-    skillhost(&env).args(["audit", "show", "before-1"]).assert().success();
+    env.skillhost().args(["audit", "show", "before-1"]).assert().success();
 
     // A sealed file changed afterwards is reported; an intact log has nothing to seal.
-    let err = skillhost(&env).args(["audit", "seal"]).assert().code(1);
+    let err = env.skillhost().args(["audit", "seal"]).assert().code(1);
     assert!(String::from_utf8_lossy(&err.get_output().stderr).contains("nothing to seal"));
     std::fs::write(&sealed_path, b"rewritten\n").unwrap();
-    let out = skillhost(&env).args(["audit", "verify"]).assert().code(1);
+    let out = env.skillhost().args(["audit", "verify"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stdout).contains("CHANGED after it was sealed"));
 }
 

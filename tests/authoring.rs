@@ -11,8 +11,7 @@ use common::{Env, repo};
 use serde_json::Value;
 
 fn skillhost(home: &std::path::Path) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home);
+    let mut c = common::skillhost(home);
     // Share compiled dependencies between runs of this test.
     c.env("CARGO_TARGET_DIR", repo().join("target/scaffold"));
     c

@@ -6,15 +6,8 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
-use assert_cmd::Command;
-use common::Env;
+use common::{Env, skillhost};
 use serde_json::Value;
-
-fn skillhost(env: &Env) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", env.home.path());
-    c
-}
 
 fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
     let dir = env.probe_as("bundled", "");
@@ -23,7 +16,8 @@ fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
     std::fs::create_dir_all(dir.join("target")).unwrap();
     std::fs::write(dir.join("target/junk"), "build output is not packed").unwrap();
     let out = env.sources.path().join("bundled.skill");
-    let o = skillhost(env).args(["--json", "skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
+    let o =
+        skillhost(env.home.path()).args(["--json", "skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
     let report: Value = serde_json::from_slice(&o.get_output().stdout).unwrap();
     let files: Vec<&String> = report["manifest"]["files"].as_object().unwrap().keys().collect();
     assert_eq!(files, ["SKILL.md", "references/usage.md", "skill.wasm"]);
@@ -35,8 +29,8 @@ fn packed(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
 fn pack_then_install_from_a_file() {
     let env = Env::new();
     let (file, _) = packed(&env);
-    skillhost(&env).args(["skill", "install"]).arg(&file).assert().success();
-    skillhost(&env).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
+    skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().success();
+    skillhost(env.home.path()).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
 }
 
 #[test]
@@ -48,7 +42,7 @@ fn tampered_or_padded_bundles_are_refused() {
     let at = bytes.windows(4).position(|w| w == b"\0asm").unwrap() + 4096;
     tampered[at] ^= 0xff;
     std::fs::write(&file, &tampered).unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     assert!(err.contains("`skill.wasm` does not match its hash"), "{err}");
 
@@ -67,14 +61,14 @@ fn tampered_or_padded_bundles_are_refused() {
     header.set_cksum();
     builder.append_data(&mut header, "scripts/evil.sh", &b"boom"[..]).unwrap();
     std::fs::write(&file, builder.into_inner().unwrap()).unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     let err = String::from_utf8_lossy(&o.get_output().stderr).to_string();
     assert!(err.contains("`scripts/evil.sh` is not listed"), "{err}");
 
     std::fs::write(&file, b"not a bundle at all").unwrap();
-    let o = skillhost(&env).args(["skill", "install"]).arg(&file).assert().code(1);
+    let o = skillhost(env.home.path()).args(["skill", "install"]).arg(&file).assert().code(1);
     assert!(String::from_utf8_lossy(&o.get_output().stderr).contains("bundle"));
-    let o = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    let o = skillhost(env.home.path()).args(["--json", "skill", "list"]).assert().success();
     assert_eq!(serde_json::from_slice::<Value>(&o.get_output().stdout).unwrap(), serde_json::json!([]));
 }
 
@@ -98,20 +92,22 @@ fn install_from_a_loopback_url() {
             }
         }
     });
-    let o =
-        skillhost(&env).args(["skill", "install", &format!("http://127.0.0.1:{port}/missing.skill")]).assert().code(1);
+    let o = skillhost(env.home.path())
+        .args(["skill", "install", &format!("http://127.0.0.1:{port}/missing.skill")])
+        .assert()
+        .code(1);
     assert!(String::from_utf8_lossy(&o.get_output().stderr).contains("404"), "{:?}", o.get_output());
-    skillhost(&env)
+    skillhost(env.home.path())
         .args(["skill", "install", &format!("http://127.0.0.1:{port}/bundled.skill"), "--yes"])
         .assert()
         .success();
-    skillhost(&env).args(["skill", "run", "bundled", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
+    skillhost(env.home.path()).args(["skill", "run", "bundled", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
 }
 
 // ---- signed bundles ------------------------------------------------------------------
 
 fn pack_as(env: &Env, dir: &std::path::Path, out: &std::path::Path, sign: Option<&str>) -> Value {
-    let mut c = skillhost(env);
+    let mut c = skillhost(env.home.path());
     c.args(["--json", "skill", "pack"]).arg(dir).arg("-o").arg(out);
     if let Some(k) = sign {
         c.args(["--sign", k]);
@@ -122,7 +118,12 @@ fn pack_as(env: &Env, dir: &std::path::Path, out: &std::path::Path, sign: Option
 
 /// Install `file` with `--json --yes` and `extra`: (success, the JSON printed, stderr).
 fn install_json(env: &Env, file: &std::path::Path, extra: &[&str]) -> (bool, Value, String) {
-    let out = skillhost(env).args(["--json", "skill", "install", "--yes"]).arg(file).args(extra).output().unwrap();
+    let out = skillhost(env.home.path())
+        .args(["--json", "skill", "install", "--yes"])
+        .arg(file)
+        .args(extra)
+        .output()
+        .unwrap();
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
     (out.status.success(), json, String::from_utf8_lossy(&out.stderr).into_owned())
@@ -175,7 +176,7 @@ fn audit_lines(env: &Env) -> Vec<Value> {
 fn signed_bundles_name_their_signer_and_refuse_tampering_other_names_and_untrusted_keys() {
     let env = Env::new();
     for k in ["alice", "mallory"] {
-        skillhost(&env).args(["key", "generate", k]).assert().success();
+        skillhost(env.home.path()).args(["key", "generate", k]).assert().success();
     }
     let dir = env.probe_as("bundled", "");
     let src = env.sources.path();
@@ -196,7 +197,7 @@ fn signed_bundles_name_their_signer_and_refuse_tampering_other_names_and_untrust
     assert_eq!(audit_lines(&env).last().unwrap()["status"], "unsigned");
 
     // Alice trusted for this bundle's name: her signature verifies and is recorded.
-    skillhost(&env)
+    skillhost(env.home.path())
         .args(["trust", "add", "bundle:bundled"])
         .arg(env.home.path().join("keys/alice.pub"))
         .assert()
@@ -213,10 +214,10 @@ fn signed_bundles_name_their_signer_and_refuse_tampering_other_names_and_untrust
     let install_line = audit_lines(&env).pop().unwrap();
     assert_eq!((&install_line["kind"], &install_line["status"]), (&"install".into(), &"signed".into()));
     assert_eq!(install_line["oci"]["signer"], alice_fp.as_str());
-    skillhost(&env).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
+    skillhost(env.home.path()).args(["skill", "run", "bundled", "-p", "mode=noop"]).assert().success();
     let call = audit_lines(&env).into_iter().rfind(|l| l["kind"] == "call").unwrap();
     assert_eq!(call["oci"]["signer"], alice_fp.as_str());
-    let o = skillhost(&env).args(["skill", "verify", "bundled"]).assert().success();
+    let o = skillhost(env.home.path()).args(["skill", "verify", "bundled"]).assert().success();
     assert!(String::from_utf8_lossy(&o.get_output().stdout).contains("still trusted"));
     let installed = std::fs::read(&record_path).unwrap();
 
@@ -259,6 +260,9 @@ fn signed_bundles_name_their_signer_and_refuse_tampering_other_names_and_untrust
     assert!(err.contains("UNSIGNED"), "{err}");
     assert_eq!(report["provenance"]["unsigned_allowed"], true);
     assert_eq!(audit_lines(&env).last().unwrap()["status"], "unsigned-allowed");
-    assert_eq!(skillhost(&env).args(["skill", "verify", "bundled"]).output().unwrap().status.code(), Some(1));
-    skillhost(&env).args(["audit", "verify"]).assert().success();
+    assert_eq!(
+        skillhost(env.home.path()).args(["skill", "verify", "bundled"]).output().unwrap().status.code(),
+        Some(1)
+    );
+    skillhost(env.home.path()).args(["audit", "verify"]).assert().success();
 }

@@ -7,12 +7,6 @@ use assert_cmd::Command;
 use common::Env;
 use serde_json::Value;
 
-fn skillhost(env: &Env) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", env.home.path()).arg("--workspace").arg(env.workspace.path()).env_remove("RUST_LOG");
-    c
-}
-
 fn json_of(out: &[u8]) -> Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
 }
@@ -26,7 +20,8 @@ fn install_grant_run_revoke_remove() {
         "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n  session: true\n",
     );
 
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .args(["--json", "skill", "install"])
         .arg(&dir)
         .args(["--grant", "filesystem"])
@@ -45,11 +40,12 @@ fn install_grant_run_revoke_remove() {
             .any(|i| i.as_str().unwrap().starts_with("wasi:filesystem/preopens"))
     );
 
-    let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "list"]).assert().success();
     let list = json_of(&out.get_output().stdout);
     assert_eq!(list[0]["name"], "reader");
 
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
         .assert()
         .success();
@@ -58,50 +54,51 @@ fn install_grant_run_revoke_remove() {
     assert_eq!(run["result"]["ok"]["status"], "success");
 
     // `-p n=5` is typed by SKILL.md (integer), `-p arg=123` stays a string.
-    skillhost(&env)
+    env.skillhost()
         .args(["skill", "run", "reader", "-p", "mode=echo", "-p", "arg=123", "-p", "n=5"])
         .assert()
         .success();
 
     // Invalid params: exit 3 with a message naming the parameter.
-    let out = skillhost(&env).args(["skill", "run", "reader", "--params", r#"{"mode": 1}"#]).assert().code(3);
+    let out = env.skillhost().args(["skill", "run", "reader", "--params", r#"{"mode": 1}"#]).assert().code(3);
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(stdout.contains("invalid parameters") && stdout.contains("`mode`"), "{stdout}");
     // Unparsable --params: a usage error (exit 2), says what to pass.
-    let out = skillhost(&env).args(["skill", "run", "reader", "--params", "{mode"]).assert().code(2);
+    let out = env.skillhost().args(["skill", "run", "reader", "--params", "{mode"]).assert().code(2);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("from --params are not valid JSON"));
 
-    skillhost(&env).args(["policy", "revoke", "reader", "filesystem"]).assert().success();
-    let out = skillhost(&env)
+    env.skillhost().args(["policy", "revoke", "reader", "filesystem"]).assert().success();
+    let out = env
+        .skillhost()
         .args(["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"])
         .assert()
         .code(3);
     let run = json_of(&out.get_output().stdout);
     assert_eq!(run["result"]["error"]["kind"], "failed");
 
-    skillhost(&env).args(["policy", "grant", "reader", "session", "filesystem=/workspace:read"]).assert().success();
-    let out = skillhost(&env).args(["--json", "policy", "show", "reader"]).assert().success();
+    env.skillhost().args(["policy", "grant", "reader", "session", "filesystem=/workspace:read"]).assert().success();
+    let out = env.skillhost().args(["--json", "policy", "show", "reader"]).assert().success();
     let policy = json_of(&out.get_output().stdout);
     assert_eq!(policy["skills"]["reader"]["session"], true);
     // Granting what the skill never declared is refused.
-    let out = skillhost(&env).args(["policy", "grant", "reader", "env=HOME"]).assert().code(1);
+    let out = env.skillhost().args(["policy", "grant", "reader", "env=HOME"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("does not declare env HOME"));
 
-    let out = skillhost(&env).args(["--json", "skill", "info", "reader"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "info", "reader"]).assert().success();
     let info = json_of(&out.get_output().stdout);
     assert_eq!(info["effective"].as_array().unwrap().len(), 2);
 
-    skillhost(&env).args(["skill", "remove", "reader"]).assert().success();
-    let out = skillhost(&env).args(["skill", "run", "reader", "-p", "mode=noop"]).assert().code(1);
+    env.skillhost().args(["skill", "remove", "reader"]).assert().success();
+    let out = env.skillhost().args(["skill", "run", "reader", "-p", "mode=noop"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("not installed"));
-    let out = skillhost(&env).args(["--json", "policy", "show"]).assert().success();
+    let out = env.skillhost().args(["--json", "policy", "show"]).assert().success();
     assert!(json_of(&out.get_output().stdout)["skills"].get("reader").is_none(), "grants removed with the skill");
 }
 
 #[test]
 fn install_errors_are_readable() {
     let env = Env::new();
-    let out = skillhost(&env).args(["skill", "install", "/nonexistent/skill"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "install", "/nonexistent/skill"]).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("/nonexistent/skill/SKILL.md") && err.contains("cannot read"), "{err}");
 
@@ -109,14 +106,14 @@ fn install_errors_are_readable() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("SKILL.md"), "---\nname: typo\ndescription: x\ncapabilites:\n  memory: read\n---\n")
         .unwrap();
-    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).assert().code(1);
+    let out = env.skillhost().args(["skill", "install"]).arg(&dir).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("typo/SKILL.md:4") && err.contains("capabilites"), "{err}");
 
     let dir = env.probe_as("p", "");
-    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "network"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "install"]).arg(&dir).args(["--grant", "network"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("does not declare network access"));
-    skillhost(&env).args(["skill", "run", "p", "-p", "mode=noop"]).assert().code(1);
+    env.skillhost().args(["skill", "run", "p", "-p", "mode=noop"]).assert().code(1);
 }
 
 #[test]
@@ -127,7 +124,7 @@ fn project_policy_can_only_narrow() {
         "reader",
         "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n  env: [PATH]\n",
     );
-    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "filesystem"]).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).args(["--grant", "filesystem"]).assert().success();
     let read = ["--json", "skill", "run", "reader", "-p", "mode=read-file", "-p", "arg=/workspace/notes.txt"];
 
     // A project file (which a skill with write access could have planted) tries to repoint
@@ -139,9 +136,10 @@ fn project_policy_can_only_narrow() {
         "[paths]\nWORKSPACE = \"/etc\"\n\n[skills.reader]\nenv = [\"PATH\"]\nfilesystem = [{ host = \"$WORKSPACE\", guest = \"/workspace\", access = \"read\" }]\n",
     )
     .unwrap();
-    let out = skillhost(&env).current_dir(project.path()).args(read).assert().success();
+    let out = env.skillhost().current_dir(project.path()).args(read).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["output"], "user workspace");
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .current_dir(project.path())
         .args(["--json", "skill", "run", "reader", "-p", "mode=env", "-p", "arg=PATH"])
         .assert()
@@ -150,12 +148,13 @@ fn project_policy_can_only_narrow() {
 
     // Narrowing works: an empty table takes the grant away in this project.
     std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader]\n").unwrap();
-    let out = skillhost(&env).current_dir(project.path()).args(read).assert().code(3);
+    let out = env.skillhost().current_dir(project.path()).args(read).assert().code(3);
     let run = json_of(&out.get_output().stdout);
     assert!(run["not_granted"].to_string().contains("filesystem"), "{run}");
 
     std::fs::write(project.path().join(".skillhost/policy.toml"), "[skills.reader\n").unwrap();
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .current_dir(project.path())
         .args(["skill", "run", "reader", "-p", "mode=noop"])
         .assert()
@@ -168,16 +167,16 @@ fn project_policy_can_only_narrow() {
 fn limits_above_the_defaults_need_consent() {
     let env = Env::new();
     let dir = env.probe_as("slow", "limits:\n  wall_time_ms: 60000\n  memory_mb: 16\n");
-    let out = skillhost(&env).args(["--json", "skill", "install"]).arg(&dir).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "install"]).arg(&dir).assert().success();
     let report = json_of(&out.get_output().stdout);
     assert_eq!(report["limits_requested"], serde_json::json!(["limit wall_time_ms 60000 (default 10000)"]));
     assert_eq!(report["limits"]["wall_time_ms"], 10000);
     assert_eq!(report["limits"]["memory_mb"], 16, "asking for less needs no consent");
-    skillhost(&env).args(["policy", "grant", "slow", "limits"]).assert().success();
-    let out = skillhost(&env).args(["--json", "skill", "info", "slow"]).assert().success();
+    env.skillhost().args(["policy", "grant", "slow", "limits"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "info", "slow"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["limits"]["wall_time_ms"], 60000);
-    skillhost(&env).args(["policy", "revoke", "slow", "limits"]).assert().success();
-    let out = skillhost(&env).args(["--json", "skill", "info", "slow"]).assert().success();
+    env.skillhost().args(["policy", "revoke", "slow", "limits"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "info", "slow"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["limits"]["wall_time_ms"], 10000);
 }
 
@@ -186,13 +185,13 @@ fn misuse_is_refused_clearly() {
     let env = Env::new();
     let dir = env.probe_as("p", "capabilities:\n  session: true\n");
     // --yes and --grant contradict each other.
-    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--yes", "--grant", "session"]).assert().code(2);
-    skillhost(&env).args(["skill", "install"]).arg(&dir).args(["--grant", "session"]).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).args(["--yes", "--grant", "session"]).assert().code(2);
+    env.skillhost().args(["skill", "install"]).arg(&dir).args(["--grant", "session"]).assert().success();
     // Revoking what is not held says so.
-    let out = skillhost(&env).args(["policy", "revoke", "p", "env=HOME"]).assert().code(1);
+    let out = env.skillhost().args(["policy", "revoke", "p", "env=HOME"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("holds nothing matching"));
     // Names are names, not paths.
-    let out = skillhost(&env).args(["skill", "run", "../../p", "-p", "mode=noop"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "run", "../../p", "-p", "mode=noop"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("is not a skill name"));
 }
 
@@ -201,15 +200,15 @@ fn a_held_memory_store_does_not_block_the_skills_that_need_it() {
     let env = Env::new();
     let plain = env.probe_as("plain", "");
     let stateful = env.probe_as("stateful", "capabilities:\n  session: true\n");
-    skillhost(&env).args(["skill", "install"]).arg(&plain).arg("--yes").assert().success();
-    skillhost(&env).args(["skill", "install"]).arg(&stateful).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&plain).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&stateful).arg("--yes").assert().success();
     let held =
         skillhost::memory::Memory::open(&env.home.path().join("memory"), skillhost::memory::MemoryConfig::default())
             .unwrap();
     assert!(held.is_owner());
-    skillhost(&env).args(["skill", "run", "plain", "-p", "mode=noop"]).assert().success();
+    env.skillhost().args(["skill", "run", "plain", "-p", "mode=noop"]).assert().success();
     // The run is served by the process that holds the store (issue 9, defect 8).
-    skillhost(&env)
+    env.skillhost()
         .args(["skill", "run", "stateful", "-p", "mode=session-get"])
         .env("SKILLHOST_MEMORY_WAIT_MS", "200")
         .assert()
@@ -261,7 +260,7 @@ fn concurrent_grants_are_not_lost() {
     let env = Env::new();
     let names: Vec<String> = (0..8).map(|i| format!("V{i}")).collect();
     let dir = env.probe_as("p", &format!("capabilities:\n  env: [{}]\n", names.join(", ")));
-    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).assert().success();
     let children: Vec<_> = names
         .iter()
         .map(|n| {
@@ -276,7 +275,7 @@ fn concurrent_grants_are_not_lost() {
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
-    let out = skillhost(&env).args(["--json", "policy", "show", "p"]).assert().success();
+    let out = env.skillhost().args(["--json", "policy", "show", "p"]).assert().success();
     let granted = json_of(&out.get_output().stdout)["skills"]["p"]["env"].as_array().unwrap().len();
     assert_eq!(granted, 8, "every concurrent grant kept");
 }
@@ -285,17 +284,17 @@ fn concurrent_grants_are_not_lost() {
 fn search_finds_installed_skills_by_task() {
     let env = Env::new();
     for s in ["read-log-file", "query-issue-kb", "generate-report", "publish-npm-package"] {
-        skillhost(&env).args(["skill", "install"]).arg(common::built(s)).assert().success();
+        env.skillhost().args(["skill", "install"]).arg(common::built(s)).assert().success();
     }
     let top = |query: &str| {
-        let out = skillhost(&env).args(["--json", "skill", "search", query, "--top", "2"]).assert().success();
+        let out = env.skillhost().args(["--json", "skill", "search", query, "--top", "2"]).assert().success();
         let hits = json_of(&out.get_output().stdout);
         hits[0]["name"].as_str().unwrap_or("").to_string()
     };
     assert_eq!(top("I need to release my package to npm"), "publish-npm-package");
     assert_eq!(top("find past incidents with the same symptom"), "query-issue-kb");
     assert_eq!(top("帮我把 npm 包发布出去"), "publish-npm-package");
-    let out = skillhost(&env).args(["--json", "skill", "search", "zebra giraffe"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "search", "zebra giraffe"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]));
 }
 
@@ -323,7 +322,7 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
     let v1 = env.probe_as("asker", "capabilities:\n  env: [PATH]\n");
     let screen = on_tty(&env, &format!("skill install {}", v1.display()), "y\n");
     assert!(screen.contains("asker asks for:") && screen.contains("env PATH"), "{screen}");
-    let out = skillhost(&env).args(["--json", "policy", "show", "asker"]).assert().success();
+    let out = env.skillhost().args(["--json", "policy", "show", "asker"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["skills"]["asker"]["env"], serde_json::json!(["PATH"]));
 
     // v2 adds session: the user first confirms that the new content keeps env PATH (issue
@@ -340,11 +339,11 @@ fn install_asks_on_a_tty_and_upgrades_ask_only_for_new_rights() {
     assert!(screen.contains("newly asks for:") && screen.contains("- session"), "{screen}");
     let prompt = &screen[screen.find("newly asks for:").unwrap()..screen.find("Grant these?").unwrap()];
     assert!(!prompt.contains("env PATH"), "already granted rights are not asked again: {prompt}");
-    let out = skillhost(&env).args(["--json", "policy", "show", "asker"]).assert().success();
+    let out = env.skillhost().args(["--json", "policy", "show", "asker"]).assert().success();
     let granted = json_of(&out.get_output().stdout)["skills"]["asker"].clone();
     assert_eq!(granted["env"], serde_json::json!(["PATH"]));
     assert!(granted.get("session").is_none(), "{granted}");
-    let out = skillhost(&env).args(["--json", "skill", "info", "asker"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "info", "asker"]).assert().success();
     let declared = json_of(&out.get_output().stdout)["declared"].clone();
     assert!(declared.to_string().contains("session"), "the confirmed version is installed: {declared}");
 }
@@ -356,7 +355,7 @@ fn workspace_precedence_flag_then_user_policy_then_cwd() {
         "reader",
         "capabilities:\n  filesystem:\n    - host: $WORKSPACE\n      guest: /workspace\n      access: read\n",
     );
-    skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     let [from_flag, from_policy, from_cwd] = [(); 3].map(|_| tempfile::tempdir().unwrap());
     for (d, text) in [(&from_flag, "flag"), (&from_policy, "policy"), (&from_cwd, "cwd")] {
         std::fs::write(d.path().join("where.txt"), text).unwrap();
@@ -386,9 +385,9 @@ fn memory_commands_search_quarantine_export_and_import() {
     let env = Env::new();
     for name in ["notes", "kb"] {
         let dir = env.probe_as(name, "capabilities:\n  memory: write\n");
-        skillhost(&env).args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+        env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
     }
-    skillhost(&env)
+    env.skillhost()
         .args([
             "skill",
             "run",
@@ -402,30 +401,30 @@ fn memory_commands_search_quarantine_export_and_import() {
         ])
         .assert()
         .success();
-    skillhost(&env)
+    env.skillhost()
         .args(["skill", "run", "kb", "-p", "mode=remember", "-p", "arg=ticket 42 was a baud mismatch", "-p", "n=1"])
         .assert()
         .success();
     let notes_hash =
-        json_of(&skillhost(&env).args(["--json", "skill", "info", "notes"]).output().unwrap().stdout)["record"]["content_hash"]
+        json_of(&env.skillhost().args(["--json", "skill", "info", "notes"]).output().unwrap().stdout)["record"]["content_hash"]
             .as_str()
             .unwrap()
             .to_string();
 
-    let hits = json_of(&skillhost(&env).args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
+    let hits = json_of(&env.skillhost().args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
     let hits = hits.as_array().unwrap();
     assert_eq!(hits.len(), 2);
     let prov = &hits[0]["record"]["provenance"][0];
     assert_eq!((prov["skill"].as_str(), prov["skill_hash"].as_str()), (Some("notes"), Some(notes_hash.as_str())));
 
-    let view = json_of(&skillhost(&env).args(["--json", "memory", "show"]).output().unwrap().stdout);
+    let view = json_of(&env.skillhost().args(["--json", "memory", "show"]).output().unwrap().stdout);
     assert!(view["tokens"].as_u64().unwrap() <= 2000);
     assert!(view["text"].as_str().unwrap().contains("atlas") && view["text"].as_str().unwrap().contains("ticket 42"));
 
     // Poisoned-memory response: everything `notes` wrote (this version) is deprecated.
     let prefix = &notes_hash[..12];
     let q = json_of(
-        &skillhost(&env)
+        &env.skillhost()
             .args(["--json", "memory", "quarantine", "--skill", "notes", "--version", prefix])
             .output()
             .unwrap()
@@ -433,44 +432,44 @@ fn memory_commands_search_quarantine_export_and_import() {
     );
     assert_eq!(q["deprecated"].as_array().unwrap().len(), 2);
     let after =
-        json_of(&skillhost(&env).args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
+        json_of(&env.skillhost().args(["--json", "memory", "search", "atlas staging"]).output().unwrap().stdout);
     assert_eq!(after.as_array().unwrap().len(), 0);
-    let shown = skillhost(&env).args(["memory", "show"]).output().unwrap();
+    let shown = env.skillhost().args(["memory", "show"]).output().unwrap();
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(!text.contains("atlas") && text.contains("ticket 42"), "{text}");
 
     // Export from this home, import into a fresh one: identical export.
     let file = env.sources.path().join("mem.jsonl");
-    skillhost(&env).args(["memory", "export", "-o"]).arg(&file).assert().success();
+    env.skillhost().args(["memory", "export", "-o"]).arg(&file).assert().success();
     let other = Env::new();
-    let imported = json_of(&skillhost(&other).args(["--json", "memory", "import"]).arg(&file).output().unwrap().stdout);
+    let imported = json_of(&other.skillhost().args(["--json", "memory", "import"]).arg(&file).output().unwrap().stdout);
     assert_eq!(imported["imported"], 3);
-    let a = skillhost(&env).args(["memory", "export"]).output().unwrap().stdout;
-    let b = skillhost(&other).args(["memory", "export"]).output().unwrap().stdout;
+    let a = env.skillhost().args(["memory", "export"]).output().unwrap().stdout;
+    let b = other.skillhost().args(["memory", "export"]).output().unwrap().stdout;
     assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b));
 
     // Bad input: clear errors, exit 1, nothing stored.
-    let out = skillhost(&other).args(["memory", "add", "x", "--priority", "9"]).assert().code(1);
+    let out = other.skillhost().args(["memory", "add", "x", "--priority", "9"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("0 (ephemeral) to 5"));
-    let out = skillhost(&other).args(["memory", "add", "x", "--kind", "rumour"]).assert().code(2);
+    let out = other.skillhost().args(["memory", "add", "x", "--kind", "rumour"]).assert().code(2);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("preference, fact"));
-    let out = skillhost(&other).args(["memory", "forget", "999"]).assert().code(1);
+    let out = other.skillhost().args(["memory", "forget", "999"]).assert().code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("no memory #999"));
 
     // Forget is reversible; daily notes are searchable.
-    let forgotten = json_of(&skillhost(&other).args(["--json", "memory", "forget", "3"]).output().unwrap().stdout);
+    let forgotten = json_of(&other.skillhost().args(["--json", "memory", "forget", "3"]).output().unwrap().stdout);
     let archive_id = forgotten["archive_id"].as_u64().unwrap().to_string();
-    skillhost(&other).args(["memory", "archive", "--restore", &archive_id]).assert().success();
+    other.skillhost().args(["memory", "archive", "--restore", &archive_id]).assert().success();
     assert_eq!(
-        json_of(&skillhost(&other).args(["--json", "memory", "search", "ticket"]).output().unwrap().stdout)
+        json_of(&other.skillhost().args(["--json", "memory", "search", "ticket"]).output().unwrap().stdout)
             .as_array()
             .unwrap()
             .len(),
         1
     );
-    skillhost(&other).args(["memory", "daily", "--add", "串口 乱码 seen again on board 7"]).assert().success();
+    other.skillhost().args(["memory", "daily", "--add", "串口 乱码 seen again on board 7"]).assert().success();
     let daily =
-        json_of(&skillhost(&other).args(["--json", "memory", "search", "--daily", "乱码"]).output().unwrap().stdout);
+        json_of(&other.skillhost().args(["--json", "memory", "search", "--daily", "乱码"]).output().unwrap().stdout);
     assert_eq!(daily.as_array().unwrap().len(), 1);
 }
 
@@ -478,7 +477,7 @@ fn memory_commands_search_quarantine_export_and_import() {
 fn a_short_content_hash_in_an_old_install_json_is_an_error_not_a_panic() {
     let env = Env::new();
     let dir = env.probe_as("old", "");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).assert().success();
     let record_path = env.home.path().join("skills/old/install.json");
     let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
     record["content_hash"] = "abc".into();
@@ -490,20 +489,20 @@ fn a_short_content_hash_in_an_old_install_json_is_an_error_not_a_panic() {
         vec!["skill", "history", "old"],
         vec!["skill", "rollback", "old", "0.1.0"],
     ] {
-        let out = skillhost(&env).args(&args).assert().code(1);
+        let out = env.skillhost().args(&args).assert().code(1);
         let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
-    let out = skillhost(&env).args(["skill", "info", "old"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "info", "old"]).assert().code(1);
     let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
     assert!(err.contains("install.json is corrupt") && err.contains("`abc` is not a sha256"), "{err}");
-    let out = skillhost(&env).args(["skill", "list"]).assert().success();
+    let out = env.skillhost().args(["skill", "list"]).assert().success();
     assert!(!String::from_utf8_lossy(&out.get_output().stderr).contains("panicked"));
     // Reinstalling over it works and says nothing of a previous hash it cannot trust.
-    let out = skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    let out = env.skillhost().args(["skill", "install"]).arg(&dir).assert().success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(text.contains("installed old 0.1.0") && !text.contains("replaced"), "{text}");
-    skillhost(&env).args(["skill", "run", "old", "-p", "mode=noop"]).assert().success();
+    env.skillhost().args(["skill", "run", "old", "-p", "mode=noop"]).assert().success();
 }
 
 #[test]
@@ -520,11 +519,11 @@ fn a_huge_or_deeply_nested_skill_md_is_refused_at_once() {
     std::fs::write(deep.join("SKILL.md"), nested).unwrap();
     for (dir, says) in [(&huge, "more than the limit of 1048576"), (&deep, "nests deeper than 32")] {
         let started = std::time::Instant::now();
-        let out = skillhost(&env).args(["skill", "install"]).arg(dir).assert().code(1);
+        let out = env.skillhost().args(["skill", "install"]).arg(dir).assert().code(1);
         let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
         assert!(err.contains(&dir.join("SKILL.md").display().to_string()) && err.contains(says), "{err}");
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
-        skillhost(&env).args(["skill", "lint", "--agent-skills"]).arg(dir).assert().code(1);
+        env.skillhost().args(["skill", "lint", "--agent-skills"]).arg(dir).assert().code(1);
     }
 }
 
@@ -532,12 +531,12 @@ fn a_huge_or_deeply_nested_skill_md_is_refused_at_once() {
 fn not_granted_rights_are_shown_as_information() {
     let env = Env::new();
     let dir = env.probe_as("asker", "capabilities:\n  env: [PATH]\n");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
-    let out = skillhost(&env).args(["skill", "run", "asker", "-p", "mode=noop"]).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).assert().success();
+    let out = env.skillhost().args(["skill", "run", "asker", "-p", "mode=noop"]).assert().success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(text.contains("not granted (the call ran without it): env PATH"), "{text}");
     assert!(!text.contains("denied"), "{text}");
-    let out = skillhost(&env).args(["--json", "skill", "run", "asker", "-p", "mode=noop"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "run", "asker", "-p", "mode=noop"]).assert().success();
     let run = json_of(&out.get_output().stdout);
     assert_eq!(run["not_granted"], serde_json::json!(["env PATH"]));
     assert_eq!(run["denials"], serde_json::json!([]));
@@ -578,7 +577,7 @@ fn redirecting_server(bundle: Vec<u8>, connections: usize) -> u16 {
 
 /// `skillhost` with no proxy from the machine's environment (the servers are on loopback).
 fn skillhost_direct(env: &Env) -> Command {
-    let mut c = skillhost(env);
+    let mut c = env.skillhost();
     for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
         c.env_remove(name);
     }
@@ -588,7 +587,7 @@ fn skillhost_direct(env: &Env) -> Command {
 fn packed_probe(env: &Env) -> Vec<u8> {
     let dir = env.probe_as("fetched", "");
     let out = env.sources.path().join("fetched.skill");
-    skillhost(env).args(["skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
+    env.skillhost().args(["skill", "pack"]).arg(&dir).arg("-o").arg(&out).assert().success();
     std::fs::read(&out).unwrap()
 }
 
@@ -601,7 +600,7 @@ fn install_from_a_url_follows_a_redirect() {
         .assert()
         .success();
     assert_eq!(json_of(&out.get_output().stdout)["name"], "fetched");
-    skillhost(&env).args(["skill", "run", "fetched", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
+    env.skillhost().args(["skill", "run", "fetched", "-p", "mode=echo", "-p", "arg=hi"]).assert().success();
 }
 
 #[test]
@@ -618,7 +617,7 @@ fn install_from_a_url_refuses_a_redirect_loop() {
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    let out = skillhost(&env).args(["--json", "skill", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "list"]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]), "nothing was installed");
 }
 
@@ -651,14 +650,14 @@ fn every_argument_has_help_and_the_grant_syntax_lists_every_capability() {
 
     let env = Env::new();
     for args in [&["skill", "install", "--help"][..], &["policy", "grant", "--help"], &["policy", "revoke", "--help"]] {
-        let out = skillhost(&env).args(args).assert().success();
+        let out = env.skillhost().args(args).assert().success();
         let help = String::from_utf8_lossy(&out.get_output().stdout).to_string();
         for kind in skillhost::capabilities::CapabilityKind::ALL {
             assert!(help.contains(kind.name()), "{args:?} help misses `{}`:\n{help}", kind.name());
         }
         assert!(help.contains("limits") && help.contains("all"), "{help}");
     }
-    let out = skillhost(&env).args(["run", "--help"]).assert().success();
+    let out = env.skillhost().args(["run", "--help"]).assert().success();
     let help = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(help.contains("step by step") && help.contains("--resume") && help.contains("--no-tools"), "{help}");
 }
@@ -672,14 +671,14 @@ fn completions_for_bash_zsh_and_fish() {
     let env = Env::new();
     for (shell, marker) in [("bash", "_skillhost()"), ("zsh", "#compdef skillhost"), ("fish", "complete -c skillhost")]
     {
-        let out = skillhost(&env).args(["completions", shell]).assert().success();
+        let out = env.skillhost().args(["completions", shell]).assert().success();
         let script = text(&out.get_output().stdout);
         assert!(script.contains(marker), "{shell}: {}", &script[..script.len().min(300)]);
         for word in ["rollback", "completions", "resume"] {
             assert!(script.contains(word), "{shell} completion lacks `{word}`");
         }
     }
-    skillhost(&env).args(["completions", "tcsh"]).assert().code(2);
+    env.skillhost().args(["completions", "tcsh"]).assert().code(2);
 }
 
 #[test]
@@ -690,7 +689,7 @@ fn usage_errors_under_json_are_json_objects_with_exit_code_2() {
         &["--json", "skill", "run"],
         &["run", "--max-steps", "0", "x", "--json"],
     ] {
-        let out = skillhost(&env).args(args).assert().code(2);
+        let out = env.skillhost().args(args).assert().code(2);
         let error = json_of(&out.get_output().stdout);
         assert_eq!(
             (error["kind"].as_str(), error["exit_code"].as_u64()),
@@ -703,27 +702,29 @@ fn usage_errors_under_json_are_json_objects_with_exit_code_2() {
         );
     }
     // Without --json: clap's text on stderr, same exit code.
-    let out = skillhost(&env).args(["skill", "frobnicate"]).assert().code(2);
+    let out = env.skillhost().args(["skill", "frobnicate"]).assert().code(2);
     assert!(out.get_output().stdout.is_empty() && text(&out.get_output().stderr).contains("frobnicate"));
     // --help is no error, even with --json.
-    skillhost(&env).args(["--json", "skill", "--help"]).assert().success();
+    env.skillhost().args(["--json", "skill", "--help"]).assert().success();
 }
 
 #[test]
 fn params_from_a_file_or_stdin_and_the_same_mistake_gives_the_same_exit_code() {
     let env = Env::new();
     let dir = env.probe_as("echoer", "");
-    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install", "--yes"]).arg(&dir).assert().success();
     let big = "y".repeat(200_000);
     let file = env.sources.path().join("params.json");
     std::fs::write(&file, serde_json::json!({"mode": "echo", "arg": big}).to_string()).unwrap();
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .args(["--json", "skill", "run", "echoer", "--params"])
         .arg(format!("@{}", file.display()))
         .assert()
         .success();
     assert_eq!(json_of(&out.get_output().stdout)["result"]["ok"]["status"], "success");
-    let out = skillhost(&env)
+    let out = env
+        .skillhost()
         .args(["--json", "skill", "run", "echoer", "--params", "-"])
         .write_stdin(r#"{"mode": "echo", "arg": "from stdin"}"#)
         .assert()
@@ -732,22 +733,23 @@ fn params_from_a_file_or_stdin_and_the_same_mistake_gives_the_same_exit_code() {
 
     // Unparseable input: a usage error (2) either way.
     let code =
-        |args: &[&str]| skillhost(&env).args(["skill", "run", "echoer"]).args(args).output().unwrap().status.code();
+        |args: &[&str]| env.skillhost().args(["skill", "run", "echoer"]).args(args).output().unwrap().status.code();
     assert_eq!(code(&["--params", "{mode: echo"]), Some(2));
     assert_eq!(code(&["-p", "mode"]), Some(2));
     assert_eq!(code(&["--params", "[1, 2]"]), Some(2));
     let missing = env.sources.path().join("nope.json");
     assert_eq!(code(&["--params", &format!("@{}", missing.display())]), Some(2));
     // A value of the wrong type: the parameter check (3) either way, with the same message.
-    let by_pair = skillhost(&env).args(["skill", "run", "echoer", "-p", "mode=echo", "-p", "n=lots"]).output().unwrap();
-    let by_json = skillhost(&env)
+    let by_pair = env.skillhost().args(["skill", "run", "echoer", "-p", "mode=echo", "-p", "n=lots"]).output().unwrap();
+    let by_json = env
+        .skillhost()
         .args(["skill", "run", "echoer", "--params", r#"{"mode": "echo", "n": "lots"}"#])
         .output()
         .unwrap();
     assert_eq!((by_pair.status.code(), by_json.status.code()), (Some(3), Some(3)));
     assert_eq!(text(&by_pair.stdout), text(&by_json.stdout));
     // Under --json the usage error is an object.
-    let out = skillhost(&env).args(["--json", "skill", "run", "echoer", "--params", "nope"]).assert().code(2);
+    let out = env.skillhost().args(["--json", "skill", "run", "echoer", "--params", "nope"]).assert().code(2);
     let error = json_of(&out.get_output().stdout);
     assert_eq!(error["kind"], "usage");
     assert!(error["error"].as_str().unwrap().contains("not valid JSON"), "{error}");
@@ -757,7 +759,7 @@ fn params_from_a_file_or_stdin_and_the_same_mistake_gives_the_same_exit_code() {
 fn config_show_names_where_each_value_came_from() {
     let env = Env::new();
     let show = |envs: &[(&str, &str)]| {
-        let mut c = skillhost(&env);
+        let mut c = env.skillhost();
         for name in [
             "OPENAI_API_KEY",
             "OPENAI_BASE_URL",
@@ -805,7 +807,7 @@ fn config_show_names_where_each_value_came_from() {
     );
 
     // Human output: one line per setting with its source.
-    let out = skillhost(&env).env_remove("SKILLHOST_MODEL").args(["config", "show"]).assert().success();
+    let out = env.skillhost().env_remove("SKILLHOST_MODEL").args(["config", "show"]).assert().success();
     let human = text(&out.get_output().stdout);
     assert!(human.lines().any(|l| l.starts_with("model = \"qwen3\"") && l.contains("skillhost.toml")), "{human}");
     assert!(human.lines().any(|l| l.starts_with("timeout_secs = 60") && l.ends_with("# default")), "{human}");
@@ -821,36 +823,36 @@ fn agent_remove_and_memory_list_and_get() {
         "---\ndescription: helps with things\nnamespace: helper\n---\n# Helper\n\n## Identity\nA helper.\n",
     )
     .unwrap();
-    skillhost(&env).args(["agent", "add"]).arg(&profile).assert().success();
-    let out = skillhost(&env).args(["agent", "remove", "helper"]).assert().success();
+    env.skillhost().args(["agent", "add"]).arg(&profile).assert().success();
+    let out = env.skillhost().args(["agent", "remove", "helper"]).assert().success();
     assert!(text(&out.get_output().stdout).contains("namespace `helper`"));
     assert!(!env.home.path().join("agents/helper").exists());
-    let out = skillhost(&env).args(["--json", "agent", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "agent", "list"]).assert().success();
     assert!(!text(&out.get_output().stdout).contains("\"helper\""));
-    let out = skillhost(&env).args(["agent", "remove", "helper"]).assert().code(1);
+    let out = env.skillhost().args(["agent", "remove", "helper"]).assert().code(1);
     assert!(text(&out.get_output().stderr).contains("no agent profile named `helper`"));
-    let out = skillhost(&env).args(["agent", "remove", "general"]).assert().code(1);
+    let out = env.skillhost().args(["agent", "remove", "general"]).assert().code(1);
     assert!(text(&out.get_output().stderr).contains("built in"), "{}", text(&out.get_output().stderr));
 
     for (t, ns) in [("the board is rev C", "default"), ("COM3 is the debug port", "lab")] {
-        skillhost(&env).args(["memory", "add", t, "--namespace", ns]).assert().success();
+        env.skillhost().args(["memory", "add", t, "--namespace", ns]).assert().success();
     }
-    let out = skillhost(&env).args(["--json", "memory", "list"]).assert().success();
+    let out = env.skillhost().args(["--json", "memory", "list"]).assert().success();
     let all = json_of(&out.get_output().stdout);
     assert_eq!(all.as_array().unwrap().len(), 2);
-    let out = skillhost(&env).args(["--json", "memory", "list", "--namespace", "lab"]).assert().success();
+    let out = env.skillhost().args(["--json", "memory", "list", "--namespace", "lab"]).assert().success();
     let lab = json_of(&out.get_output().stdout);
     assert_eq!(lab.as_array().unwrap().len(), 1);
     let id = lab[0]["id"].as_u64().unwrap();
-    let out = skillhost(&env).args(["memory", "list"]).assert().success();
+    let out = env.skillhost().args(["memory", "list"]).assert().success();
     let listed = text(&out.get_output().stdout);
     assert!(listed.contains(&format!("#{id} [lab ")) && listed.contains("2 records"), "{listed}");
-    let out = skillhost(&env).args(["memory", "get", &id.to_string()]).assert().success();
+    let out = env.skillhost().args(["memory", "get", &id.to_string()]).assert().success();
     let shown = text(&out.get_output().stdout);
     assert!(shown.contains("COM3 is the debug port") && shown.contains("namespace lab"), "{shown}");
-    let out = skillhost(&env).args(["--json", "memory", "get", &id.to_string()]).assert().success();
+    let out = env.skillhost().args(["--json", "memory", "get", &id.to_string()]).assert().success();
     assert_eq!(json_of(&out.get_output().stdout)["content"], "COM3 is the debug port");
-    let out = skillhost(&env).args(["memory", "get", "999999"]).assert().code(1);
+    let out = env.skillhost().args(["memory", "get", "999999"]).assert().code(1);
     assert!(text(&out.get_output().stderr).contains("no memory #999999"));
 }
 
@@ -858,30 +860,30 @@ fn agent_remove_and_memory_list_and_get() {
 fn skill_update_reinstalls_from_the_recorded_source_with_the_usual_confirmation() {
     let env = Env::new();
     let dir = env.probe_as("updatable", "capabilities:\n  session: true\n");
-    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install", "--yes"]).arg(&dir).assert().success();
     // Same bytes: nothing replaced, and it says so.
-    let out = skillhost(&env).args(["skill", "update", "updatable"]).assert().success();
+    let out = env.skillhost().args(["skill", "update", "updatable"]).assert().success();
     let said = text(&out.get_output().stdout);
     assert!(said.contains("unchanged") && !said.contains("replaces") && !said.contains("kept in"), "{said}");
     assert!(
         text(&out.get_output().stderr)
             .contains(&format!("updating updatable from {}", std::fs::canonicalize(&dir).unwrap().display()))
     );
-    let out = skillhost(&env).args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
     let report = json_of(&out.get_output().stdout);
     assert_eq!((report["unchanged"].as_bool(), report["replaced"].is_null()), (Some(true), true), "{report}");
 
     // Changed content at the source: refused without a tty unless --yes, as an install is.
     let manifest = std::fs::read_to_string(dir.join("SKILL.md")).unwrap().replace("version: 0.1.0", "version: 0.2.0");
     std::fs::write(dir.join("SKILL.md"), manifest).unwrap();
-    let out = skillhost(&env).args(["skill", "update", "updatable"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "update", "updatable"]).assert().code(1);
     assert!(text(&out.get_output().stderr).contains("Pass --yes"), "{}", text(&out.get_output().stderr));
-    let out = skillhost(&env).args(["--json", "skill", "update", "updatable", "--yes"]).assert().success();
+    let out = env.skillhost().args(["--json", "skill", "update", "updatable", "--yes"]).assert().success();
     let report = json_of(&out.get_output().stdout);
     assert_eq!(report["version"], "0.2.0");
     assert_eq!(report["unchanged"], false);
     assert!(report["replaced"].is_string());
-    let out = skillhost(&env).args(["skill", "update", "nosuch"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "update", "nosuch"]).assert().code(1);
     assert!(text(&out.get_output().stderr).contains("nosuch"));
 }
 
@@ -889,16 +891,16 @@ fn skill_update_reinstalls_from_the_recorded_source_with_the_usual_confirmation(
 fn a_denial_names_the_grant_command() {
     let env = Env::new();
     let dir = env.probe_as("rememberer", "capabilities:\n  session: true\n");
-    skillhost(&env).args(["skill", "install"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install"]).arg(&dir).assert().success();
     let out =
-        skillhost(&env).args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
+        env.skillhost().args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
     let said = text(&out.stdout);
     assert!(said.contains("denied (session)"), "{said}");
     assert!(said.contains("to allow it: skillhost policy grant rememberer session"), "{said}");
     // ... and that command works.
-    skillhost(&env).args(["policy", "grant", "rememberer", "session"]).assert().success();
+    env.skillhost().args(["policy", "grant", "rememberer", "session"]).assert().success();
     let out =
-        skillhost(&env).args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
+        env.skillhost().args(["skill", "run", "rememberer", "-p", "mode=session-set", "-p", "arg=x"]).output().unwrap();
     assert!(!text(&out.stdout).contains("denied"), "{}", text(&out.stdout));
 }
 
@@ -906,38 +908,38 @@ fn a_denial_names_the_grant_command() {
 fn rollback_prefixes_and_purge_after_remove() {
     let env = Env::new();
     let dir = env.probe_as("versioned", "");
-    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install", "--yes"]).arg(&dir).assert().success();
     let mut hashes = Vec::new();
     for n in 1..=2 {
         // The same version string, different content: only the hash tells them apart.
         let manifest = std::fs::read_to_string(dir.join("SKILL.md")).unwrap();
         std::fs::write(dir.join("SKILL.md"), format!("{manifest}revision {n}\n")).unwrap();
-        let out = skillhost(&env).args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
+        let out = env.skillhost().args(["--json", "skill", "install", "--yes"]).arg(&dir).assert().success();
         hashes.push(json_of(&out.get_output().stdout)["replaced"].as_str().unwrap().to_string());
     }
-    let out = skillhost(&env).args(["skill", "rollback", "versioned", &hashes[0][..3]]).assert().code(1);
+    let out = env.skillhost().args(["skill", "rollback", "versioned", &hashes[0][..3]]).assert().code(1);
     let said = text(&out.get_output().stderr);
     assert!(said.contains("too short") && said.contains("at least 8"), "{said}");
     assert!(said.contains(&hashes[0][..12]) && said.contains(&hashes[1][..12]), "versions listed by hash: {said}");
-    let out = skillhost(&env).args(["skill", "rollback", "versioned", "0.1.0"]).assert().code(1);
+    let out = env.skillhost().args(["skill", "rollback", "versioned", "0.1.0"]).assert().code(1);
     let said = text(&out.get_output().stderr);
     assert!(said.contains("matches 2 archived versions") && said.contains(&hashes[1][..12]), "{said}");
-    skillhost(&env).args(["skill", "rollback", "versioned", &hashes[0][..8]]).assert().success();
+    env.skillhost().args(["skill", "rollback", "versioned", &hashes[0][..8]]).assert().success();
 
-    skillhost(&env).args(["skill", "remove", "versioned"]).assert().success();
+    env.skillhost().args(["skill", "remove", "versioned"]).assert().success();
     assert!(env.home.path().join("history/versioned").is_dir());
-    skillhost(&env).args(["skill", "remove", "versioned", "--purge"]).assert().success();
+    env.skillhost().args(["skill", "remove", "versioned", "--purge"]).assert().success();
     assert!(!env.home.path().join("history/versioned").exists());
-    skillhost(&env).args(["skill", "remove", "versioned", "--purge"]).assert().code(1);
+    env.skillhost().args(["skill", "remove", "versioned", "--purge"]).assert().code(1);
 }
 
 #[test]
 fn doctor_checks_toolchains_home_stores_and_the_provider() {
     let env = Env::new();
     let dir = env.probe_as("checked", "");
-    skillhost(&env).args(["skill", "install", "--yes"]).arg(&dir).assert().success();
+    env.skillhost().args(["skill", "install", "--yes"]).arg(&dir).assert().success();
     let doctor = |base: &str| {
-        let mut c = skillhost(&env);
+        let mut c = env.skillhost();
         for name in [
             "OPENAI_API_KEY",
             "ANTHROPIC_API_KEY",
@@ -989,7 +991,7 @@ fn doctor_checks_toolchains_home_stores_and_the_provider() {
     assert_eq!(skills["status"], "fail", "{skills}");
     assert!(skills["fix"].as_str().unwrap().contains("skill update"), "{skills}");
     // Human output: a FAIL line with its fix.
-    let mut c = skillhost(&env);
+    let mut c = env.skillhost();
     c.env_remove("OPENAI_API_KEY").env("OPENAI_BASE_URL", format!("http://127.0.0.1:{port}/v1"));
     let out = c.arg("doctor").output().unwrap();
     let human = text(&out.stdout);
@@ -1001,7 +1003,7 @@ fn verbosity_and_rust_log_choose_the_diagnostics_on_stderr_and_stdout_stays_clea
     let env = Env::new();
     let stderr_of = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
     let search = |extra: &[&str], rust_log: Option<&str>| {
-        let mut c = skillhost(&env);
+        let mut c = env.skillhost();
         c.env("SKILLHOST_EMBED_MODEL", "off");
         if let Some(filter) = rust_log {
             c.env("RUST_LOG", filter);
@@ -1030,7 +1032,7 @@ fn verbosity_and_rust_log_choose_the_diagnostics_on_stderr_and_stdout_stays_clea
     // Warnings of the library still show at the default level (a model file that is not one).
     let bogus = env.workspace.path().join("not-a-model.bin");
     std::fs::write(&bogus, b"definitely not a model").unwrap();
-    let out = skillhost(&env).env("SKILLHOST_EMBED_MODEL", &bogus).args(["memory", "search", "x"]).output().unwrap();
+    let out = env.skillhost().env("SKILLHOST_EMBED_MODEL", &bogus).args(["memory", "search", "x"]).output().unwrap();
     let warned = stderr_of(&out);
     assert!(out.status.success(), "{warned}");
     assert!(warned.contains("warning: ") && warned.contains("memory search is lexical only"), "{warned}");

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use common::{Env, output, run};
 use serde_json::{Value, json};
@@ -37,9 +37,7 @@ fn audit_lines(home: &Path) -> Vec<Value> {
 
 /// The CLI with no terminal on stdin (as in scripts and CI).
 fn cli(env: &Env, args: &[&str]) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin("skillhost"))
-        .env("SKILLHOST_HOME", env.home.path())
-        .env_remove("RUST_LOG")
+    common::skillhost_command(env.home.path())
         .arg("--workspace")
         .arg(env.workspace.path())
         .args(args)

@@ -4,8 +4,8 @@
 //! suite (npm `@modelcontextprotocol/conformance`) against `--http` on loopback with the
 //! committed baseline tests/mcp/conformance-baseline.yml.
 //!
-//! A missing client skips the test with a loud message, except under CI (env `CI` set), where
-//! it fails: CI must run them.
+//! A missing client fails the test, naming it and `.ci/mcp-clients` (which `just test` runs
+//! first); `SKILLHOST_SKIP_MCP_CLIENTS=1` skips them instead, loudly (see `common::Needs`).
 
 #[path = "mcp/client.rs"]
 mod client;
@@ -21,9 +21,9 @@ fn clients_dir() -> PathBuf {
     common::repo().join("target/mcp-clients")
 }
 
-/// The client at `path`, or None after saying loudly why the test does nothing.
+/// The client at `path`: a failure when it is missing, None when the user opted out.
 fn require(path: PathBuf, what: &str) -> Option<PathBuf> {
-    common::require_installed(path, what, ".ci/mcp-clients")
+    common::require_installed(path, what, common::Needs::McpClients)
 }
 
 fn python() -> Option<PathBuf> {

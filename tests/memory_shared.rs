@@ -3,6 +3,8 @@
 //! child (this test binary, re-run on its ignored `holder_child` test) owns the store while
 //! the `skillhost` CLI and this process use it.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -25,8 +27,8 @@ fn rec(content: &str, session: &str) -> NewRecord {
 }
 
 fn cli(home: &Path) -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home).env_remove("RUST_LOG").env("SKILLHOST_MEMORY_WAIT_MS", "5000");
+    let mut c = common::skillhost(home);
+    c.env("SKILLHOST_MEMORY_WAIT_MS", "5000");
     c
 }
 

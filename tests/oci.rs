@@ -14,13 +14,13 @@ use registry::{Answer, HostileRegistry, RealRegistry};
 use serde_json::{Value, json};
 use skillhost::oci::{self, Reference, RegistryOptions, Unsigned, cosign, keys, registry::ImageManifest};
 
+/// The shared CLI helper (home, workspace, no provider variables) with no proxies and no
+/// docker credentials of the machine's user.
 fn skillhost(env: &Env) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", env.home.path()).arg("--workspace").arg(env.workspace.path()).env_remove("RUST_LOG");
+    let mut c = env.skillhost();
     for name in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
         c.env_remove(name);
     }
-    // No credentials of the machine's user.
     c.env("DOCKER_CONFIG", env.sources.path());
     c
 }

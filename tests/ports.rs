@@ -6,15 +6,14 @@
 //! logs). The cases' expectations are checked on the Rust skill too, so an empty or broken
 //! run cannot pass as "equal".
 //!
-//! A missing toolchain skips the test with a loud message, except under CI (env `CI` set),
-//! where it fails (see `common::require_installed`).
+//! A missing toolchain fails the test, naming it and its installer; `SKILLHOST_SKIP_GUESTS=1`
+//! skips it instead, loudly (see `common::Needs`).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
-use common::{Env, built, repo};
+use common::{Env, built, repo, skillhost};
 use serde_json::{Value, json};
 
 /// A port and the Rust skill it must match.
@@ -65,12 +64,6 @@ fn source(port: &Port) -> PathBuf {
     repo().join("examples/ports").join(port.port)
 }
 
-fn skillhost(home: &Path) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home);
-    c
-}
-
 fn run_json(home: &Path, workspace: &Path, args: &[&str]) -> Value {
     let out =
         skillhost(home).arg("--workspace").arg(workspace).args(["--json", "skill", "run"]).args(args).output().unwrap();
@@ -81,12 +74,12 @@ fn run_json(home: &Path, workspace: &Path, args: &[&str]) -> Value {
 
 /// Build the port (from a copy, so the source tree gets no build files) with its real
 /// toolchain and install it and the Rust skill in `env`'s home; None when the toolchain is
-/// missing (after `require_installed` said so loudly).
+/// missing and the user opted out of the guest tests (`require_installed` said so loudly).
 fn install_both(env: &Env, port: &Port) -> Option<()> {
     let tool = common::require_installed(
         repo().join(port.tool.1),
         &format!("the toolchain of {}", port.port),
-        ".ci/guest-toolchains",
+        common::Needs::GuestToolchains,
     )?;
     let home = env.home.path();
     let dir = env.sources.path().join(port.port);

@@ -77,8 +77,7 @@ fn recall_on_the_labelled_query_set() {
 }
 
 fn cli(home: &std::path::Path, model: Option<&std::path::Path>) -> assert_cmd::Command {
-    let mut c = assert_cmd::Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home).env_remove("RUST_LOG");
+    let mut c = common::skillhost(home);
     match model {
         Some(path) => c.env("SKILLHOST_EMBED_MODEL", path),
         None => c.env("SKILLHOST_EMBED_MODEL", "off"),

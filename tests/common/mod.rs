@@ -22,19 +22,101 @@ pub fn built(name: &str) -> PathBuf {
     dir
 }
 
-/// An external tool a test drives (a real client, a guest toolchain) that `installer`
-/// (a script under .ci/) puts at `path`; None after saying loudly why the test does nothing.
-/// Under CI (env `CI` set) a missing tool is a failure: CI must run those tests.
-pub fn require_installed(path: PathBuf, what: &str, installer: &str) -> Option<PathBuf> {
+/// What a test needs that `just test` installs first (with the `.ci/` script named here,
+/// idempotent, cached under target/). A test that cannot find it fails, naming what is missing
+/// and the command that installs it; only an explicit opt-out (the variable named here, set to
+/// `1`) turns that into a skip, and `just test` repeats each opt-out loudly at its end.
+#[derive(Clone, Copy, Debug)]
+pub enum Needs {
+    /// componentize-py, componentize-js, zig cc, Go, wasm-tools, wit-bindgen-cli, a C compiler.
+    GuestToolchains,
+    /// The Python MCP SDK and the MCP conformance suite.
+    McpClients,
+    /// The multilingual embedding model of semantic search.
+    EmbedModel,
+}
+
+impl Needs {
+    pub fn installer(self) -> &'static str {
+        match self {
+            Needs::GuestToolchains => "bash .ci/guest-toolchains",
+            Needs::McpClients => "bash .ci/mcp-clients",
+            Needs::EmbedModel => "bash .ci/embed-model",
+        }
+    }
+
+    pub fn opt_out(self) -> &'static str {
+        match self {
+            Needs::GuestToolchains => "SKILLHOST_SKIP_GUESTS",
+            Needs::McpClients => "SKILLHOST_SKIP_MCP_CLIENTS",
+            Needs::EmbedModel => "SKILLHOST_SKIP_EMBED_MODEL",
+        }
+    }
+
+    /// Whether the user opted out of the tests needing this (never under CI: CI runs them).
+    pub fn skipped(self) -> bool {
+        std::env::var_os("CI").is_none() && std::env::var(self.opt_out()).is_ok_and(|v| v == "1")
+    }
+
+    /// `what` is missing (`why`): a failure naming the installer, unless the user opted out,
+    /// when it says so loudly and returns (the caller's test then does nothing).
+    pub fn missing(self, what: &str, why: &str) {
+        let message = format!("{what} is missing ({why}): run `{}` (or `just test`, which runs it)", self.installer());
+        if !self.skipped() {
+            panic!("{message}; to run the other tests without this one, set {}=1", self.opt_out());
+        }
+        eprintln!("\n!!!!! SKIPPED ({}=1): {message} !!!!!\n", self.opt_out());
+    }
+}
+
+/// An external tool a test drives (a real client, a guest toolchain, the model) that
+/// `needs.installer()` puts at `path`: the path, or a failure naming what is missing and how
+/// to install it; None only when the user opted out (see [`Needs`]).
+pub fn require_installed(path: PathBuf, what: &str, needs: Needs) -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    let message = format!("{what} is not installed at {}: run {installer}", path.display());
-    if std::env::var_os("CI").is_some() {
-        panic!("{message} (CI is set, so this is a failure)");
-    }
-    eprintln!("\n!!!!! SKIPPED: {message} !!!!!\n");
+    needs.missing(what, &format!("nothing at {}", path.display()));
     None
+}
+
+/// The caller's variables that would change what a CLI test's `skillhost` does: log levels
+/// and the LLM provider settings (a developer's own key must not reach a test).
+const HOST_ENV: [&str; 8] = [
+    "RUST_LOG",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "SKILLHOST_PROVIDER",
+    "SKILLHOST_MODEL",
+    "SKILLHOST_DECISIONS",
+];
+
+/// The skillhost binary as a user runs it, with `home` as its home (SKILLHOST_HOME) and none
+/// of [`HOST_ENV`]: the one start of every CLI test (`std::process::Command` for tests that
+/// spawn and hold the child; [`skillhost`] for the asserting one).
+pub fn skillhost_command(home: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_skillhost"));
+    c.env("SKILLHOST_HOME", home);
+    for var in HOST_ENV {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// [`skillhost_command`] as an `assert_cmd` command.
+pub fn skillhost(home: &Path) -> assert_cmd::Command {
+    assert_cmd::Command::from_std(skillhost_command(home))
+}
+
+impl Env {
+    /// [`skillhost`] in this env's home, with `--workspace` its workspace.
+    pub fn skillhost(&self) -> assert_cmd::Command {
+        let mut c = skillhost(self.home.path());
+        c.arg("--workspace").arg(self.workspace.path());
+        c
+    }
 }
 
 pub fn probe_wasm() -> PathBuf {
@@ -143,5 +225,5 @@ pub fn embed_model() -> Option<PathBuf> {
     let path = std::env::var_os("SKILLHOST_EMBED_MODEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target/models/multilingual-e5-small-q4.bin"));
-    require_installed(path, "the embedding model", "`bash .ci/embed-model` (or `skillhost memory model install`)")
+    require_installed(path, "the embedding model", Needs::EmbedModel)
 }
