@@ -153,7 +153,7 @@ pub(super) fn run(lib: &mut Library, home: &Path, args: RunArgs, json: bool) -> 
     let options = AgentOptions {
         max_steps: args.max_steps,
         tools,
-        progress: Some(Box::new(|step: &StepReport| eprintln!("{}", clean_line(&progress_line(step))))),
+        progress: Some(Box::new(|step: &StepReport| eprintln!("{}", progress_line(step)))),
         session: Some(session.clone()),
         workspace,
     };
@@ -275,7 +275,9 @@ fn report_interrupted(lib: &Library, session: &str, json: bool) -> Result<ExitCo
     Ok(ExitCode::from(INTERRUPTED_EXIT))
 }
 
-/// `[step 2/8] query-issue-kb {"query":"..."} -> success, 3 hits (12 ms)`
+/// `[step 2/8] query-issue-kb {"query":"..."} -> success, 3 hits (12 ms)`, then each of the
+/// host's notes on a line of its own. Skill-controlled text is cleaned part by part, so a
+/// newline a skill wrote is escaped while the host's own line breaks stay line breaks.
 pub fn progress_line(step: &StepReport) -> String {
     let what = match &step.skill {
         Some(skill) => {
@@ -307,10 +309,12 @@ pub fn progress_line(step: &StepReport) -> String {
     if step.styled {
         line.push_str(" [output style given]");
     }
+    let mut lines = clean_line(&line).into_owned();
     for note in &step.notes {
-        line.push_str(&format!("\n    {note}"));
+        lines.push_str("\n    ");
+        lines.push_str(&clean_line(note));
     }
-    line
+    lines
 }
 
 fn print_outcome(outcome: &Outcome) {
