@@ -230,7 +230,7 @@ const MAX_WALKED_ENTRIES: usize = 100_000;
 /// down, walked by handle: each subdirectory opened with `O_NOFOLLOW` from its parent's
 /// handle, so a name swapped for a link during the walk is not followed.
 fn climbing_link_below(dir: &std::fs::File, rel: &str, budget: &mut usize) -> std::io::Result<Option<String>> {
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
     for entry in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
         let entry = entry?;
@@ -246,19 +246,14 @@ fn climbing_link_below(dir: &std::fs::File, rel: &str, budget: &mut usize) -> st
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let text = String::from_utf8_lossy(&buf[..n as usize]).into_owned();
-            if !points_down(&text) {
+            // A text that fills the buffer may be cut short: judged as climbing, not read.
+            let n = n as usize;
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if n >= buf.len() || !points_down(&text) {
                 return Ok(Some(here));
             }
         } else if kind.is_dir() {
-            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-            // SAFETY: `c_name` is NUL-terminated; the descriptor is owned by the File.
-            let fd = unsafe { libc::openat(dir.as_raw_fd(), c_name.as_ptr(), flags) };
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: `fd` was just opened and is owned by nobody else.
-            let sub = unsafe { std::fs::File::from_raw_fd(fd) };
+            let sub = super::dirfd::openat(dir.as_raw_fd(), &c_name, libc::O_NOFOLLOW)?;
             if let Some(found) = climbing_link_below(&sub, &here, budget)? {
                 return Ok(Some(found));
             }
@@ -354,7 +349,7 @@ impl GatedFs<'_> {
         let base = base.dir.clone();
         let old = std::path::PathBuf::from(old.trim_end_matches('/'));
         let walked = tokio::task::spawn_blocking(move || {
-            let moved = super::filesystem::open_no_links(Some(&base), &old)?;
+            let moved = super::dirfd::open_no_links(Some(&base), &old)?;
             let mut budget = MAX_WALKED_ENTRIES;
             climbing_link_below(&moved, "", &mut budget)
         })

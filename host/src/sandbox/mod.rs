@@ -20,6 +20,7 @@
 mod cache;
 mod capability;
 mod cpu;
+mod dirfd;
 mod env;
 mod filesystem;
 mod filesystem_gate;
