@@ -46,6 +46,7 @@ use sha2::{Digest, Sha256};
 
 use crate::fsutil::FileStamp;
 use crate::sandbox::Denial;
+use crate::text::sha256_hex;
 
 /// `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -125,11 +126,7 @@ impl StepEntry {
 /// `text` on one line, cut to a preview length: enough to recognise an output in a line
 /// of the log, not a second copy of it.
 pub fn preview(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(PREVIEW_CHARS) {
-        Some((i, _)) => format!("{}…", &flat[..i]),
-        None => flat,
-    }
+    crate::text::one_line(text, PREVIEW_CHARS)
 }
 
 /// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
@@ -925,10 +922,6 @@ pub enum SealStatus {
     Changed,
     /// It is gone.
     Missing,
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// `20261201T094533Z`, for file names.

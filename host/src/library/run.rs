@@ -261,7 +261,7 @@ impl Library {
                 // compile cache has to compile it, so a warm start maps the compiled code.
                 let component = || {
                     let bytes = read("skill.wasm")?;
-                    if super::record::sha256_hex(&bytes) != *sha {
+                    if crate::text::sha256_hex(&bytes) != *sha {
                         bail!(
                             "{}/skill.wasm changed while it was loaded; run it again, or reinstall `{name}`",
                             dir.display()

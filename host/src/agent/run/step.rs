@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::Value;
 
-use super::super::context::{self, Catalog, MemorySummary, StepInputs, one_line};
+use super::super::context::{self, Catalog, MemorySummary, StepInputs};
 use super::super::executor::{self, Executed};
 use super::super::guardrail::{EvidenceReport, check_evidence};
 use super::super::profile::{AgentProfile, Phase};
@@ -17,6 +17,7 @@ use super::state::{AgentState, DecisionRecord, StepAction, StepStatus};
 use super::{AgentOptions, REPEAT_LIMIT, STORED_RESULT_CHARS};
 use crate::audit::StepEntry;
 use crate::library::{Library, RunOptions};
+use crate::text::one_line;
 
 pub(super) struct Agent<'a> {
     pub(super) library: &'a Library,
@@ -62,12 +63,7 @@ fn add_usage(total: &mut Option<Usage>, more: Option<Usage>) {
 
 /// `text` cut to `max` characters, saying how much was cut.
 fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => {
-            format!("{}… [{} more characters not repeated]", &text[..end], text[end..].chars().count())
-        }
-        None => text.to_string(),
-    }
+    crate::text::cut_counted(text, max, |n| format!("… [{n} more characters not repeated]"))
 }
 
 impl<'a> Agent<'a> {

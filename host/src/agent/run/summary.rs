@@ -6,7 +6,6 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::super::context::one_line;
 use super::super::guardrail::check_evidence;
 use super::super::profile::Phase;
 use super::super::provider::{ChatMessage, Purpose, ResponseFormat};
@@ -14,6 +13,7 @@ use super::outcome::{Outcome, OutcomeStatus};
 use super::state::{DecisionRecord, StepAction, StepStatus};
 use super::step::Agent;
 use crate::audit::StepEntry;
+use crate::text::one_line;
 
 impl Agent<'_> {
     /// Out of steps: a summary of what is known and what is open, by the model if it can.
