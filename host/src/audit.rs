@@ -45,8 +45,13 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::FileStamp;
-use crate::sandbox::Denial;
 use crate::text::sha256_hex;
+
+mod entry;
+pub use entry::{
+    CallDetail, CallEntry, CallStatus, ClientInfo, EntryKind, InstallEntry, InstallStatus, McpCall, RanCall,
+    StepAction, StepEntry, StepStatus, new_entry, preview,
+};
 
 /// `prev` of the first line.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -57,77 +62,6 @@ const RESERVED: [&str; 5] = ["seq", "ts", "prev", "hash", "torn_tail_bytes"];
 /// Longest last line an append reads back: far above any entry (the sandbox caps logs and
 /// parameters), so a longer one is damage, not an entry.
 const MAX_LINE_BYTES: u64 = 64 << 20;
-
-/// Most characters of a skill's output kept in a call entry: enough to recognise the
-/// result, not a second copy of it.
-const PREVIEW_CHARS: usize = 200;
-
-/// What a line records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EntryKind {
-    /// One skill call (`Library::run`).
-    Call,
-    /// One step of the agent loop.
-    Step,
-    /// An install from an OCI registry: the digest, the signer, or `--allow-unsigned`.
-    Install,
-    /// The first line of a segment started by [`AuditLog::seal`]: it records the damaged
-    /// log that was set aside and the sha256 of its bytes.
-    Seal,
-}
-
-/// A new entry of `kind` for `session`, to be filled in and passed to [`AuditLog::append`].
-pub fn new_entry(kind: EntryKind, session: &str) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("kind".into(), serde_json::to_value(kind).unwrap_or(Value::Null));
-    m.insert("session".into(), Value::String(session.to_string()));
-    m
-}
-
-/// One step of the agent loop, as SPEC section 6 lists it. [`StepEntry::into_entry`] makes
-/// it an entry for [`AuditLog::append`].
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StepEntry {
-    pub session: String,
-    pub step: u32,
-    /// Bytes of the context sent to the model.
-    pub prompt_bytes: usize,
-    /// `call_skill`, `reply`, `require_more`, or what the model sent when it was none of them.
-    pub action: String,
-    pub skill: Option<String>,
-    /// Content hash of the skill version that ran.
-    pub skill_hash: Option<String>,
-    pub params: Value,
-    pub result_summary: String,
-    pub status: String,
-    pub model_us: u64,
-    pub elapsed_us: u64,
-    pub memory_peak_bytes: usize,
-    pub denials: Vec<Denial>,
-    pub memories_stored: Vec<u64>,
-    /// Tokens of the step's model requests, as the provider reported them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_tokens: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion_tokens: Option<u64>,
-}
-
-impl StepEntry {
-    pub fn into_entry(self) -> Map<String, Value> {
-        let mut m = new_entry(EntryKind::Step, &self.session);
-        if let Ok(Value::Object(fields)) = serde_json::to_value(&self) {
-            m.extend(fields);
-        }
-        m
-    }
-}
-
-/// `text` on one line, cut to a preview length: enough to recognise an output in a line
-/// of the log, not a second copy of it.
-pub fn preview(text: &str) -> String {
-    crate::text::one_line(text, PREVIEW_CHARS)
-}
 
 /// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
 /// scalars as serde_json writes them. What the chain hashes.
@@ -1234,12 +1168,8 @@ mod tests {
         let log = AuditLog::in_home(dir.path());
         let first = log.append(new_entry(EntryKind::Call, "s1")).unwrap();
         let step = StepEntry {
-            session: "s1".into(),
-            step: 2,
-            action: "call_skill".into(),
             skill: Some("read-log-file".into()),
-            status: "success".into(),
-            ..Default::default()
+            ..StepEntry::new("s1", 2, StepAction::CallSkill, StepStatus::Success)
         };
         let second = log.append(step.into_entry()).unwrap();
         assert_eq!((first.seq, second.seq), (1, 2));

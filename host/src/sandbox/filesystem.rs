@@ -38,6 +38,7 @@ use wasmtime::component::Linker;
 use super::capability::{CallSetup, Enforce};
 use super::filesystem_gate::FsState;
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::filesystem::Filesystem;
 use crate::capabilities::filesystem::{resolve_mount_host, template_root};
 use crate::capabilities::{Access, Mount};
@@ -85,12 +86,15 @@ fn open_mounts(
         let host = match resolve_mount_host(&m.host, paths) {
             Ok(p) => p,
             Err(e) => {
-                denials.push(Denial { capability: "filesystem".into(), message: format!("mount {m} skipped: {e:#}") });
+                denials.push(Denial {
+                    capability: CapabilityKind::Filesystem.into(),
+                    message: format!("mount {m} skipped: {e:#}"),
+                });
                 continue;
             }
         };
         let refuse = |denials: &mut Vec<Denial>, message: String| {
-            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            denials.push(Denial { capability: CapabilityKind::Filesystem.into(), message: message.clone() });
             anyhow!(message)
         };
         if let Some(message) = exposes_protected(m, &host, protected) {

@@ -119,15 +119,13 @@ impl<'a> Agent<'a> {
             self.state.feedback.clear();
             self.state.repeat_rule = false;
             self.state.output_style_given |= decided.styled;
+            // Action and status are set from the step's report once it is known.
             let mut entry = StepEntry {
-                session: self.state.session.clone(),
-                step: self.state.step,
                 prompt_bytes: decided.prompt_bytes,
                 model_us: decided.model_us,
-                params: Value::Null,
                 prompt_tokens: decided.usage.map(|u| u.prompt_tokens),
                 completion_tokens: decided.usage.map(|u| u.completion_tokens),
-                ..Default::default()
+                ..StepEntry::new(&self.state.session, self.state.step, StepAction::Invalid, StepStatus::ParseError)
             };
             let mut evidence = None;
             let mut end: Option<OutcomeStatus> = None;
@@ -241,9 +239,9 @@ impl<'a> Agent<'a> {
                 completion_tokens: decided.usage.map(|u| u.completion_tokens),
                 notes,
             };
-            entry.action = report.action.to_string();
+            entry.action = report.action;
             entry.params = report.params.clone();
-            entry.status = report.status.to_string();
+            entry.status = report.status;
             entry.result_summary = report.summary.clone();
             if entry.elapsed_us == 0 {
                 entry.elapsed_us = report.elapsed_us;
