@@ -1,7 +1,11 @@
 //! The hash-chained audit log: real skill runs through the CLI chain and verify; edits,
 //! deletions, reordering and insertions are named by line; a torn last line is a crash, not
-//! tampering; concurrent appenders (threads and processes) keep one valid chain.
+//! tampering; concurrent appenders (threads and processes) keep one valid chain. The lines
+//! every writer produces (library calls and refusals, agent steps, MCP memory tools) match a
+//! fixture written by the code before entries were typed, and that old log still verifies.
 
+#[path = "mcp/client.rs"]
+mod client;
 mod common;
 
 use std::path::Path;
@@ -363,4 +367,138 @@ fn appends_racing_a_seal_land_in_the_new_segment() {
     let mut seal = new_entry(EntryKind::Seal, "x");
     seal.insert("status".into(), "sealed".into());
     assert!(log.append(seal).unwrap_err().to_string().contains("audit seal"), "callers cannot forge seals");
+}
+
+/// The fixture: a log written by the code before audit entries were typed (e4ebcf3), by
+/// [`write_every_kind_of_line`].
+const FIXTURE: &str = "tests/fixtures/audit/e4ebcf3.jsonl";
+
+/// Every kind of line today's writers produce, into `env`'s home: skill calls that succeed,
+/// log, have a memory capped and another stored, fail in the guest, fail the parameter
+/// check, and are refused; an agent run (a call, an unusable reply, an answer); an MCP
+/// session with a skill call, memory tools (stored, searched, refused arguments) and a
+/// MEMORY.md read.
+fn write_every_kind_of_line(env: &Env) {
+    use skillhost::agent::profile::builtin_general;
+    use skillhost::agent::provider::scripted::ScriptedProvider;
+    use skillhost::agent::run::{self as agent, AgentOptions};
+    use skillhost::library::RunOptions;
+
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "capabilities:\n  memory: write\n");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let calls = [
+        json!({"mode": "echo", "arg": "x"}),
+        json!({"mode": "log", "arg": "hello", "n": 2}),
+        json!({"mode": "remember-priority", "arg": "likes tea", "n": 5}),
+        json!({"mode": "remember", "arg": "a fact", "n": 1}),
+        json!({"mode": "bogus"}),
+        json!({"mode": "fail", "arg": "on purpose"}),
+        json!({"mode": 7}),
+    ];
+    for (step, params) in calls.into_iter().enumerate() {
+        let opts = RunOptions { session: "typed-audit".into(), step: step as u32, ..RunOptions::default() };
+        rt.block_on(lib.run("probe", params, &opts)).unwrap();
+    }
+    let opts = RunOptions { session: "typed-audit".into(), step: 9, ..RunOptions::default() };
+    assert!(rt.block_on(lib.run("nope", json!({}), &opts)).is_err());
+
+    let decisions = json!({"decide": [
+        {"reasoning": "try", "next_action": "call_skill", "skill_name": "probe", "parameters": {"mode": "noop"}},
+        "no json here",
+        "still none",
+        {"reasoning": "done", "next_action": "reply", "message": "the probe answers"},
+        {"reasoning": "done", "next_action": "reply", "message": "the probe answers"},
+    ]});
+    let provider = ScriptedProvider::parse(Path::new("decisions.json"), &decisions.to_string()).unwrap();
+    rt.block_on(agent::run(&lib, &provider, &builtin_general(), "check the probe", &AgentOptions::default())).unwrap();
+    drop(lib);
+
+    let mut c = client::StdioClient::start(env.home.path(), &["--memory", "write"]);
+    c.call("probe", json!({ "mode": "noop" }));
+    c.call("memory_add", json!({ "content": "the build uses cargo", "kind": "fact", "priority": 2 }));
+    c.call("memory_search", json!({ "query": "cargo" }));
+    c.call("memory_add", json!({ "content": 3 }));
+    c.result("resources/read", json!({ "uri": "skillhost://memory/MEMORY.md" }));
+    drop(c);
+}
+
+/// What of a line does not depend on when or where it was written: times, hashes, paths and
+/// session ids replaced by placeholders (sessions numbered by first appearance).
+fn stable(lines: &[Value], home: &str, repo: &str) -> Vec<String> {
+    let mut sessions: Vec<String> = Vec::new();
+    lines
+        .iter()
+        .map(|line| {
+            let mut m = line.as_object().unwrap().clone();
+            for k in
+                ["ts", "hash", "prev", "elapsed_us", "cpu_time_us", "memory_peak_bytes", "model_us", "prompt_bytes"]
+            {
+                if m.contains_key(k) {
+                    m.insert(k.into(), "<varies>".into());
+                }
+            }
+            if let Some(Value::String(h)) = m.get("skill_hash") {
+                assert_eq!(h.len(), 64, "{line}");
+                m.insert("skill_hash".into(), "<hash>".into());
+            }
+            // Which records a search finds is the search's business, not the log's.
+            if let Some(Value::Array(ids)) = m.get("memories_read") {
+                assert!(ids.iter().all(Value::is_u64), "{line}");
+                m.insert("memories_read".into(), "<ids>".into());
+            }
+            let session = m["session"].as_str().unwrap().to_string();
+            let n = sessions.iter().position(|s| *s == session).unwrap_or_else(|| {
+                sessions.push(session.clone());
+                sessions.len() - 1
+            });
+            let text = skillhost::audit::canonical_json(&Value::Object(m));
+            let text = text.replace(home, "<home>").replace(repo, "<repo>");
+            text.replace(&session, &format!("<session-{n}>"))
+        })
+        .collect()
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn today_writes_the_lines_the_fixture_holds_and_the_old_log_still_verifies() {
+    let fixture = common::repo().join(FIXTURE);
+    let env = Env::new();
+    write_every_kind_of_line(&env);
+    let log = AuditLog::in_home(env.home.path());
+    assert!(log.verify().is_ok());
+    if std::env::var_os("SKILLHOST_WRITE_AUDIT_FIXTURE").is_some() {
+        std::fs::create_dir_all(fixture.parent().unwrap()).unwrap();
+        std::fs::copy(log.path(), &fixture).unwrap();
+        // The lines are hashed as written: where they were written goes beside them.
+        let paths = json!({ "home": env.home.path(), "repo": common::repo() });
+        std::fs::write(fixture.with_extension("paths.json"), format!("{paths:#}\n")).unwrap();
+        panic!("wrote {} from this build; unset SKILLHOST_WRITE_AUDIT_FIXTURE to test against it", fixture.display());
+    }
+    // Field for field, the lines of the code before typed entries.
+    let old = read_lines(&fixture);
+    let new = read_lines(log.path());
+    let paths: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.with_extension("paths.json")).unwrap()).unwrap();
+    let old = stable(&old, paths["home"].as_str().unwrap(), paths["repo"].as_str().unwrap());
+    let new = stable(&new, &env.home.path().to_string_lossy(), &common::repo().to_string_lossy());
+    assert_eq!(old.len(), new.len(), "new:\n{}", new.join("\n"));
+    for (i, (o, n)) in old.iter().zip(&new).enumerate() {
+        assert_eq!(o, n, "line {} differs from the fixture", i + 1);
+    }
+    // The old log verifies and reads, and today's appends chain to it.
+    let other = tempfile::tempdir().unwrap();
+    let copy = AuditLog::in_home(other.path());
+    std::fs::create_dir_all(copy.path().parent().unwrap()).unwrap();
+    std::fs::copy(&fixture, copy.path()).unwrap();
+    let verified = copy.verify().unwrap();
+    assert_eq!(verified.entries, old.len() as u64);
+    let sessions = copy.list().unwrap();
+    assert_eq!(sessions[0].session, "typed-audit");
+    assert_eq!(sessions[0].final_status, "refused");
+    assert_eq!(copy.append(new_entry(EntryKind::Call, "after")).unwrap().seq, old.len() as u64 + 1);
+    assert_eq!(copy.verify().unwrap().entries, old.len() as u64 + 1);
 }

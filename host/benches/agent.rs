@@ -174,13 +174,10 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         memory.save_agent_session("bench-save", &sample_state)?;
         saves.push(t.elapsed());
-        let entry = skillhost::audit::StepEntry {
-            session: "bench".into(),
-            step: i,
-            action: "call_skill".into(),
-            status: "success".into(),
+        use skillhost::audit::{StepAction, StepEntry, StepStatus};
+        let entry = StepEntry {
             params: json!({"mode": "noop"}),
-            ..Default::default()
+            ..StepEntry::new("bench", i, StepAction::CallSkill, StepStatus::Success)
         };
         let t = Instant::now();
         lib.audit_log().append(entry.into_entry())?;

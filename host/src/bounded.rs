@@ -7,7 +7,6 @@
 //! copy of the full value can be matched against it.
 
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 
 /// Most bytes of a client string kept as it is (a name, a version).
 pub const MAX_NAME_BYTES: usize = 128;
@@ -36,7 +35,7 @@ fn digest(text: &str) -> Value {
     json!({
         "truncated": true,
         "bytes": text.len(),
-        "sha256": hex::encode(Sha256::digest(text.as_bytes())),
+        "sha256": crate::text::sha256_hex(text),
         "prefix": &text[..cut],
     })
 }
@@ -51,7 +50,7 @@ mod tests {
         let long = "é".repeat(100_000);
         let kept = string(&long, MAX_NAME_BYTES);
         assert_eq!(kept["bytes"], 200_000);
-        assert_eq!(kept["sha256"], hex::encode(Sha256::digest(long.as_bytes())));
+        assert_eq!(kept["sha256"], crate::text::sha256_hex(&long));
         assert!(kept["prefix"].as_str().unwrap().len() <= PREFIX_BYTES);
         assert!(kept.to_string().len() < 600);
         let args = json!({ "path": "/w/a.log" });

@@ -16,7 +16,6 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, validate_name};
 
@@ -77,7 +76,7 @@ pub fn pack_signed(dir: &Path, out: &Path, key: Option<&crate::oci::keys::Signin
     let mut contents = Vec::new();
     for (rel, path) in &files {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        listing.insert(rel.clone(), hex::encode(Sha256::digest(&bytes)));
+        listing.insert(rel.clone(), crate::text::sha256_hex(&bytes));
         contents.push((rel.clone(), bytes));
     }
     let mut bundle = BundleManifest {
@@ -188,7 +187,7 @@ pub fn unpack_with_manifest(bytes: &[u8], into: &Path) -> Result<Unpacked> {
         }
         let mut bytes = Vec::new();
         entry.read_to_end(&mut bytes)?;
-        let actual = hex::encode(Sha256::digest(&bytes));
+        let actual = crate::text::sha256_hex(&bytes);
         if &actual != expected {
             bail!(
                 "bundle entry `{rel}` does not match its hash in {MANIFEST} (expected {expected}, found {actual}); the bundle was modified"

@@ -28,3 +28,4 @@ pub mod oci;
 pub mod policy;
 pub mod sandbox;
 pub mod search;
+pub mod text;

@@ -16,6 +16,7 @@ use super::provider::{ChatMessage, ToolSpec};
 use super::run::{AgentState, DecisionRecord};
 use crate::library::Library;
 use crate::search::{SearchDoc, SkillIndex};
+use crate::text::one_line;
 
 /// With more executable skills than this, only the best candidates get their parameters.
 pub const FULL_CATALOG_MAX: usize = 10;
@@ -67,7 +68,7 @@ impl Catalog {
             });
             entries.push(CatalogEntry {
                 name,
-                description: info.manifest.description.split_whitespace().collect::<Vec<_>>().join(" "),
+                description: crate::text::flatten(&info.manifest.description),
                 schema: info.params_schema.clone(),
                 instruction: info.record.is_instruction(),
                 body: info.manifest.body.clone(),
@@ -335,21 +336,9 @@ impl DecisionRecord {
     }
 }
 
-/// `text` on one line, cut with `…` after `max_chars` characters.
-pub fn one_line(text: &str, max_chars: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}…", &flat[..i]),
-        None => flat,
-    }
-}
-
 /// `text` cut after `max_chars` characters, saying how much was cut (for the model).
 pub fn truncate(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((i, _)) => format!("{}… [{} more characters cut]", &text[..i], text[i..].chars().count()),
-        None => text.to_string(),
-    }
+    crate::text::cut_counted(text, max_chars, |n| format!("… [{n} more characters cut]"))
 }
 
 fn indent(text: &str) -> String {

@@ -6,13 +6,13 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use super::context::{Catalog, one_line, truncate};
+use super::context::{Catalog, truncate};
 use super::guardrail::returned_lines;
 use super::run::StepStatus;
 use crate::library::{Library, RunOptions};
 use crate::sandbox::{CallError, Denial};
+use crate::text::one_line;
 
 /// What one skill call did, for the next step, the audit line and the progress line.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
         Ok(output) => {
             out.status = output.status.into();
             out.lines = returned_lines(&output.output);
-            out.output_hash = Some(hex::encode(Sha256::digest(output.output.as_bytes())));
+            out.output_hash = Some(crate::text::sha256_hex(&output.output));
             let first = output.output.lines().find(|l| !l.trim().is_empty()).unwrap_or("(empty output)");
             out.summary = one_line(first, 100);
             out.result = output.output.clone();

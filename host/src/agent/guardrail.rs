@@ -425,7 +425,9 @@ pub fn check_evidence(answer: &str, returned: &BTreeSet<u64>) -> CheckedAnswer {
             report.grounded += 1;
         }
         if cites.is_empty() {
-            report.unsupported.push(MarkedConclusion { line: unit.line, text: clip(&strip_marks(core), 120) });
+            report
+                .unsupported
+                .push(MarkedConclusion { line: unit.line, text: crate::text::one_line(&strip_marks(core), 120) });
             if !text.contains(UNSUPPORTED_MARK) {
                 // Before the closing full stop, like a citation would be.
                 let trimmed = text.trim_end();
@@ -448,14 +450,6 @@ pub fn check_evidence(answer: &str, returned: &BTreeSet<u64>) -> CheckedAnswer {
     }
     text.push_str(&answer[from..]);
     CheckedAnswer { text, report }
-}
-
-fn clip(s: &str, max: usize) -> String {
-    let flat = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &flat[..i]),
-        None => flat,
-    }
 }
 
 #[cfg(test)]

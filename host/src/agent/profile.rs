@@ -254,7 +254,7 @@ pub fn parse_profile(name: &str, text: &str, source: Option<&Path>) -> Result<Ag
         err(line, message)
     })?;
 
-    let description = front.description.split_whitespace().collect::<Vec<_>>().join(" ");
+    let description = crate::text::flatten(&front.description);
     if description.is_empty() {
         return Err(err(
             at("description"),
@@ -264,7 +264,7 @@ pub fn parse_profile(name: &str, text: &str, source: Option<&Path>) -> Result<Ag
     }
     let mut keywords = Vec::new();
     for keyword in &front.keywords {
-        let keyword = keyword.split_whitespace().collect::<Vec<_>>().join(" ");
+        let keyword = crate::text::flatten(keyword);
         if keyword.is_empty() {
             return Err(err(at("keywords"), "`keywords` has an empty entry; remove it".into()).into());
         }

@@ -35,7 +35,7 @@ pub(super) fn list(lib: &Library, namespace: Option<&str>, all: bool, json: bool
             clean_line(&r.namespace),
             r.kind.as_str(),
             r.priority,
-            clean_line(&crate::agent::context::one_line(&r.content, 100))
+            clean_line(&crate::text::one_line(&r.content, 100))
         );
     }
     println!("{} records (`skillhost memory get ID` shows one in full)", records.len());

@@ -273,19 +273,15 @@ pub(super) fn install(
 
 /// The `install` line of the audit log: what was installed, from where, signed by whom.
 fn audit_install(lib: &Library, report: &InstallReport, source: &str, provenance: &oci::Provenance) -> Result<()> {
-    let status = match (&provenance.signer, provenance.unsigned_allowed) {
-        (Some(_), _) => "signed",
-        (None, true) => "unsigned-allowed",
-        (None, false) => "unsigned",
+    let entry = crate::audit::InstallEntry {
+        skill: report.name.clone(),
+        version: report.version.clone(),
+        skill_hash: report.content_hash.clone(),
+        source: source.to_string(),
+        oci: provenance.clone(),
+        status: crate::audit::InstallStatus::of(provenance),
     };
-    let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Install, "install");
-    entry.insert("skill".into(), report.name.clone().into());
-    entry.insert("version".into(), report.version.clone().into());
-    entry.insert("skill_hash".into(), report.content_hash.clone().into());
-    entry.insert("source".into(), source.into());
-    entry.insert("oci".into(), provenance.audit_value());
-    entry.insert("status".into(), status.into());
-    runtime()?.block_on(lib.append_entry(entry)).map_err(|e| {
+    runtime()?.block_on(lib.append_entry(entry.into_entry())).map_err(|e| {
         anyhow!("`{}` was installed, but the install could not be written to the audit log: {e:#}", report.name)
     })
 }

@@ -43,13 +43,10 @@ pub(crate) fn skill_text(output: &str) -> String {
     text.lines().map(|l| format!("| {l}")).collect::<Vec<_>>().join("\n")
 }
 
+/// Skill-controlled text for a column of a terminal line: cleaned, on one line, at most
+/// `max_chars` characters.
 pub(super) fn one_line(text: &str, max_chars: usize) -> String {
-    let flat = clean_line(text).split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max_chars {
-        return flat;
-    }
-    let cut: String = flat.chars().take(max_chars - 1).collect();
-    format!("{cut}…")
+    crate::text::fit_line(&clean_line(text), max_chars)
 }
 
 pub(super) fn print_list(label: &str, items: &[String]) {

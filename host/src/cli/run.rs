@@ -282,7 +282,7 @@ pub fn progress_line(step: &StepReport) -> String {
     let what = match &step.skill {
         Some(skill) => {
             let params = step.params.to_string();
-            let params = crate::agent::context::one_line(&params, 100);
+            let params = crate::text::one_line(&params, 100);
             format!("{skill} {params}")
         }
         None => step.action.to_string(),
@@ -296,7 +296,7 @@ pub fn progress_line(step: &StepReport) -> String {
         step.step,
         step.max_steps,
         step.status,
-        crate::agent::context::one_line(&step.summary, 90),
+        crate::text::one_line(&step.summary, 90),
         step.elapsed_us / 1000,
         step.model_us / 1000,
     );

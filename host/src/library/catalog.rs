@@ -42,7 +42,6 @@ fn skill_cosines(
     query: &str,
 ) -> Vec<(String, bool, f32)> {
     use crate::memory::embed::{TextRole, cosine};
-    use sha2::Digest as _;
     let path = home.join(SKILL_VECTORS);
     let mut cache: SkillVectors = std::fs::read(&path)
         .ok()
@@ -50,7 +49,7 @@ fn skill_cosines(
         .filter(|c: &SkillVectors| c.model == model.identity())
         .unwrap_or_default();
     let texts: Vec<String> = docs.iter().map(skill_text).collect();
-    let keys: Vec<String> = texts.iter().map(|t| hex::encode(sha2::Sha256::digest(t.as_bytes()))).collect();
+    let keys: Vec<String> = texts.iter().map(crate::text::sha256_hex).collect();
     let missing: Vec<usize> =
         (0..docs.len()).filter(|&i| cache.vectors.get(&keys[i]).is_none_or(|v| v.len() != model.dim())).collect();
     let stale = cache.vectors.keys().any(|k| !keys.contains(k));
@@ -181,7 +180,7 @@ impl Library {
         // Read once, hashed and parsed from the same bytes.
         let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let recorded = record.files.get("SKILL.md").unwrap_or(&record.manifest_sha256);
-        let actual = super::record::sha256_hex(&bytes);
+        let actual = crate::text::sha256_hex(&bytes);
         if actual != *recorded {
             bail!(
                 "{} was changed after it was installed (sha256 {}, install.json says {}); it is not served until `{name}` is reinstalled (skillhost skill install)",

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::record::{InstallRecord, sha256_hex, verify_files};
+use super::record::{InstallRecord, verify_files};
 use super::{Library, now_ms};
 use crate::fsutil::{ScratchName, write_atomic};
 use crate::manifest::Manifest;
+use crate::text::sha256_hex;
 
 /// Written next to an archived version.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

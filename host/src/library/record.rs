@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::{FileStamp, SealKey};
+use crate::text::sha256_hex;
 
 /// What install.json records about an installed version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -96,10 +97,6 @@ fn file_list<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>
         return Err(serde::de::Error::custom(format!("file `{bad}` is not a relative path inside the skill")));
     }
     Ok(files)
-}
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// The identity of a version: sha256 over every file's path and sha256, in path order.

@@ -21,13 +21,13 @@ use serde_json::{Map, Value};
 
 use super::Library;
 use super::record::{InstallRecord, verify_files_sealed};
-use crate::audit::{EntryKind, new_entry, preview};
-use crate::capabilities::{Limits, MemoryAccess};
+use crate::audit::{CallDetail, CallEntry, CallStatus, RanCall, preview};
+use crate::capabilities::{CapabilityKind, Limits, MemoryAccess};
 use crate::fsutil::FileStamp;
 use crate::manifest::{Manifest, ParamType};
 use crate::memory::Provenance;
 use crate::sandbox::{
-    self, CallError, CallGrant, CompileOutcome, Denial, Invocation, LogLine, PreparedSkill, SkillOutput,
+    self, CallError, CallGrant, CompileOutcome, Denial, DenialKind, Invocation, LogLine, PreparedSkill, SkillOutput,
 };
 
 /// Everything about one `run`.
@@ -59,6 +59,13 @@ pub struct RunReport {
     pub memory_peak_bytes: usize,
     pub compile: Option<CompileOutcome>,
     pub limits: Limits,
+}
+
+impl RunReport {
+    /// How the call ended: the skill's status, or the kind of error that stopped it.
+    pub fn status(&self) -> CallStatus {
+        CallStatus::of(&self.result, |out| out.status)
+    }
 }
 
 fn ser_result<S: serde::Serializer>(r: &Result<SkillOutput, CallError>, s: S) -> Result<S::Ok, S::Error> {
@@ -95,39 +102,32 @@ pub fn new_session_id() -> String {
 }
 
 /// The `call` entry of the audit log for one skill call.
-pub fn call_entry(report: &RunReport) -> Map<String, Value> {
-    let mut m = new_entry(EntryKind::Call, &report.session);
-    m.insert("step".into(), report.step.into());
-    m.insert("skill".into(), report.skill.clone().into());
-    m.insert("version".into(), report.version.clone().into());
-    m.insert("skill_hash".into(), report.content_hash.clone().into());
-    if let Some(p) = &report.provenance {
-        m.insert("oci".into(), p.audit_value());
+pub fn call_entry(report: &RunReport) -> CallEntry {
+    let output = report.result.as_ref().ok();
+    CallEntry {
+        session: report.session.clone(),
+        step: report.step,
+        skill: report.skill.clone(),
+        params: report.params.clone(),
+        status: report.status(),
+        // The error's kind is the status; the sentence goes beside it.
+        error: report.result.as_ref().err().map(CallError::to_string),
+        detail: CallDetail::Ran(Box::new(RanCall {
+            version: report.version.clone(),
+            skill_hash: report.content_hash.clone(),
+            oci: report.provenance.clone(),
+            output_bytes: output.map(|o| o.output.len()),
+            output_preview: output.map(|o| preview(&o.output)),
+            elapsed_us: report.elapsed_us,
+            cpu_time_us: report.cpu_time_us,
+            memory_peak_bytes: report.memory_peak_bytes,
+            denials: report.denials.clone(),
+            not_granted: report.not_granted.clone(),
+            memories_stored: report.memories.stored.clone(),
+            memories_dropped: report.memories.dropped.clone(),
+            logs: report.logs.clone(),
+        })),
     }
-    // Parameters come from the caller (an MCP client, a model): bounded, see crate::bounded.
-    m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES));
-    match &report.result {
-        Ok(out) => {
-            m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
-            m.insert("output_bytes".into(), out.output.len().into());
-            m.insert("output_preview".into(), preview(&out.output).into());
-        }
-        Err(e) => {
-            // The error's kind (`timeout`, `invalid-params`, ...) is the status; the sentence goes beside it.
-            let kind = serde_json::to_value(e).ok().and_then(|v| v.get("kind").cloned()).unwrap_or(Value::Null);
-            m.insert("status".into(), kind);
-            m.insert("error".into(), e.to_string().into());
-        }
-    }
-    m.insert("elapsed_us".into(), report.elapsed_us.into());
-    m.insert("cpu_time_us".into(), report.cpu_time_us.into());
-    m.insert("memory_peak_bytes".into(), report.memory_peak_bytes.into());
-    m.insert("denials".into(), serde_json::to_value(&report.denials).unwrap_or_default());
-    m.insert("not_granted".into(), serde_json::to_value(&report.not_granted).unwrap_or_default());
-    m.insert("memories_stored".into(), serde_json::to_value(&report.memories.stored).unwrap_or_default());
-    m.insert("memories_dropped".into(), serde_json::to_value(&report.memories.dropped).unwrap_or_default());
-    m.insert("logs".into(), serde_json::to_value(&report.logs).unwrap_or_default());
-    m
 }
 
 /// A verified, parsed and prepared version of a skill.
@@ -261,7 +261,7 @@ impl Library {
                 // compile cache has to compile it, so a warm start maps the compiled code.
                 let component = || {
                     let bytes = read("skill.wasm")?;
-                    if super::record::sha256_hex(&bytes) != *sha {
+                    if crate::text::sha256_hex(&bytes) != *sha {
                         bail!(
                             "{}/skill.wasm changed while it was loaded; run it again, or reinstall `{name}`",
                             dir.display()
@@ -439,7 +439,7 @@ impl Library {
             let mut proposed = out.new_memories.clone();
             for (i, m) in proposed.iter_mut().enumerate().filter(|(_, m)| m.priority > cap) {
                 report.denials.push(Denial {
-                    capability: "memory".into(),
+                    capability: CapabilityKind::Memory.into(),
                     message: format!(
                         "memory #{} proposed at priority {}, stored at {cap}: priorities above {cap} belong to the user ([memory] max_skill_priority in the policy)",
                         i + 1,
@@ -451,7 +451,7 @@ impl Library {
             report.memories =
                 sandbox::absorb(&proposed, effective.memory, &limits, store.as_deref(), &opts.namespace, &provenance);
             for d in &report.memories.dropped {
-                report.denials.push(Denial { capability: "memory".into(), message: d.clone() });
+                report.denials.push(Denial { capability: CapabilityKind::Memory.into(), message: d.clone() });
             }
         }
         report.result = outcome.result;
@@ -476,16 +476,18 @@ impl Library {
         opts: &RunOptions,
         error: anyhow::Error,
     ) -> anyhow::Error {
-        let mut m = new_entry(EntryKind::Call, &opts.session);
-        m.insert("step".into(), opts.step.into());
-        m.insert("skill".into(), name.into());
-        m.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
-        m.insert("status".into(), "refused".into());
-        m.insert("error".into(), format!("{error:#}").into());
-        let denial =
-            Denial { capability: "integrity".into(), message: format!("call refused before running: {error:#}") };
-        m.insert("denials".into(), serde_json::to_value([denial]).unwrap_or_default());
-        match self.append_entry(m).await {
+        let entry = CallEntry {
+            session: opts.session.clone(),
+            step: opts.step,
+            skill: name.into(),
+            params: params.clone(),
+            status: CallStatus::Refused,
+            error: Some(format!("{error:#}")),
+            detail: CallDetail::Refused {
+                denials: vec![Denial::new(DenialKind::Integrity, format!("call refused before running: {error:#}"))],
+            },
+        };
+        match self.append_entry(entry.into_entry()).await {
             Ok(()) => error,
             Err(e) => anyhow!("{error:#}\n(the refusal could not be written to the audit log either: {e:#})"),
         }
@@ -494,7 +496,7 @@ impl Library {
     /// Append the call's line to the audit log, off the async executor (the append takes a
     /// file lock and syncs the file).
     async fn audit_call(&self, report: &RunReport) -> Result<()> {
-        let entry = call_entry(report);
+        let entry = call_entry(report).into_entry();
         self.append_entry(entry).await.map_err(|e| {
             anyhow!(
                 "`{}` ran (session {}), but its call could not be written to the audit log {}: {e:#}. Further calls are refused until the log is repaired; see `skillhost audit verify` and `skillhost audit seal`.",

@@ -35,10 +35,11 @@ use rmcp::service::{
     NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
 };
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
+use crate::audit::{CallDetail, CallEntry, CallStatus, ClientInfo, McpCall};
 use crate::capabilities::MemoryAccess;
 use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
 use crate::sandbox::CallError;
@@ -313,11 +314,17 @@ fn client_of(context: &RequestContext<RoleServer>) -> Client {
     }
 }
 
-impl Client {
-    /// The client as its audit lines name it: each field bounded (see [`crate::bounded`]).
-    fn audited(&self) -> Value {
-        use crate::bounded::{MAX_NAME_BYTES, string};
-        json!({ "name": string(&self.name, MAX_NAME_BYTES), "version": string(&self.version, MAX_NAME_BYTES) })
+/// What an MCP audit line says beside its status: the sentence of an error, or the records
+/// a memory tool stored or read.
+#[derive(Debug, Default)]
+struct McpLine {
+    error: Option<String>,
+    touched: tools::MemoriesTouched,
+}
+
+impl McpLine {
+    fn error(message: &str) -> McpLine {
+        McpLine { error: Some(message.to_string()), touched: Default::default() }
     }
 }
 
@@ -389,9 +396,7 @@ impl SkillhostMcp {
                         self.server.options.max_concurrent_calls,
                         self.server.options.queue_wait.as_secs()
                     );
-                    let mut extra = Map::new();
-                    extra.insert("error".into(), message.clone().into());
-                    self.audit_line(name, &client, &arguments, "busy", extra).await;
+                    self.audit_line(name, &client, &arguments, CallStatus::Busy, McpLine::error(&message)).await;
                     return Err(McpError::new(ErrorCode(-32000), message, None));
                 }
             },
@@ -418,16 +423,22 @@ impl SkillhostMcp {
     /// The audit line of a memory tool call, a MEMORY.md read or a call refused before it
     /// reached the library, written before the answer goes out (synced in the background
     /// with concurrent appends, as a skill call's is). What the client sent is bounded.
-    async fn audit_line(&self, tool: &str, client: &Client, params: &Value, status: &str, extra: Map<String, Value>) {
-        let mut entry = crate::audit::new_entry(crate::audit::EntryKind::Call, &self.session(client));
-        entry.insert("step".into(), 0.into());
-        entry.insert("skill".into(), tool.into());
-        entry.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
-        entry.insert("status".into(), status.into());
-        entry.insert("transport".into(), self.transport.as_str().into());
-        entry.insert("client".into(), client.audited());
-        entry.extend(extra);
-        if let Err(e) = self.server.lib.append_entry(entry).await {
+    async fn audit_line(&self, tool: &str, client: &Client, params: &Value, status: CallStatus, line: McpLine) {
+        let entry = CallEntry {
+            session: self.session(client),
+            step: 0,
+            skill: tool.into(),
+            params: params.clone(),
+            status,
+            error: line.error,
+            detail: CallDetail::Mcp(McpCall {
+                transport: self.transport.as_str(),
+                client: ClientInfo { name: client.name.clone(), version: client.version.clone() },
+                memories_stored: line.touched.stored,
+                memories_read: line.touched.read,
+            }),
+        };
+        if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
             tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
         }
     }
@@ -445,7 +456,7 @@ impl SkillhostMcp {
         let request = match tools::MemoryRequest::parse(tool, arguments) {
             Ok(r) => r,
             Err(message) => {
-                self.audit_line(tool.name(), &client, &params, "invalid-params", Map::new()).await;
+                self.audit_line(tool.name(), &client, &params, CallStatus::InvalidParams, McpLine::default()).await;
                 return Ok(tools::error_result(&message));
             }
         };
@@ -456,11 +467,11 @@ impl SkillhostMcp {
                 Ok(request.execute(&memory, &namespace, &session, &provenance_client))
             })
             .await?;
-        let (status, extra) = match &outcome {
-            Ok(v) => ("success", tools::memory_audit_fields(v)),
-            Err(_) => ("failed", Map::new()),
+        let (status, touched) = match &outcome {
+            Ok(v) => (CallStatus::Success, tools::memories_touched(v)),
+            Err(_) => (CallStatus::Failed, Default::default()),
         };
-        self.audit_line(tool.name(), &client, &params, status, extra).await;
+        self.audit_line(tool.name(), &client, &params, status, McpLine { error: None, touched }).await;
         Ok(match outcome {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
@@ -532,9 +543,8 @@ impl ServerHandler for SkillhostMcp {
                     self.server.options.memory
                 )
                 .to_lowercase();
-                let mut extra = Map::new();
-                extra.insert("error".into(), message.clone().into());
-                self.audit_line(tool.name(), &client_of(&context), &arguments, "refused", extra).await;
+                let line = McpLine::error(&message);
+                self.audit_line(tool.name(), &client_of(&context), &arguments, CallStatus::Refused, line).await;
                 return Err(McpError::invalid_params(message, None));
             }
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
@@ -658,7 +668,8 @@ impl ServerHandler for SkillhostMcp {
             let client = client_of(&context);
             let namespace = self.server.namespace().to_string();
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
-            self.audit_line("memory_view", &client, &json!({ "uri": uri }), "success", Map::new()).await;
+            self.audit_line("memory_view", &client, &json!({ "uri": uri }), CallStatus::Success, McpLine::default())
+                .await;
             return Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
             ])

@@ -13,7 +13,6 @@ use anyhow::{Context as _, Result};
 use base64::Engine as _;
 use rmcp::model::{MetaObject, ResourceContents, Skill, SkillFrontmatter, SkillResource, SkillResources};
 use serde_json::{Map, Value};
-use sha2::{Digest as _, Sha256};
 
 use super::McpServer;
 use crate::library::SkillInfo;
@@ -57,7 +56,7 @@ fn entry(server: &McpServer, info: &SkillInfo) -> Result<Skill> {
     // Read again for its front matter: these bytes are checked against install.json too.
     let bytes = std::fs::read(dir.join("SKILL.md")).context("cannot read SKILL.md")?;
     let recorded = info.record.files.get("SKILL.md").unwrap_or(&info.record.manifest_sha256);
-    let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    let actual: String = crate::text::sha256_hex(&bytes);
     anyhow::ensure!(actual == *recorded, "SKILL.md was changed after it was installed; reinstall `{name}`");
     let text = String::from_utf8(bytes).context("SKILL.md is not UTF-8")?;
     let mut frontmatter = SkillFrontmatter::new(name.clone(), super::tools::served(&info.manifest.description));
@@ -121,7 +120,7 @@ pub(super) fn read(server: &McpServer, uri: &str) -> Result<Option<ResourceConte
     let Some((path, sha256)) = recorded_files(&info).into_iter().find(|(p, _)| p == path) else { return Ok(None) };
     let file = server.options.home.join("skills").join(name).join(&path);
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-    let actual: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+    let actual: String = crate::text::sha256_hex(&bytes);
     if actual != sha256 {
         anyhow::bail!(
             "{uri} was changed after it was installed (sha256 {actual}, install.json says {sha256}); reinstall `{name}` (skillhost skill install)"

@@ -181,16 +181,6 @@ pub(super) fn list(server: &McpServer, memory: MemoryMode) -> anyhow::Result<Vec
     Ok(tools)
 }
 
-fn status_name(report: &RunReport) -> String {
-    match &report.result {
-        Ok(out) => serde_json::to_value(out.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-        Err(e) => serde_json::to_value(e)
-            .ok()
-            .and_then(|v| v.get("kind").and_then(Value::as_str).map(String::from))
-            .unwrap_or_default(),
-    }
-}
-
 /// What to tell a model when a call produced no result: the reason and the way forward.
 fn advice(e: &CallError) -> &'static str {
     match e {
@@ -228,7 +218,7 @@ pub(super) fn call_result(report: &RunReport) -> CallToolResult {
     };
     let mut structured = json!({
         "output": output,
-        "status": status_name(report),
+        "status": report.status().as_str(),
         "metadata": metadata,
         "memories_stored": report.memories.stored,
         "memories_dropped": report.memories.dropped,
@@ -439,16 +429,22 @@ impl MemoryRequest {
 }
 
 /// Audit fields of a memory tool's answer (ids, not contents).
-pub(super) fn memory_audit_fields(v: &Value) -> Map<String, Value> {
-    let mut m = Map::new();
-    if let Some(id) = v.get("id") {
-        m.insert("memories_stored".into(), json!([id]));
+pub(super) fn memories_touched(v: &Value) -> MemoriesTouched {
+    MemoriesTouched {
+        stored: v.get("id").map(|id| vec![id.clone()]),
+        read: v
+            .get("hits")
+            .and_then(Value::as_array)
+            .map(|hits| hits.iter().filter_map(|h| h.get("id").cloned()).collect()),
     }
-    if let Some(hits) = v.get("hits").and_then(Value::as_array) {
-        let ids: Vec<Value> = hits.iter().filter_map(|h| h.get("id").cloned()).collect();
-        m.insert("memories_read".into(), Value::Array(ids));
-    }
-    m
+}
+
+/// The records a memory tool call stored or read, for its audit line (ids as the tool's
+/// answer gave them).
+#[derive(Debug, Default)]
+pub(super) struct MemoriesTouched {
+    pub stored: Option<Vec<Value>>,
+    pub read: Option<Vec<Value>>,
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ pub fn shown_as_data(r: &MemoryRecord) -> bool {
 /// skill's instruction-like record, quoted (JSON string escapes, template markers broken)
 /// and attributed to the skill that wrote it.
 pub fn prompt_content(r: &MemoryRecord) -> String {
-    let content = r.content.split_whitespace().collect::<Vec<_>>().join(" ");
+    let content = crate::text::flatten(&r.content);
     if !shown_as_data(r) {
         return content;
     }

@@ -13,8 +13,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Map, Value, json};
 
 use super::registry::{Descriptor, ImageManifest, OCI_MANIFEST, digest_of};
-use crate::library::record::sha256_hex;
 use crate::manifest::Manifest;
+use crate::text::sha256_hex;
 
 pub const ARTIFACT_TYPE: &str = "application/vnd.skillhost.skill.v1";
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";

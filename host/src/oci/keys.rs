@@ -10,7 +10,6 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use base64::Engine as _;
 use ring::signature::{self, KeyPair as _};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// The algorithms a key can use (cosign's default is ECDSA P-256 with SHA-256).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +78,7 @@ impl PublicKey {
 
     /// `sha256:<hex>` over the SubjectPublicKeyInfo DER.
     pub fn fingerprint(&self) -> String {
-        format!("sha256:{}", hex::encode(Sha256::digest(self.spki())))
+        format!("sha256:{}", crate::text::sha256_hex(self.spki()))
     }
 
     /// Does `signature` (DER ECDSA for P-256, 64 raw bytes for Ed25519) sign `message`?

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -139,7 +138,7 @@ pub struct ImageManifest {
 }
 
 pub fn digest_of(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    format!("sha256:{}", crate::text::sha256_hex(bytes))
 }
 
 /// Size and time bounds of everything read from a registry.

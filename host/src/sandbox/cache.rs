@@ -166,7 +166,7 @@ impl CompileCache {
         wasm: &[u8],
         progress: &dyn Fn(&str),
     ) -> Result<(Component, CompileOutcome)> {
-        let sha = hex::encode(Sha256::digest(wasm));
+        let sha = crate::text::sha256_hex(wasm);
         // The same bytes installed again (a reinstall, one component under several names)
         // reuse their sealed entry: it was compiled from exactly these bytes by this engine.
         let started = Instant::now();
@@ -241,7 +241,7 @@ impl CompileCache {
         }
         // Same bytes under a new stamp (a copied or restored home): hash them once.
         let Ok(payload) = std::fs::read(path) else { return Entry::Untrusted("cannot be read") };
-        if hex::encode(Sha256::digest(&payload)) != seal.payload_sha256 {
+        if crate::text::sha256_hex(&payload) != seal.payload_sha256 {
             return Entry::Untrusted("does not match its seal");
         }
         // SAFETY: the payload's sha256 is the one sealed with the host key for this
@@ -325,7 +325,7 @@ impl CompileCache {
     /// missing) seal does not match, which the next load recompiles.
     fn store_payload(&self, path: &Path, sha256: &str, payload: &[u8]) -> Result<()> {
         crate::fsutil::write_atomic(path, payload)?;
-        self.write_seal(path, sha256, &hex::encode(Sha256::digest(payload)))
+        self.write_seal(path, sha256, &crate::text::sha256_hex(payload))
     }
 
     fn write_seal(&self, path: &Path, sha256: &str, payload_sha256: &str) -> Result<()> {

@@ -37,6 +37,7 @@ use super::capability::{CallSetup, Enforce};
 use super::dirfd::{open_no_links, openat};
 use super::filesystem_gate::FsState;
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::filesystem::Filesystem;
 use crate::capabilities::filesystem::{resolve_mount_host, template_root};
 use crate::capabilities::{Access, Mount};
@@ -84,12 +85,15 @@ fn open_mounts(
         let host = match resolve_mount_host(&m.host, paths) {
             Ok(p) => p,
             Err(e) => {
-                denials.push(Denial { capability: "filesystem".into(), message: format!("mount {m} skipped: {e:#}") });
+                denials.push(Denial {
+                    capability: CapabilityKind::Filesystem.into(),
+                    message: format!("mount {m} skipped: {e:#}"),
+                });
                 continue;
             }
         };
         let refuse = |denials: &mut Vec<Denial>, message: String| {
-            denials.push(Denial { capability: "filesystem".into(), message: message.clone() });
+            denials.push(Denial { capability: CapabilityKind::Filesystem.into(), message: message.clone() });
             anyhow!(message)
         };
         if let Some(message) = exposes_protected(m, &host, protected) {

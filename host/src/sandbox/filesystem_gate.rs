@@ -37,6 +37,7 @@ use wasmtime_wasi::p2::{
 use wasmtime_wasi::{FsPerms, OpenMode};
 
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::Limits;
 
 /// What a new directory entry (file, directory, link) costs against the budget: one
@@ -124,7 +125,7 @@ impl FsState {
             if more > 0 {
                 message.push_str(&format!("; and {more} more"));
             }
-            out.push(Denial { capability: "filesystem".into(), message });
+            out.push(Denial { capability: CapabilityKind::Filesystem.into(), message });
             self.refused = 0;
             self.named.clear();
         }
@@ -132,7 +133,7 @@ impl FsState {
             && b.hit.swap(false, Ordering::Relaxed)
         {
             out.push(Denial {
-                capability: "filesystem".into(),
+                capability: CapabilityKind::Filesystem.into(),
                 message: format!(
                     "disk-write limit reached: a call may write {} MiB through its read-write mounts (limit disk_write_mb; new files and directories count {ENTRY_BYTES} bytes each), and further writes failed with insufficient-space. A skill that needs more declares `limits: disk_write_mb: N` in SKILL.md (at most {}) and the user grants it with `skillhost policy grant NAME limits`",
                     self.limit_mb,

@@ -14,8 +14,56 @@ const MAX_LINE_BYTES: usize = 4_096;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LogLine {
-    pub level: &'static str,
+    pub level: LogLevel,
     pub message: String,
+}
+
+/// The WIT `log` levels, serialized as the audit log has always written them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LogLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the serialized name.
+impl PartialEq<&str> for LogLevel {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<Level> for LogLevel {
+    fn from(level: Level) -> LogLevel {
+        match level {
+            Level::Trace => LogLevel::Trace,
+            Level::Debug => LogLevel::Debug,
+            Level::Info => LogLevel::Info,
+            Level::Warn => LogLevel::Warn,
+            Level::Error => LogLevel::Error,
+        }
+    }
 }
 
 /// A call's log lines: all that `skillhost:skill/log` sees.
@@ -74,20 +122,13 @@ impl Host for LogBuffer {
                 format!("{MAX_LINES} lines")
             };
             self.lines.push(LogLine {
-                level: "warn",
+                level: LogLevel::Warn,
                 message: format!("[skillhost: log capped at {why}; the rest of this call's log lines were dropped]"),
             });
             return Ok(());
         }
         self.bytes += message.len();
-        let level = match level {
-            Level::Trace => "trace",
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warn => "warn",
-            Level::Error => "error",
-        };
-        self.lines.push(LogLine { level, message });
+        self.lines.push(LogLine { level: level.into(), message });
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ use super::bindings::skillhost::skill::memory::{self as wit_memory, Host};
 use super::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
 use super::capability::{CallSetup, Enforce};
 use super::{CallState, Denial, ProposedMemory};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::memory::Memory;
 use crate::capabilities::{Limits, MemoryAccess};
 use crate::memory::{MemoryKind, MemoryStore, NewRecord, Provenance};
@@ -108,7 +109,7 @@ impl Host for MemoryState {
         if self.access == MemoryAccess::None {
             let message =
                 "memory.search needs the `memory: read` capability, which this skill does not hold".to_string();
-            self.denials.push(Denial { capability: "memory".into(), message: message.clone() });
+            self.denials.push(Denial { capability: CapabilityKind::Memory.into(), message: message.clone() });
             return Ok(Err(HostError::Denied(message)));
         }
         let limit = limit.clamp(1, MAX_SEARCH_LIMIT) as usize;

@@ -20,6 +20,7 @@
 mod cache;
 mod capability;
 mod cpu;
+mod denial;
 mod dirfd;
 mod env;
 mod filesystem;
@@ -53,8 +54,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
+pub use denial::{Denial, DenialKind};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
-pub use log::LogLine;
+pub use log::{LogLevel, LogLine};
 pub use memory::{Absorbed, absorb};
 pub use ready::MakeAhead;
 pub use secrets::{LeakScanner, SecretValues};
@@ -790,14 +792,6 @@ impl ResourceLimiter for MemoryLimiter {
 /// Permits of a memory budget of `mb` MiB (a semaphore holds at most `u32::MAX >> 3`).
 fn budget_permits(mb: u64) -> usize {
     mb.min(Semaphore::MAX_PERMITS as u64).min(u32::MAX as u64 >> 3) as usize
-}
-
-/// A right the skill used without holding it. The model reads `message`; the audit log
-/// keeps the whole record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Denial {
-    pub capability: String,
-    pub message: String,
 }
 
 /// What a skill returned, after the host's caps.

@@ -22,6 +22,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpC
 use super::capability::{CallSetup, Enforce};
 use super::secrets::{CallSecrets, OnFind, ScannedBody};
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::network::Network;
 use crate::capabilities::{NetRule, default_port};
 
@@ -87,7 +88,7 @@ struct SharedDenials(Arc<Mutex<Vec<Denial>>>);
 impl SharedDenials {
     fn push(&self, message: String) {
         if let Ok(mut d) = self.0.lock() {
-            d.push(Denial { capability: "network".into(), message });
+            d.push(Denial { capability: CapabilityKind::Network.into(), message });
         }
     }
 

@@ -34,6 +34,7 @@ use wasmtime_wasi_http::Error as HttpError;
 
 use super::capability::{CallSetup, Enforce};
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::SecretUse;
 use crate::capabilities::secrets::LeakAction;
 use crate::capabilities::secrets::Secrets;
@@ -323,7 +324,7 @@ impl CallSecrets {
         if let Ok(mut d) = self.denials.lock()
             && !d.iter().any(|x| x.message == message)
         {
-            d.push(Denial { capability: "secrets".into(), message });
+            d.push(Denial { capability: CapabilityKind::Secrets.into(), message });
         }
     }
 

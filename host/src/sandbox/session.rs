@@ -15,6 +15,7 @@ use super::bindings::skillhost::skill::types::HostError;
 use super::capability::{CallSetup, Enforce};
 use super::memory::off_executor;
 use super::{CallState, Denial};
+use crate::capabilities::CapabilityKind;
 use crate::capabilities::session::Session;
 use crate::memory::MemoryStore;
 
@@ -74,7 +75,7 @@ impl SessionState {
             return Ok(());
         }
         let message = format!("session.{op} needs the `session` capability, which this skill does not hold");
-        self.denials.push(Denial { capability: "session".into(), message: message.clone() });
+        self.denials.push(Denial { capability: CapabilityKind::Session.into(), message: message.clone() });
         Err(HostError::Denied(message))
     }
 }
@@ -112,7 +113,7 @@ impl Host for SessionState {
             (None, None) => None,
         };
         if let Some(message) = refused {
-            self.denials.push(Denial { capability: "secrets".into(), message: message.clone() });
+            self.denials.push(Denial { capability: CapabilityKind::Secrets.into(), message: message.clone() });
             return Ok(Err(HostError::Denied(message)));
         }
         let (session, max_bytes) = (self.session_id.clone(), self.max_bytes);

@@ -14,7 +14,7 @@ use wasmtime_wasi::p2::bindings::sockets::{tcp_create_socket, udp_create_socket}
 use wasmtime_wasi::p2::{DynPollable, SocketError, SocketResult, TcpSocket, UdpSocket};
 use wasmtime_wasi::sockets::WasiSocketsCtxView;
 
-use super::{CallState, Denial};
+use super::{CallState, Denial, DenialKind};
 
 /// Refusals recorded one by one; a guest that retries in a loop gets one summary line for
 /// the rest, so its denials cannot grow host memory.
@@ -34,7 +34,7 @@ impl SocketRefusals {
             return;
         }
         self.recorded.push(Denial {
-            capability: "sockets".into(),
+            capability: DenialKind::Sockets,
             message: format!(
                 "{what} refused: skills get no raw sockets or name lookup; outbound HTTP goes through wasi:http and a `network` grant"
             ),
@@ -45,7 +45,7 @@ impl SocketRefusals {
         let mut out = std::mem::take(&mut self.recorded);
         if self.more > 0 {
             out.push(Denial {
-                capability: "sockets".into(),
+                capability: DenialKind::Sockets,
                 message: format!("{} more uses of wasi:sockets refused", std::mem::take(&mut self.more)),
             });
         }

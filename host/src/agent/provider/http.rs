@@ -520,12 +520,9 @@ fn excerpt(body: &[u8]) -> String {
     one_line(&String::from_utf8_lossy(body), 200)
 }
 
+/// `text` on one line, cut after `max_chars` characters with `...`.
 fn one_line(text: &str, max_chars: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max_chars) {
-        Some((cut, _)) => format!("{}...", &flat[..cut]),
-        None => flat,
-    }
+    crate::text::cut(&crate::text::flatten(text), max_chars, "...")
 }
 
 #[cfg(test)]

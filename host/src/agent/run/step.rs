@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::Value;
 
-use super::super::context::{self, Catalog, MemorySummary, StepInputs, one_line};
+use super::super::context::{self, Catalog, MemorySummary, StepInputs};
 use super::super::executor::{self, Executed};
 use super::super::guardrail::{EvidenceReport, check_evidence};
 use super::super::profile::{AgentProfile, Phase};
@@ -17,6 +17,7 @@ use super::state::{AgentState, DecisionRecord, StepAction, StepStatus};
 use super::{AgentOptions, REPEAT_LIMIT, STORED_RESULT_CHARS};
 use crate::audit::StepEntry;
 use crate::library::{Library, RunOptions};
+use crate::text::one_line;
 
 pub(super) struct Agent<'a> {
     pub(super) library: &'a Library,
@@ -62,12 +63,7 @@ fn add_usage(total: &mut Option<Usage>, more: Option<Usage>) {
 
 /// `text` cut to `max` characters, saying how much was cut.
 fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => {
-            format!("{}… [{} more characters not repeated]", &text[..end], text[end..].chars().count())
-        }
-        None => text.to_string(),
-    }
+    crate::text::cut_counted(text, max, |n| format!("… [{n} more characters not repeated]"))
 }
 
 impl<'a> Agent<'a> {
@@ -123,15 +119,13 @@ impl<'a> Agent<'a> {
             self.state.feedback.clear();
             self.state.repeat_rule = false;
             self.state.output_style_given |= decided.styled;
+            // Action and status are set from the step's report once it is known.
             let mut entry = StepEntry {
-                session: self.state.session.clone(),
-                step: self.state.step,
                 prompt_bytes: decided.prompt_bytes,
                 model_us: decided.model_us,
-                params: Value::Null,
                 prompt_tokens: decided.usage.map(|u| u.prompt_tokens),
                 completion_tokens: decided.usage.map(|u| u.completion_tokens),
-                ..Default::default()
+                ..StepEntry::new(&self.state.session, self.state.step, StepAction::Invalid, StepStatus::ParseError)
             };
             let mut evidence = None;
             let mut end: Option<OutcomeStatus> = None;
@@ -245,9 +239,9 @@ impl<'a> Agent<'a> {
                 completion_tokens: decided.usage.map(|u| u.completion_tokens),
                 notes,
             };
-            entry.action = report.action.to_string();
+            entry.action = report.action;
             entry.params = report.params.clone();
-            entry.status = report.status.to_string();
+            entry.status = report.status;
             entry.result_summary = report.summary.clone();
             if entry.elapsed_us == 0 {
                 entry.elapsed_us = report.elapsed_us;

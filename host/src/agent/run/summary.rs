@@ -4,9 +4,7 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use serde_json::Value;
 
-use super::super::context::one_line;
 use super::super::guardrail::check_evidence;
 use super::super::profile::Phase;
 use super::super::provider::{ChatMessage, Purpose, ResponseFormat};
@@ -14,6 +12,7 @@ use super::outcome::{Outcome, OutcomeStatus};
 use super::state::{DecisionRecord, StepAction, StepStatus};
 use super::step::Agent;
 use crate::audit::StepEntry;
+use crate::text::one_line;
 
 impl Agent<'_> {
     /// Out of steps: a summary of what is known and what is open, by the model if it can.
@@ -52,18 +51,13 @@ impl Agent<'_> {
         self.state.finished = true;
         self.state.answer = Some(summary.clone());
         let entry = StepEntry {
-            session: self.state.session.clone(),
-            step: self.state.step,
             prompt_bytes,
-            action: StepAction::StepLimitSummary.to_string(),
-            params: Value::Null,
             result_summary: one_line(&summary, 120),
-            status: StepStatus::StepLimit.to_string(),
             model_us: started.elapsed().as_micros() as u64,
             elapsed_us: started.elapsed().as_micros() as u64,
             prompt_tokens: usage.map(|u| u.prompt_tokens),
             completion_tokens: usage.map(|u| u.completion_tokens),
-            ..Default::default()
+            ..StepEntry::new(&self.state.session, self.state.step, StepAction::StepLimitSummary, StepStatus::StepLimit)
         };
         let audited = self.audit(entry, evidence.as_ref());
         self.save()?;

