@@ -53,7 +53,7 @@ impl BundleManifest {
     /// `sha256:<content hash>`: the same hash install.json records for these files (path and
     /// sha256 of every file), so a signature covers every byte the bundle installs.
     pub fn digest(&self) -> String {
-        format!("sha256:{}", crate::library::record::content_hash(&self.files))
+        format!("sha256:{}", crate::text::content_hash(&self.files))
     }
 }
 
@@ -68,8 +68,12 @@ pub fn pack(dir: &Path, out: &Path) -> Result<BundleManifest> {
     pack_signed(dir, out, None)
 }
 
-/// [`pack`], signed by `key` when given.
-pub fn pack_signed(dir: &Path, out: &Path, key: Option<&crate::oci::keys::SigningKey>) -> Result<BundleManifest> {
+/// What signs a bundle: its manifest (name and [`BundleManifest::digest`]) in, the signature
+/// out (`crate::oci::bundle::sign` with a key). Passed in, so packing knows nothing of keys.
+pub type Sign<'a> = &'a dyn Fn(&BundleManifest) -> Result<BundleSignature>;
+
+/// [`pack`], signed by `sign` when given.
+pub fn pack_signed(dir: &Path, out: &Path, sign: Option<Sign<'_>>) -> Result<BundleManifest> {
     let manifest = Manifest::load_dir(dir).map_err(|e| anyhow!("{e}"))?;
     let files = skill_files(dir)?;
     let mut listing = BTreeMap::new();
@@ -86,8 +90,8 @@ pub fn pack_signed(dir: &Path, out: &Path, key: Option<&crate::oci::keys::Signin
         files: listing,
         signature: None,
     };
-    if let Some(key) = key {
-        bundle.signature = Some(crate::oci::bundle::sign(&bundle.name, &bundle.digest(), key)?);
+    if let Some(sign) = sign {
+        bundle.signature = Some(sign(&bundle)?);
     }
     let mut builder = tar::Builder::new(Vec::new());
     let mut add = |name: &str, bytes: &[u8]| -> Result<()> {

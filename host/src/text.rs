@@ -1,13 +1,28 @@
-//! Small text helpers used across the host: hex sha256 of bytes, whitespace flattened to
-//! one line, and text cut to a number of characters (never inside a character). One
-//! implementation each, so a summary line, an audit preview and a terminal line cut text
-//! the same way.
+//! Small text helpers used across the host: hex sha256 of bytes and of a file listing (a
+//! version's identity), whitespace flattened to one line, and text cut to a number of
+//! characters (never inside a character). One implementation each, so a summary line, an
+//! audit preview and a terminal line cut text the same way, and an install record, a bundle
+//! and its signature name a version by the same hash.
+
+use std::collections::BTreeMap;
 
 use sha2::{Digest as _, Sha256};
 
 /// The sha256 of `bytes`, as 64 lowercase hex digits.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))
+}
+
+/// The identity of a version: sha256 over every file's path and sha256, in path order.
+pub fn content_hash(files: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (rel, sha) in files {
+        h.update(rel.as_bytes());
+        h.update(b"\0");
+        h.update(sha.as_bytes());
+        h.update(b"\n");
+    }
+    hex::encode(h.finalize())
 }
 
 /// `text` on one line: every run of whitespace (newlines included) becomes one space, and

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::profile::{AgentProfile, Phase};
 use super::provider::{ChatMessage, ToolSpec};
-use super::run::{AgentState, DecisionRecord};
+use super::run::state::{AgentState, DecisionRecord};
 use crate::library::Library;
 use crate::search::{SearchDoc, SkillIndex};
 use crate::text::one_line;

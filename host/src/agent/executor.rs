@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::context::{Catalog, truncate};
 use super::guardrail::returned_lines;
-use super::run::StepStatus;
+use crate::audit::StepStatus;
 use crate::library::{Library, RunOptions};
 use crate::sandbox::{CallError, Denial};
 use crate::text::one_line;

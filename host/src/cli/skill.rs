@@ -365,7 +365,11 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
                 PathBuf::from(format!("{}{version}.skill", manifest.name))
             });
             let key = sign.as_deref().map(|n| crate::oci::keys::load_signing(lib.home(), n)).transpose()?;
-            let bundle = crate::bundle::pack_signed(&dir, &out, key.as_ref())?;
+            let sign = |b: &crate::bundle::BundleManifest| match &key {
+                Some(k) => crate::oci::bundle::sign(&b.name, &b.digest(), k),
+                None => Err(anyhow!("no key to sign with")),
+            };
+            let bundle = crate::bundle::pack_signed(&dir, &out, key.is_some().then_some(&sign as crate::bundle::Sign))?;
             let signer = key.as_ref().map(|k| k.public.fingerprint());
             if json {
                 print_json(&json!({ "bundle": out, "manifest": bundle, "digest": bundle.digest(), "signer": signer }))?;

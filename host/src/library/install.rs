@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
 
-use super::record::{InstallRecord, UndeclaredImport, content_hash};
+use super::record::{InstallRecord, UndeclaredImport};
 use super::{Library, history::archive, now_ms};
 use crate::capabilities::Limits;
 use crate::fsutil::{ScratchName, swap_dir, write_atomic};
 use crate::manifest::Manifest;
 use crate::policy::{Grant, Policy};
 use crate::sandbox::{self, CompileOutcome};
+use crate::text::content_hash;
 use crate::text::sha256_hex;
 
 /// Executable (a component to run) or instruction (guidance for the agent only).

@@ -11,7 +11,6 @@ use std::path::{Component, Path};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Deserializer, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::fsutil::{FileStamp, SealKey};
 use crate::text::sha256_hex;
@@ -99,18 +98,6 @@ fn file_list<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>
     Ok(files)
 }
 
-/// The identity of a version: sha256 over every file's path and sha256, in path order.
-pub(crate) fn content_hash(files: &BTreeMap<String, String>) -> String {
-    let mut h = Sha256::new();
-    for (rel, sha) in files {
-        h.update(rel.as_bytes());
-        h.update(b"\0");
-        h.update(sha.as_bytes());
-        h.update(b"\n");
-    }
-    hex::encode(h.finalize())
-}
-
 /// [`verify_files`], skipped when this host already verified these files: a seal in
 /// `seals` (an HMAC with the host key over the content hash, the directory and every
 /// file's stamp) says they were hashed and found good and have not changed since. A
@@ -165,7 +152,7 @@ pub(crate) fn verify_files(dir: &Path, record: &InstallRecord) -> Result<()> {
         })?;
         actual.insert(rel.clone(), sha256_hex(&bytes));
     }
-    let found = content_hash(&actual);
+    let found = crate::text::content_hash(&actual);
     if found != record.content_hash {
         let changed: Vec<&String> =
             actual.iter().filter(|(k, v)| record.files.get(*k) != Some(*v)).map(|(k, _)| k).collect();
