@@ -26,6 +26,7 @@
 //! records) moves the record to the archive table, from which `memory restore` brings it
 //! back: nothing learned is lost to housekeeping.
 
+mod calibration;
 mod daily;
 pub mod embed;
 mod handle;

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use anyhow::{Context as _, Result, anyhow};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::calibration::Calibration;
 use super::embed::{ByteVectors, EmbedModel, TextRole};
 use super::records::MemoryRecord;
 use super::schema::{RECORDS, decode_record};
@@ -201,6 +202,8 @@ impl Table {
 pub(super) struct Semantic {
     pub model: Arc<EmbedModel>,
     pub table: RwLock<Table>,
+    /// The reference passages' vectors (calibration.rs), embedded on first use.
+    pub calibration: std::sync::OnceLock<Calibration>,
 }
 
 /// The vectors of one store, and the model that makes them.
@@ -316,7 +319,11 @@ impl Vectors {
     /// the records that have none.
     pub(super) fn open(db: &Database, model: Option<Arc<EmbedModel>>) -> Result<Vectors> {
         let semantic = match model {
-            Some(model) => Some(Semantic { table: RwLock::new(Table::new(&model)?), model }),
+            Some(model) => Some(Semantic {
+                table: RwLock::new(Table::new(&model)?),
+                calibration: std::sync::OnceLock::new(),
+                model,
+            }),
             None => None,
         };
         let vectors = Vectors {
@@ -325,7 +332,7 @@ impl Vectors {
             given: Mutex::new(HashMap::new()),
             queries: Mutex::new(QueryCache::default()),
         };
-        let Some(Semantic { model, table }) = &vectors.semantic else { return Ok(vectors) };
+        let Some(Semantic { model, table, .. }) = &vectors.semantic else { return Ok(vectors) };
         let stored_identity = {
             let txn = db.begin_read()?;
             match txn.open_table(VECTOR_META) {
@@ -428,6 +435,16 @@ impl Vectors {
             None => (0, 0),
         }
     }
+    /// The reference passages of the model (calibration.rs): from `db`, or embedded (and
+    /// stored there) on first use.
+    pub(super) fn calibration(&self, db: &Database) -> Result<&Calibration> {
+        let semantic = self.semantic.as_ref().ok_or_else(|| anyhow!("no embedding model"))?;
+        if let Some(c) = semantic.calibration.get() {
+            return Ok(c);
+        }
+        let c = Calibration::open(db, &semantic.model)?;
+        Ok(semantic.calibration.get_or_init(|| c))
+    }
 
     /// The query embedding of `text` by `model` (one of this store's), from the cache when
     /// the same text was embedded lately.
@@ -475,7 +492,7 @@ impl Vectors {
     /// Bring the vectors in step with a committed write: embed `upserts` whose content
     /// changed (in one batch), drop `deletes`.
     pub(super) fn apply(&self, db: &Database, upserts: &[&MemoryRecord], deletes: &[u64]) -> Result<()> {
-        let Some(Semantic { model, table }) = &self.semantic else { return Ok(()) };
+        let Some(Semantic { model, table, .. }) = &self.semantic else { return Ok(()) };
         let mut changed: Vec<(&MemoryRecord, u64)> = Vec::new();
         {
             let table = table.read().map_err(|_| anyhow!("memory vectors poisoned"))?;
