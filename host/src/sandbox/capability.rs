@@ -19,7 +19,7 @@ pub(crate) struct CallSetup<'a> {
     /// Canonical host paths no mount may contain or lie inside (the home, the project policy).
     pub protected: &'a [std::path::PathBuf],
     /// The call's secrets and leak scanner, shared by the capabilities that move data out.
-    pub secrets: &'a std::sync::Arc<super::secrets::CallSecrets>,
+    pub secrets: &'a std::sync::Arc<super::call_secrets::CallSecrets>,
 }
 
 /// A capability as the sandbox enforces it.

@@ -18,6 +18,7 @@
 //! capped after the call.
 
 mod cache;
+mod call_secrets;
 mod capability;
 mod cpu;
 mod denial;
@@ -27,6 +28,7 @@ mod filesystem;
 mod filesystem_gate;
 mod imports;
 mod lanes;
+mod leak_scan;
 mod log;
 mod memory;
 mod network;
@@ -56,10 +58,10 @@ use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use denial::{Denial, DenialKind};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
+pub use leak_scan::{LeakScanner, SecretValues};
 pub use log::{LogLevel, LogLine};
 pub use memory::{Absorbed, absorb};
 pub use ready::MakeAhead;
-pub use secrets::{LeakScanner, SecretValues};
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
 use crate::capabilities::{CapabilitySet, LeakAction, Limits};
@@ -692,7 +694,7 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let secrets = Arc::new(secrets::CallSecrets::new(
+        let secrets = Arc::new(call_secrets::CallSecrets::new(
             &grant.capabilities.secrets,
             &grant.secret_values,
             &grant.capabilities.env,

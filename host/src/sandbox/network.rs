@@ -19,8 +19,8 @@ use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpHooks};
 
+use super::call_secrets::{CallSecrets, OnFind, ScannedBody};
 use super::capability::{CallSetup, Enforce};
-use super::secrets::{CallSecrets, OnFind, ScannedBody};
 use super::{CallState, Denial};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::network::Network;

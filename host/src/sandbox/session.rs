@@ -34,7 +34,7 @@ pub(crate) struct SessionState {
     denials: Vec<Denial>,
     /// Values the host holds: a session value carrying one is refused (it would outlive
     /// the call and reach the next skill that reads the session).
-    secrets: Arc<super::secrets::CallSecrets>,
+    secrets: Arc<super::call_secrets::CallSecrets>,
 }
 
 /// Links `skillhost:skill/session` to a call's [`SessionState`] only.
