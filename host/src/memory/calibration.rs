@@ -17,7 +17,7 @@ use anyhow::{Context as _, Result, anyhow};
 use redb::{Database, ReadableDatabase, TableDefinition};
 
 use super::embed::{EmbedModel, TextRole, cosine};
-use super::vectors::Script;
+use super::script::Script;
 
 /// Reference passages, one a line (`#` lines are comments).
 const PASSAGES: &str = include_str!("calibration.txt");

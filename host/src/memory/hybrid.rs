@@ -48,7 +48,8 @@ use redb::Database;
 use super::calibration::script_slot;
 use super::index::MemoryIndex;
 use super::records::{MemoryRecord, SearchFilter};
-use super::vectors::{Script, Vectors};
+use super::script::Script;
+use super::vectors::Vectors;
 
 /// Candidates taken from each side before fusing.
 const CANDIDATES: usize = 100;

@@ -39,6 +39,7 @@ mod merge;
 mod records;
 mod remote;
 mod schema;
+mod script;
 mod sessions;
 mod statement;
 mod store;

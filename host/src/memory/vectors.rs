@@ -33,6 +33,7 @@ use super::calibration::Calibration;
 use super::embed::{ByteVectors, EmbedModel, TextRole};
 use super::records::MemoryRecord;
 use super::schema::{RECORDS, decode_record};
+use super::script::Script;
 
 pub(super) const VECTORS: TableDefinition<u64, &[u8]> = TableDefinition::new("record_vectors");
 pub(super) const VECTOR_META: TableDefinition<&str, &str> = TableDefinition::new("vector_meta");
@@ -42,28 +43,6 @@ const FILL_BATCH: usize = 64;
 const MAX_PENDING: usize = 256;
 /// Query embeddings kept (384 floats each: 1.5 KiB).
 const QUERY_CACHE: usize = 256;
-
-/// Script of a record, for the per-language correction of cosine scores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Script {
-    Latin,
-    Cjk,
-}
-
-impl Script {
-    pub(super) fn of(text: &str) -> Script {
-        let (mut cjk, mut letters) = (0usize, 0usize);
-        for c in text.chars().filter(|c| c.is_alphanumeric()) {
-            letters += 1;
-            if matches!(c as u32, 0x3040..=0x30ff | 0x3400..=0x4dbf | 0x4e00..=0x9fff | 0xac00..=0xd7af | 0xf900..=0xfaff)
-            {
-                cjk += 1;
-            }
-        }
-        // A CJK character carries about a word: a quarter of them makes it a CJK text.
-        if cjk * 4 >= letters.max(1) { Script::Cjk } else { Script::Latin }
-    }
-}
 
 /// One stored vector row, as redb holds it.
 pub(super) struct Entry {
