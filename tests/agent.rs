@@ -717,20 +717,11 @@ async fn token_usage_and_elapsed_time_per_step_and_run_reach_the_outcome_and_the
     assert!(line.get("prompt_tokens").is_none(), "{line:?}");
 }
 
-/// `skillhost` with a home and no provider settings from the test's own environment.
+/// `skillhost` with a home and no provider settings from the test's own environment (the
+/// shared CLI helper), run in `cwd`.
 fn bare_cli(home: &Path, cwd: &Path) -> Command {
-    let mut c = Command::cargo_bin("skillhost").unwrap();
-    c.env("SKILLHOST_HOME", home).current_dir(cwd);
-    for name in [
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL",
-        "SKILLHOST_PROVIDER",
-        "SKILLHOST_MODEL",
-    ] {
-        c.env_remove(name);
-    }
+    let mut c = common::skillhost(home);
+    c.current_dir(cwd);
     c
 }
 

@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn hashes_as_hex() {
         assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-        assert_eq!(sha256_hex("abc"), sha256_hex(b"abc".to_vec()));
+        assert_eq!(sha256_hex("abc"), sha256_hex(b"abc"));
     }
 
     #[test]
