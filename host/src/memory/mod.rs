@@ -58,7 +58,8 @@ pub use records::{
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
 pub use store::{
-    EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, ModelSetting, ModelSource, model_setting, validate_namespace,
+    EmbedModelChoice, FusionChoice, MAX_SEARCH_LIMIT, MemoryConfig, ModelSetting, ModelSource, fusion_setting,
+    model_setting, validate_namespace,
 };
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};

@@ -87,7 +87,8 @@ pub struct MemoryConfig {
 /// Where the embedding model comes from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum EmbedModelChoice {
-    /// `$SKILLHOST_EMBED_MODEL`, else `<home>/models/` when installed (see [`embed::model_path`]).
+    /// `$SKILLHOST_EMBED_MODEL`, else `<home>/models/` when installed (see [`embed::model_path`]);
+    /// the home's `[memory] fusion`, when set, then replaces [`MemoryConfig::fusion`].
     #[default]
     FromEnvironment,
     /// Lexical search only.
@@ -244,6 +245,13 @@ impl Store {
             (g, daily.fingerprint()?)
         };
         let vectors = Vectors::open(&db, load_model(dir, &config.embed_model)?).map_err(|e| classify(&path, e))?;
+        // The home's settings decide the model (FromEnvironment), and so the fusion too.
+        let mut config = config;
+        if matches!(config.embed_model, EmbedModelChoice::FromEnvironment)
+            && let Some(choice) = fusion_setting(dir.parent().unwrap_or(dir))?
+        {
+            config.fusion = choice.params();
+        }
         let stamp = index::stamp(generation, &fingerprint);
         let daily_fingerprint = Mutex::new(fingerprint);
         let (index, fresh) = MemoryIndex::open(&dir.join("index"), &stamp)?;
@@ -908,6 +916,45 @@ struct MemoryTable {
     /// A model file (relative to the home) or "off". Read as any value so that a wrong type
     /// gets an error naming the key.
     embed_model: Option<toml::Value>,
+    /// How search fuses its lexical and semantic parts: "default" or "calibrated".
+    fusion: Option<toml::Value>,
+}
+
+/// The fusions a home may choose with `[memory] fusion` (see [`FusionParams`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusionChoice {
+    /// [`FusionParams::default`]: the store's own crowd and a constant prior.
+    Default,
+    /// [`FusionParams::calibrated`]: a record of the other script is judged against the
+    /// query's cosines to reference passages, so a small store answers across languages;
+    /// it finds fewer paraphrases on the labelled set and leaves fewer queries about
+    /// nothing unanswered in larger stores (README, Memory).
+    Calibrated,
+}
+
+impl FusionChoice {
+    pub fn params(self) -> FusionParams {
+        match self {
+            FusionChoice::Default => FusionParams::default(),
+            FusionChoice::Calibrated => FusionParams::calibrated(),
+        }
+    }
+}
+
+/// `[memory] fusion` in `<home>/skillhost.toml`, if set. A value other than "default" or
+/// "calibrated" is an error naming the file and the key.
+pub fn fusion_setting(home: &Path) -> Result<Option<FusionChoice>, crate::config::ConfigError> {
+    use crate::config::{ConfigError, ConfigFile};
+    let file = ConfigFile::load(home)?;
+    let Some(value) = file.table::<MemoryTable>("memory")?.and_then(|t| t.fusion) else { return Ok(None) };
+    match value.as_str() {
+        Some("default") => Ok(Some(FusionChoice::Default)),
+        Some("calibrated") => Ok(Some(FusionChoice::Calibrated)),
+        _ => Err(ConfigError(format!(
+            "`fusion` in the [memory] table of {} is `{value}`; set it to \"default\" or \"calibrated\" (how memory search weighs meaning across languages; see the README's Memory section)",
+            file.path().display()
+        ))),
+    }
 }
 
 /// Which embedding model `home` uses: `$SKILLHOST_EMBED_MODEL` (a path, or `off`), else
