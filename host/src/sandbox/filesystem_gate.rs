@@ -223,6 +223,14 @@ fn points_down(target: &str) -> bool {
 /// through before refusing (the kernel's own limit is 40; a real tree needs a few).
 const MAX_LINK_DEPTH: usize = 8;
 
+/// The operations judged by the links in the tree (rename, symlink, link), one at a time
+/// across every call in this process: a judgement reads the tree, and another call's
+/// operation between the judgement and the act could change what was judged (a directory
+/// holding a planted link renamed, in the same parent, onto the name just walked). Another
+/// process writing the same workspace is not covered.
+static LINK_JUDGED: std::sync::LazyLock<tokio::sync::Mutex<()>> =
+    std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
+
 /// How many entries a moved directory may hold for [`climbing_link_below`] to walk it; a
 /// larger tree is not moved by a skill (the walk would hold the call for too long).
 const MAX_WALKED_ENTRIES: usize = 100_000;
@@ -596,6 +604,7 @@ impl HostDescriptor for GatedFs<'_> {
         new_path: String,
     ) -> FsResult<()> {
         let (rep, target) = (fd.rep(), old_path.clone());
+        let _judged = LINK_JUDGED.lock().await;
         // A second name for a link is a link standing somewhere else: judged there.
         if let Some(text) = self.link_text(rep, &old_path).await
             && !self.link_points_down(new_descriptor.rep(), &new_path, &text).await
@@ -657,6 +666,7 @@ impl HostDescriptor for GatedFs<'_> {
         new_path: String,
     ) -> FsResult<()> {
         let (rep, target) = (fd.rep(), old_path.clone());
+        let _judged = LINK_JUDGED.lock().await;
         // A link moved is judged where it will stand.
         if let Some(text) = self.link_text(rep, &old_path).await
             && !self.link_points_down(new_fd.rep(), &new_path, &text).await
@@ -674,6 +684,7 @@ impl HostDescriptor for GatedFs<'_> {
 
     async fn symlink_at(&mut self, fd: Resource<Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
         let (rep, target) = (fd.rep(), dest_path.clone());
+        let _judged = LINK_JUDGED.lock().await;
         if !self.link_points_down(rep, &dest_path, &src_path).await {
             return self.state.note("symlink", |s| s.join(rep, &target), Err(ErrorCode::NotPermitted.into()));
         }
