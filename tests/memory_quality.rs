@@ -312,27 +312,32 @@ fn a_small_store_answers_across_languages_with_the_calibrated_fusion() {
     small_store_answers(FusionParams::calibrated());
 }
 
+/// One fact a day, priority 3, keyed `m0`, `m1`, ... in the order given.
+fn facts(texts: &[&str]) -> Vec<memory_eval::EvalMemory> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(day, content)| memory_eval::EvalMemory {
+            key: format!("m{day}"),
+            tier: None,
+            day: day as u64,
+            kind: "fact".into(),
+            priority: 3,
+            content: content.to_string(),
+            supersedes: None,
+        })
+        .collect()
+}
+
 fn small_store_answers(fusion: FusionParams) {
     let Some(model) = common::embed_model() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let memories: Vec<memory_eval::EvalMemory> = [
+    let memories = facts(&[
         "串口乱码是波特率不匹配导致的",
         "用户喜欢简短的回答",
         "The release pipeline needs approval from two maintainers",
         "Lin keeps her dotfiles in a private GitHub repository.",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(day, content)| memory_eval::EvalMemory {
-        key: format!("m{day}"),
-        tier: None,
-        day: day as u64,
-        kind: "fact".into(),
-        priority: 3,
-        content: content.to_string(),
-        supersedes: None,
-    })
-    .collect();
+    ]);
     let config = MemoryConfig { embed_model: EmbedModelChoice::File(model), fusion, ..MemoryConfig::default() };
     let (memory, ids) = memory_eval::load_memories(&dir.path().join("memory"), config, &memories);
     let first = |q: &str| memory.search(q, &SearchFilter::namespace("default"), 5).unwrap();
@@ -446,21 +451,7 @@ fn dump_runs_for_analysis() {
     let out = std::env::var("MEMORY_RUNS_DUMP").unwrap_or_else(|_| "/tmp/memory_runs_dump.json".into());
     let model = EmbedModel::load(&model_path).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let store = |texts: &[&str]| -> Vec<memory_eval::EvalMemory> {
-        texts
-            .iter()
-            .enumerate()
-            .map(|(day, content)| memory_eval::EvalMemory {
-                key: format!("m{day}"),
-                tier: None,
-                day: day as u64,
-                kind: "fact".into(),
-                priority: 3,
-                content: content.to_string(),
-                supersedes: None,
-            })
-            .collect()
-    };
+    let store = facts;
     let q = |cls: &str, query: &str, key: Option<&str>| memory_eval::EvalQuery {
         cls: cls.into(),
         query: query.into(),
