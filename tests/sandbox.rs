@@ -227,6 +227,33 @@ fn environment_is_only_what_is_declared_and_granted() {
     assert_eq!(r.not_granted, vec!["env PATH".to_string()], "reported as information, not as a denial");
 }
 
+fn the_wall_clock_is_stopped_without_the_clock_capability() {
+    let env = Env::new();
+    let lib = env.library();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let clock_denials = |r: &RunReport| r.denials.iter().filter(|d| d.capability == "clock").count();
+
+    env.install_granted(&lib, "timeless", "");
+    let r = run(&lib, "timeless", json!({"mode": "clock"}));
+    assert_eq!(output(&r), "0", "a skill without `clock` reads the epoch");
+    assert_eq!(clock_denials(&r), 1, "one denial however often it read: {:?}", r.denials);
+    assert!(r.denials.iter().any(|d| d.message.contains("clock: true")), "says how to get it: {:?}", r.denials);
+    // A call that does not read the clock is not told about it.
+    assert_eq!(clock_denials(&run(&lib, "timeless", json!({"mode": "noop"}))), 0);
+
+    env.install_granted(&lib, "timely", "capabilities:\n  clock: true\n");
+    let r = run(&lib, "timely", json!({"mode": "clock"}));
+    let read: u64 = output(&r).parse().unwrap();
+    assert!(read.abs_diff(now) < 600, "the host's time: read {read}, host {now}");
+    assert_eq!(clock_denials(&r), 0, "{:?}", r.denials);
+
+    // Declared but not granted: still stopped, and the missing grant is reported.
+    env.install_ungranted(&lib, "asked", "capabilities:\n  clock: true\n");
+    let r = run(&lib, "asked", json!({"mode": "clock"}));
+    assert_eq!(output(&r), "0");
+    assert_eq!(r.not_granted, vec!["clock (the wall-clock time)".to_string()]);
+}
+
 fn declared_but_not_granted_is_denied() {
     let env = Env::new();
     let lib = env.library();
@@ -772,6 +799,7 @@ on_both_runtimes!(
     output_flood_is_capped,
     filesystem_is_confined_to_granted_mounts,
     environment_is_only_what_is_declared_and_granted,
+    the_wall_clock_is_stopped_without_the_clock_capability,
     declared_but_not_granted_is_denied,
     memories_are_stored_with_provenance_within_limits,
     memory_search_counts_a_reference_once_per_record_per_session,

@@ -1,18 +1,22 @@
 //! What a skill may do: the capability set a SKILL.md declares, the same shape granted by
 //! the user's policy, and their intersection (effective rights = declared AND granted).
 //!
-//! A capability is one module here (its declaration type and the set algebra on it:
-//! validate, intersect, minus, describe, grant and revoke specs) plus one module in
-//! `sandbox/` (which imports it governs, what it links, how a call's context is prepared).
-//! [`with_capabilities!`] is the one list of capabilities: [`CapabilitySet`], the
-//! [`CapabilityKind`] enum, the grant syntax and the sandbox's per-call state are all
-//! generated from it, so adding a capability (the latest: `secrets`) is a module here, a module
-//! in `sandbox/` and one list entry; a missing trait impl is a compile error.
+//! A capability is one folder here: `mod.rs` is its declaration (the type SKILL.md and
+//! policy.toml hold, and the set algebra on it: validate, intersect, minus, describe, grant
+//! and revoke specs, plus what it needs from the rest of the host: the store, tool hints),
+//! and `enforce.rs` beside it is the sandbox's half (which imports it governs, what it links,
+//! the slice of a call's state its host functions see; the `sandbox::capability::Enforce`
+//! trait). [`with_capabilities!`] is the one list of capabilities: [`CapabilitySet`], the
+//! [`CapabilityKind`] enum, the grant syntax, the sandbox's per-call state, what a call
+//! needs opened and its MCP tool hints are all generated from it, so adding a capability
+//! (the latest: `clock`) is one folder and one list entry; a missing trait impl is a compile
+//! error, and `library`, `mcp` and the sandbox's call path name no capability.
 //!
 //! One type serves declaration, grant and effective rights so that "intersect" is defined
-//! per capability in one place. This module depends on nothing but serde: the security
-//! kernel (capabilities, manifest, policy, sandbox) is reviewable without the rest.
+//! per capability in one place. The declaration halves depend on nothing but serde: what a
+//! skill may ask for is reviewable without wasmtime.
 
+pub mod clock;
 pub mod env;
 pub mod filesystem;
 mod limits;
@@ -61,6 +65,26 @@ pub trait Capability {
     fn parse_grant(value: Option<&str>, declared: &Self::Decl) -> Result<Self::Decl>;
     /// Take away what a revoke spec names. Reports nothing: the caller checks for change.
     fn revoke(held: &mut Self::Decl, value: Option<&str>) -> Result<()>;
+
+    /// Does a call holding `decl` need the home's memory store opened (and locked)?
+    fn needs_store(_decl: &Self::Decl) -> bool {
+        false
+    }
+    /// Mark in `hints` what holding `decl` lets a call change or reach.
+    fn hint(_decl: &Self::Decl, _hints: &mut ToolHints) {}
+}
+
+/// What a tool's effective rights say about it, for clients (MCP's tool annotations). It
+/// starts as "changes nothing, reaches nothing outside the host"; each capability marks
+/// what it adds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ToolHints {
+    /// It may change state that outlives the call (files, memory, a remote service).
+    pub writes: bool,
+    /// It may overwrite or delete what was there (a read-write mount).
+    pub destructive: bool,
+    /// It reaches beyond the host (the network).
+    pub open_world: bool,
 }
 
 /// The one list of capabilities: `field: module::Type => Variant`, in the order they
@@ -74,6 +98,7 @@ macro_rules! with_capabilities {
             memory: memory::Memory => Memory,
             session: session::Session => Session,
             secrets: secrets::Secrets => Secrets,
+            clock: clock::Clock => Clock,
         }
     };
 }
@@ -168,6 +193,18 @@ macro_rules! define_set {
                     }
                 )*
                 out
+            }
+
+            /// Does a call with these effective rights need the memory store opened?
+            pub fn needs_store(&self) -> bool {
+                false $(|| <$module::$cap as Capability>::needs_store(&self.$field))*
+            }
+
+            /// What these effective rights let a call change or reach.
+            pub fn tool_hints(&self) -> ToolHints {
+                let mut hints = ToolHints::default();
+                $(<$module::$cap as Capability>::hint(&self.$field, &mut hints);)*
+                hints
             }
 
             /// Add everything in `more` (a policy grant).
@@ -302,6 +339,7 @@ mod tests {
             session: true,
             network: vec![NetRule::parse("http://127.0.0.1:8080").unwrap()],
             secrets: vec![],
+            clock: true,
         }
     }
 
@@ -315,12 +353,14 @@ mod tests {
             session: false,
             network: vec![],
             secrets: vec![],
+            clock: false,
         };
         let eff = declared.intersect(&granted);
         assert_eq!(eff.filesystem[0].access, Access::Read);
         assert_eq!(eff.env, vec!["B".to_string()]);
         assert_eq!(eff.memory, MemoryAccess::Read);
         assert!(!eff.session);
+        assert!(!eff.clock);
         assert!(eff.network.is_empty());
         let wide = CapabilitySet { network: vec![NetRule::parse("http://127.0.0.1:*").unwrap()], ..Default::default() };
         assert_eq!(declared.intersect(&wide).network, declared.network);
@@ -335,7 +375,7 @@ mod tests {
     fn the_serialized_form_is_unchanged() {
         // SKILL.md front matter and policy.toml tables written before capabilities became
         // modules must keep parsing, and an empty capability is still left out.
-        let yaml = "filesystem:\n  - host: $WORKSPACE\n    guest: /workspace\n    access: read-write\nnetwork:\n  - http://127.0.0.1:8080\nenv: [A, B]\nmemory: write\nsession: true\n";
+        let yaml = "filesystem:\n  - host: $WORKSPACE\n    guest: /workspace\n    access: read-write\nnetwork:\n  - http://127.0.0.1:8080\nenv: [A, B]\nmemory: write\nsession: true\nclock: true\n";
         let set: CapabilitySet = serde_yaml_ng::from_str(yaml).unwrap();
         assert_eq!(set, declared());
         let toml_text = toml::to_string(&CapabilitySet { memory: MemoryAccess::Read, ..Default::default() }).unwrap();
@@ -352,6 +392,7 @@ mod tests {
                 "env B",
                 "memory write",
                 "session",
+                "clock (the wall-clock time)",
             ]
         );
     }
@@ -369,6 +410,17 @@ mod tests {
             assert!(kind.held_by(&set), "{kind}");
         }
         assert_eq!(CapabilityKind::from_name("sockets"), None);
+    }
+
+    #[test]
+    fn what_a_call_needs_comes_from_its_capabilities() {
+        assert!(!CapabilitySet::default().needs_store());
+        assert!(CapabilitySet { memory: MemoryAccess::Read, ..Default::default() }.needs_store());
+        assert!(CapabilitySet { session: true, ..Default::default() }.needs_store());
+        assert!(!CapabilitySet { clock: true, network: declared().network, ..Default::default() }.needs_store());
+        let hints = declared().tool_hints();
+        assert_eq!(hints, ToolHints { writes: true, destructive: true, open_world: true });
+        assert_eq!(CapabilitySet { clock: true, ..Default::default() }.tool_hints(), ToolHints::default());
     }
 
     #[test]

@@ -59,7 +59,7 @@ fn change_grants(
     mut change: impl FnMut(&mut Policy, &str) -> Result<()>,
 ) -> Result<ExitCode> {
     if specs.is_empty() {
-        anyhow::bail!("say what to {verb}: {}", crate::policy::GRANT_SYNTAX);
+        anyhow::bail!("say what to {verb}: {}", crate::capabilities::grant_syntax());
     }
     let (p, ()) = Policy::update(&lib.policy_files().user, |p| specs.iter().try_for_each(|spec| change(p, spec)))?;
     let caps = p.granted(name);

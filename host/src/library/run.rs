@@ -401,8 +401,7 @@ impl Library {
             }
         };
         let secret_values = secret_values.on_leak(policy.secrets.on_leak());
-        let needs_store = effective.memory != MemoryAccess::None || effective.session;
-        let store = if needs_store { Some(self.store()?) } else { None };
+        let store = if effective.needs_store() { Some(self.store()?) } else { None };
         let grant = CallGrant {
             skill: name.to_string(),
             skill_hash: loaded.content_hash.clone(),

@@ -11,7 +11,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde_json::{Map, Value, json};
 
 use super::{McpServer, MemoryMode};
-use crate::capabilities::{Access, CapabilitySet, MemoryAccess};
+use crate::capabilities::CapabilitySet;
 use crate::library::{RunReport, SkillInfo};
 use crate::manifest::Manifest;
 use crate::memory::{Memory, MemoryKind, NewRecord, Provenance, SearchFilter};
@@ -71,16 +71,11 @@ pub fn valid_tool_name(name: &str) -> bool {
     (1..=128).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
-/// Hints from the effective rights (see the module doc).
+/// Hints from the effective rights (see the module doc): each capability says what it
+/// lets a call change or reach ([`CapabilitySet::tool_hints`]).
 pub fn annotations(effective: &CapabilitySet) -> ToolAnnotations {
-    let read_write_mount = effective.filesystem.iter().any(|m| m.access == Access::ReadWrite);
-    let network = !effective.network.is_empty();
-    // Session working memory is written too: a skill with it changes state across calls.
-    let writes_memory = effective.memory == MemoryAccess::Write || effective.session;
-    ToolAnnotations::new()
-        .read_only(!read_write_mount && !network && !writes_memory)
-        .destructive(read_write_mount)
-        .open_world(network)
+    let hints = effective.tool_hints();
+    ToolAnnotations::new().read_only(!hints.writes).destructive(hints.destructive).open_world(hints.open_world)
 }
 
 /// The `outputSchema` of every skill tool: the skill's result after the host's caps.
@@ -450,7 +445,7 @@ pub(super) struct MemoriesTouched {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capabilities::{Mount, NetRule};
+    use crate::capabilities::{Access, MemoryAccess, Mount, NetRule};
 
     #[test]
     fn annotations_follow_effective_rights() {
@@ -472,6 +467,11 @@ mod tests {
         assert_eq!(annotations(&mem).read_only_hint, Some(false));
         let read = CapabilitySet { memory: MemoryAccess::Read, ..Default::default() };
         assert_eq!(annotations(&read).read_only_hint, Some(true));
+        let session = CapabilitySet { session: true, ..Default::default() };
+        assert_eq!(annotations(&session).read_only_hint, Some(false));
+        // Reading the time changes nothing.
+        let clock = CapabilitySet { clock: true, ..Default::default() };
+        assert_eq!(annotations(&clock), annotations(&CapabilitySet::default()));
     }
 
     #[test]

@@ -5,12 +5,17 @@
 //! state struct and the link/prepare/finish loops below are generated from it, so a
 //! capability without an [`Enforce`] impl does not compile.
 
+use std::sync::Arc;
+
 use anyhow::Result;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 
+use super::bindings::skillhost::skill::types::HostError;
 use super::{CallGrant, CallState, Denial, Invocation};
-use crate::capabilities::{Capability, CapabilityKind, CapabilitySet};
+use crate::capabilities::secrets::held::CallSecrets;
+use crate::capabilities::{Capability, CapabilityKind};
+use crate::memory::MemoryStore;
 
 /// What a capability's `prepare` may read about the call.
 pub(crate) struct CallSetup<'a> {
@@ -18,8 +23,10 @@ pub(crate) struct CallSetup<'a> {
     pub invocation: &'a Invocation,
     /// Canonical host paths no mount may contain or lie inside (the home, the project policy).
     pub protected: &'a [std::path::PathBuf],
-    /// The call's secrets and leak scanner, shared by the capabilities that move data out.
-    pub secrets: &'a std::sync::Arc<super::call_secrets::CallSecrets>,
+    /// The values the host holds for the call (the `secrets` capability's, and granted env
+    /// values) with their leak scanner: the one state capabilities share, made before any is
+    /// prepared, so that every one that moves data out (network, session, the output) scans.
+    pub secrets: &'a Arc<CallSecrets>,
 }
 
 /// A capability as the sandbox enforces it.
@@ -67,13 +74,19 @@ macro_rules! define_states {
             Ok(())
         }
 
-        /// Prepare every capability's state for one call.
+        /// Prepare every capability's state for one call. The values the host holds for it
+        /// (granted secrets and env values) are made first: every capability that moves
+        /// data out of the call scans for them ([`CallSetup::secrets`]).
         pub(crate) fn prepare_all(
-            effective: &CapabilitySet,
-            call: &CallSetup<'_>,
+            grant: &CallGrant,
+            invocation: &Invocation,
+            protected: &[std::path::PathBuf],
             wasi: &mut WasiCtxBuilder,
             denials: &mut Vec<Denial>,
         ) -> Result<CapabilityStates> {
+            let secrets = crate::capabilities::secrets::enforce::held_values(grant);
+            let call = &CallSetup { grant, invocation, protected, secrets: &secrets };
+            let effective = &grant.capabilities;
             Ok(CapabilityStates {
                 $($field: <crate::capabilities::$module::$cap as Enforce>::prepare(&effective.$field, call, wasi, denials)?,)*
             })
@@ -114,3 +127,16 @@ macro_rules! define_states {
 }
 
 crate::capabilities::with_capabilities!(define_states);
+
+/// Run blocking store work (redb, tantivy, fsync) on tokio's blocking pool, so a guest's
+/// memory call never stalls the other calls on its worker thread.
+pub(crate) async fn off_executor<R: Send + 'static>(
+    store: Option<&Arc<dyn MemoryStore>>,
+    work: impl FnOnce(&dyn MemoryStore) -> Result<R, HostError> + Send + 'static,
+) -> Result<R, HostError> {
+    let store = store.cloned().ok_or_else(|| HostError::Unavailable("no memory store is open for this call".into()))?;
+    match tokio::task::spawn_blocking(move || work(&*store)).await {
+        Ok(r) => r,
+        Err(e) => Err(HostError::Unavailable(format!("the memory store task failed: {e}"))),
+    }
+}

@@ -18,24 +18,14 @@
 //! capped after the call.
 
 mod cache;
-mod call_secrets;
-mod capability;
+pub(crate) mod capability;
 mod cpu;
 mod denial;
-mod dirfd;
-mod env;
-mod filesystem;
-mod filesystem_gate;
 mod imports;
 mod lanes;
-mod leak_scan;
 mod log;
-mod memory;
-mod network;
 mod ready;
-mod secrets;
-mod session;
-mod sockets;
+pub(crate) mod sockets;
 mod toolchain;
 
 use std::collections::BTreeMap;
@@ -53,21 +43,20 @@ use wasmtime::{
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
+pub use crate::capabilities::memory::enforce::{Absorbed, absorb};
+pub use crate::capabilities::secrets::leak_scan::{LeakScanner, SecretValues};
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use denial::{Denial, DenialKind};
 pub use imports::{ImportClass, capability_of_import, classify_import, provided_interfaces};
-pub use leak_scan::{LeakScanner, SecretValues};
 pub use log::{LogLevel, LogLine};
-pub use memory::{Absorbed, absorb};
 pub use ready::MakeAhead;
 pub use toolchain::{Toolchain, detect as detect_toolchain};
 
 use crate::capabilities::{CapabilitySet, LeakAction, Limits};
 use crate::memory::MemoryStore;
 
-mod bindings {
+pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "skill",
@@ -667,9 +656,9 @@ impl wit::Host for TypesOnly {}
 
 /// Per-call store data: the WASI core, each capability's slice, accounting.
 pub struct CallState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    caps: capability::CapabilityStates,
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) caps: capability::CapabilityStates,
     limiter: MemoryLimiter,
     logs: log::LogBuffer,
     /// Why the deadline callback stopped the guest.
@@ -694,13 +683,7 @@ impl CallState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let secrets = Arc::new(call_secrets::CallSecrets::new(
-            &grant.capabilities.secrets,
-            &grant.secret_values,
-            &grant.capabilities.env,
-        ));
-        let setup = capability::CallSetup { grant, invocation, protected, secrets: &secrets };
-        let caps = capability::prepare_all(&grant.capabilities, &setup, &mut builder, denials)?;
+        let caps = capability::prepare_all(grant, invocation, protected, &mut builder, denials)?;
         Ok(CallState {
             wasi: builder.build(),
             table: bounded_table(),
@@ -750,13 +733,6 @@ fn bounded_table() -> ResourceTable {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
-
-impl WasiHttpView for CallState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        let net = &mut self.caps.network;
-        WasiHttpCtxView { ctx: &mut net.http, table: &mut self.table, hooks: &mut net.gate }
     }
 }
 
@@ -869,7 +845,11 @@ impl SkillOutput {
                 wit::Status::RequireMore => Status::RequireMore,
             },
             metadata,
-            new_memories: r.new_memories.into_iter().map(memory::proposed_from_wit).collect(),
+            new_memories: r
+                .new_memories
+                .into_iter()
+                .map(crate::capabilities::memory::enforce::proposed_from_wit)
+                .collect(),
             truncated_bytes,
         }
     }

@@ -73,7 +73,7 @@ fn view(s: &mut CallState) -> AuditedSockets<'_> {
 }
 
 /// Re-link the socket entry points over wasmtime-wasi's (which must be linked already).
-pub(super) fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
+pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
     linker.allow_shadowing(true);
     let linked = relink(linker);
     linker.allow_shadowing(false);

@@ -256,6 +256,13 @@ impl Skill for Probe {
                     SkillResult::success(names.join("\n"))
                 })
                 .map_err(|e| SkillError::failed(format!("cannot list {}: {e}", p.arg))),
+            // Seconds since the Unix epoch, as the guest's wall clock says.
+            "clock" => Ok(SkillResult::success(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs().to_string())
+                    .unwrap_or_else(|_| "before 1970".into()),
+            )),
             "env" => Ok(SkillResult::success(match std::env::var(&p.arg) {
                 Ok(v) => format!("{}={v}", p.arg),
                 Err(_) => format!("{} is not set", p.arg),

@@ -1,9 +1,9 @@
-//! Finding a held value in bytes: the [`LeakScanner`] of [`super::secrets`]. Every value a
+//! Finding a held value in bytes: the [`LeakScanner`] of [`super::enforce`]. Every value a
 //! call's host side holds (granted secrets, and granted environment values, which the guest
 //! does see) is searched for plain and in the encodings a guest can undo (base64, base64url,
 //! hex, percent-encoding as `encodeURIComponent` and Python's `quote` write it, JSON escapes,
 //! reversed, lowercased), with one Aho-Corasick automaton over all of them. What is done with
-//! a find (block, mask, redact) is [`super::call_secrets`]'s business.
+//! a find (block, mask, redact) is [`super::held`]'s business.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -267,7 +267,7 @@ pub(super) mod tests {
     use super::*;
     use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 
-    pub(in crate::sandbox) fn scanner(value: &str) -> LeakScanner {
+    pub(in crate::capabilities::secrets) fn scanner(value: &str) -> LeakScanner {
         LeakScanner::new([("secret T".to_string(), value, MIN_SECRET_LEN)])
     }
 

@@ -1,6 +1,6 @@
 //! `memory`: `memory.search` needs `memory: read` (or write); proposed new memories are
 //! stored only with `memory: write`, within the count and size limits, with provenance.
-//! Everything refused is a [`Denial`](super::Denial) the model and the audit log can read.
+//! Everything refused is a [`Denial`](crate::sandbox::Denial) the model and the audit log can read.
 
 use std::sync::Arc;
 
@@ -8,14 +8,14 @@ use anyhow::Result;
 use wasmtime::component::{HasData, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 
-use super::bindings::skillhost::skill::memory::{self as wit_memory, Host};
-use super::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
-use super::capability::{CallSetup, Enforce};
-use super::{CallState, Denial, ProposedMemory};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::memory::Memory;
 use crate::capabilities::{Limits, MemoryAccess};
 use crate::memory::{MemoryKind, MemoryStore, NewRecord, Provenance};
+use crate::sandbox::bindings::skillhost::skill::memory::{self as wit_memory, Host};
+use crate::sandbox::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
+use crate::sandbox::capability::{CallSetup, Enforce, off_executor};
+use crate::sandbox::{CallState, Denial, ProposedMemory};
 
 const MAX_SEARCH_LIMIT: u32 = 50;
 
@@ -65,19 +65,6 @@ impl Enforce for Memory {
     }
 }
 
-/// Run blocking store work (redb, tantivy, fsync) on tokio's blocking pool, so a guest's
-/// memory call never stalls the other calls on its worker thread.
-pub(super) async fn off_executor<R: Send + 'static>(
-    store: Option<&Arc<dyn MemoryStore>>,
-    work: impl FnOnce(&dyn MemoryStore) -> Result<R, HostError> + Send + 'static,
-) -> Result<R, HostError> {
-    let store = store.cloned().ok_or_else(|| HostError::Unavailable("no memory store is open for this call".into()))?;
-    match tokio::task::spawn_blocking(move || work(&*store)).await {
-        Ok(r) => r,
-        Err(e) => Err(HostError::Unavailable(format!("the memory store task failed: {e}"))),
-    }
-}
-
 fn kind_from_wit(k: WitKind) -> MemoryKind {
     match k {
         WitKind::Preference => MemoryKind::Preference,
@@ -100,7 +87,7 @@ fn kind_to_wit(k: MemoryKind) -> WitKind {
     }
 }
 
-pub(super) fn proposed_from_wit(m: NewMemory) -> ProposedMemory {
+pub(crate) fn proposed_from_wit(m: NewMemory) -> ProposedMemory {
     ProposedMemory { kind: kind_from_wit(m.kind), content: m.content, priority: m.priority.min(5), tags: m.tags }
 }
 

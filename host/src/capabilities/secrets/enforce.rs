@@ -17,7 +17,7 @@
 //! secret and the encoding, never the value. Values shorter than [`super::leak_scan::MIN_SCANNED_LEN`] are
 //! not scanned (an env value like `1` or `en` would match everywhere).
 //!
-//! The parts: [`super::leak_scan`] finds values in bytes, [`super::call_secrets`] injects and
+//! The parts: [`super::leak_scan`] finds values in bytes, [`super::held`] injects and
 //! scans on the way in and out; this module is the capability's entry in the list.
 
 use std::sync::Arc;
@@ -26,11 +26,17 @@ use anyhow::Result;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 
-use super::call_secrets::CallSecrets;
-use super::capability::{CallSetup, Enforce};
-use super::{CallState, Denial};
 use crate::capabilities::SecretUse;
 use crate::capabilities::secrets::Secrets;
+use crate::capabilities::secrets::held::CallSecrets;
+use crate::sandbox::capability::{CallSetup, Enforce};
+use crate::sandbox::{CallGrant, CallState, Denial};
+
+/// The values a call holds (its effective secrets and granted env values) and their leak
+/// scanner, shared by every capability's state (see `CallSetup::secrets`).
+pub(crate) fn held_values(grant: &CallGrant) -> Arc<CallSecrets> {
+    Arc::new(CallSecrets::new(&grant.capabilities.secrets, &grant.secret_values, &grant.capabilities.env))
+}
 
 impl Enforce for Secrets {
     type State = Arc<CallSecrets>;

@@ -2,7 +2,7 @@
 //! requests to the hosts its declaration names, and [`ScannedBody`] runs every body that
 //! crosses the sandbox's edge through the call's [`LeakScanner`] as it streams (outbound: a
 //! find blocks the request; inbound: it is masked before the guest reads it). The rules are
-//! told in [`super::secrets`]; this is the machinery the network gate, the session and the
+//! told in [`super::enforce`]; this is the machinery the network gate, the session and the
 //! final redaction share.
 
 use std::pin::Pin;
@@ -13,10 +13,10 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
 use wasmtime_wasi_http::Error as HttpError;
 
-use super::Denial;
 use super::leak_scan::{LeakScanner, MIN_SCANNED_LEN, MIN_SECRET_LEN, SecretValues};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::SecretUse;
+use crate::sandbox::Denial;
 
 /// One call's secrets: where each goes, its value, the scanner over every held value, and
 /// the leaks and refused uses seen so far (shared by the network gate, the session and the
@@ -362,7 +362,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::leak_scan::tests::scanner;
+    use crate::capabilities::secrets::leak_scan::tests::scanner;
 
     #[test]
     fn a_value_split_across_chunks_is_held_back_and_blocked() {

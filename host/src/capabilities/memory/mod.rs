@@ -1,12 +1,14 @@
 //! `memory`: long-term memory access, `read` (memory.search) or `write` (also store the
 //! memories a call proposes).
 
+pub(crate) mod enforce;
+
 use std::fmt;
 
 use anyhow::{Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::{Capability, CapabilityKind};
+use super::{Capability, CapabilityKind, ToolHints};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,5 +76,13 @@ impl Capability for Memory {
             Some(other) => bail!("memory revoke `{other}`: use memory, memory=read or memory=write"),
         };
         Ok(())
+    }
+
+    fn needs_store(held: &MemoryAccess) -> bool {
+        *held != MemoryAccess::None
+    }
+
+    fn hint(held: &MemoryAccess, hints: &mut ToolHints) {
+        hints.writes |= *held == MemoryAccess::Write;
     }
 }

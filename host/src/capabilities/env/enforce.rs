@@ -5,9 +5,9 @@ use anyhow::Result;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
 
-use super::capability::{CallSetup, Enforce};
-use super::{CallState, Denial};
 use crate::capabilities::env::Env;
+use crate::sandbox::capability::{CallSetup, Enforce};
+use crate::sandbox::{CallState, Denial};
 
 impl Enforce for Env {
     type State = ();

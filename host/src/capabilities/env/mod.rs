@@ -1,5 +1,7 @@
 //! `env`: names of environment variables passed through with the host's values.
 
+pub(crate) mod enforce;
+
 use anyhow::{Result, anyhow};
 use std::collections::BTreeSet;
 

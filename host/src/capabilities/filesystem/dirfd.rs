@@ -2,8 +2,8 @@
 //! symlink at any component and never climbing out of where it starts (openat2 with
 //! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` where the kernel has it, one `O_NOFOLLOW`
 //! component at a time elsewhere), so a name swapped for a link between a check and the open
-//! is refused instead of followed. Used for mounts ([`super::filesystem`]) and for walking a
-//! directory a guest moves ([`super::filesystem_gate`]). A leaf: it imports nothing of ours.
+//! is refused instead of followed. Used for mounts ([`super::enforce`]) and for walking a
+//! directory a guest moves ([`super::gate`]). A leaf: it imports nothing of ours.
 
 use std::ffi::CString;
 use std::fs::File;

@@ -18,6 +18,10 @@
 //! its hosts (`{ name = "GITHUB_TOKEN", hosts = ["api.github.com"] }`). A grant never adds
 //! a host, a header or a format the skill did not declare.
 
+pub(crate) mod enforce;
+pub(crate) mod held;
+pub(crate) mod leak_scan;
+
 use std::fmt;
 
 use anyhow::{Result, anyhow};

@@ -36,9 +36,9 @@ use wasmtime_wasi::p2::{
 };
 use wasmtime_wasi::{FsPerms, OpenMode};
 
-use super::{CallState, Denial};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::Limits;
+use crate::sandbox::{CallState, Denial};
 
 /// What a new directory entry (file, directory, link) costs against the budget: one
 /// filesystem block, so a guest creating empty files by the thousand runs out too.
@@ -94,7 +94,7 @@ pub(crate) struct FsState {
     budget: Option<Arc<DiskBudget>>,
     limit_mb: u64,
     paths: HashMap<u32, String>,
-    /// The mounts, opened and checked by handle ([`super::filesystem`]): what
+    /// The mounts, opened and checked by handle ([`super::enforce`]): what
     /// `get-directories` hands the guest, instead of wasmtime-wasi's preopens by path.
     preopens: Vec<(Dir, String)>,
     refused: u64,

@@ -10,14 +10,14 @@ use anyhow::Result;
 use wasmtime::component::{HasData, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 
-use super::bindings::skillhost::skill::session::{self as wit_session, Host};
-use super::bindings::skillhost::skill::types::HostError;
-use super::capability::{CallSetup, Enforce};
-use super::memory::off_executor;
-use super::{CallState, Denial};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::session::Session;
 use crate::memory::MemoryStore;
+use crate::sandbox::bindings::skillhost::skill::session::{self as wit_session, Host};
+use crate::sandbox::bindings::skillhost::skill::types::HostError;
+use crate::sandbox::capability::off_executor;
+use crate::sandbox::capability::{CallSetup, Enforce};
+use crate::sandbox::{CallState, Denial};
 
 const MAX_KEY_BYTES: usize = 256;
 const MAX_VALUE_BYTES: usize = 256 * 1024;
@@ -34,7 +34,7 @@ pub(crate) struct SessionState {
     denials: Vec<Denial>,
     /// Values the host holds: a session value carrying one is refused (it would outlive
     /// the call and reach the next skill that reads the session).
-    secrets: Arc<super::call_secrets::CallSecrets>,
+    secrets: Arc<crate::capabilities::secrets::held::CallSecrets>,
 }
 
 /// Links `skillhost:skill/session` to a call's [`SessionState`] only.

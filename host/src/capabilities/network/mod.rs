@@ -1,13 +1,15 @@
 //! `network`: the outbound HTTP allowlist (`scheme://host[:port][/path-prefix]`). Raw
 //! sockets are no capability: they are refused to every skill.
 
+pub(crate) mod enforce;
+
 use std::fmt;
 use std::net::IpAddr;
 
 use anyhow::{Result, anyhow};
 use serde::{Deserialize, Serialize};
 
-use super::{Capability, CapabilityKind};
+use super::{Capability, CapabilityKind, ToolHints};
 
 /// The `network` capability: a list of allowlist rules.
 pub struct Network;
@@ -76,6 +78,13 @@ impl Capability for Network {
             }
         }
         Ok(())
+    }
+
+    fn hint(rules: &Vec<NetRule>, hints: &mut ToolHints) {
+        if !rules.is_empty() {
+            hints.writes = true;
+            hints.open_world = true;
+        }
     }
 }
 

@@ -17,14 +17,16 @@ use anyhow::Result;
 use http_body_util::BodyExt;
 use wasmtime::component::Linker;
 use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpHooks};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
 
-use super::call_secrets::{CallSecrets, OnFind, ScannedBody};
-use super::capability::{CallSetup, Enforce};
-use super::{CallState, Denial};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::network::Network;
+use crate::capabilities::secrets::held::{CallSecrets, OnFind, ScannedBody};
 use crate::capabilities::{NetRule, default_port};
+use crate::sandbox::capability::{CallSetup, Enforce};
+use crate::sandbox::{CallState, Denial};
 
 /// Bytes (in memory, as wasi-http counts them) one `wasi:http` header map may hold: above
 /// what proxies accept on the wire (8 KiB), far below wasi-http's default of 128 KiB.
@@ -35,7 +37,7 @@ pub(crate) struct NetworkState {
     pub http: WasiHttpCtx,
     pub gate: NetworkGate,
     /// Raw socket uses refused during the call (see `sockets`).
-    pub sockets: super::sockets::SocketRefusals,
+    pub sockets: crate::sandbox::sockets::SocketRefusals,
 }
 
 impl Enforce for Network {
@@ -45,7 +47,7 @@ impl Enforce for Network {
     /// wasi:http (types and the outgoing handler); every request passes [`NetworkGate`].
     fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-        super::sockets::add_to_linker(linker)?;
+        crate::sandbox::sockets::add_to_linker(linker)?;
         Ok(())
     }
 
@@ -295,6 +297,14 @@ async fn send_https_pinned(
     };
     let response = response.map(|body| body.map_err(HttpError::from).boxed_unsync());
     Ok((response, Box::new(conn)))
+}
+
+/// wasi:http's host functions see the call's HTTP context and this gate, and nothing else.
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        let net = &mut self.caps.network;
+        WasiHttpCtxView { ctx: &mut net.http, table: &mut self.table, hooks: &mut net.gate }
+    }
 }
 
 #[cfg(test)]

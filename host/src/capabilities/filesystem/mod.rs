@@ -2,6 +2,10 @@
 //! at guest paths, read-only or read-write. Path templates live here, next to the mounts
 //! that use them.
 
+mod dirfd;
+pub(crate) mod enforce;
+mod gate;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,7 +14,7 @@ use std::sync::OnceLock;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use super::{Capability, CapabilityKind};
+use super::{Capability, CapabilityKind, ToolHints};
 
 /// A host directory (a path or a template such as `$WORKSPACE/logs`) seen by the guest at
 /// `guest`.
@@ -144,6 +148,13 @@ impl Capability for Filesystem {
             },
         }
         Ok(())
+    }
+
+    fn hint(mounts: &Vec<Mount>, hints: &mut ToolHints) {
+        if mounts.iter().any(|m| m.access == Access::ReadWrite) {
+            hints.writes = true;
+            hints.destructive = true;
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! not the home, not above or inside a protected path, not in a kernel view.
 //!
 //! What the guest then does inside its mounts is seen by the host too
-//! ([`super::filesystem_gate`]): writes are charged to the call's `disk_write_mb`, and
+//! ([`super::gate`]): writes are charged to the call's `disk_write_mb`, and
 //! wasmtime-wasi's refusals become one `filesystem` denial.
 
 use std::collections::BTreeMap;
@@ -33,14 +33,14 @@ use wasmtime_wasi::{FsPerms, OpenMode, WasiCtxBuilder};
 
 use wasmtime::component::Linker;
 
-use super::capability::{CallSetup, Enforce};
 use super::dirfd::{open_no_links, openat};
-use super::filesystem_gate::FsState;
-use super::{CallState, Denial};
+use super::gate::FsState;
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::filesystem::Filesystem;
 use crate::capabilities::filesystem::{resolve_mount_host, template_root};
 use crate::capabilities::{Access, Mount};
+use crate::sandbox::capability::{CallSetup, Enforce};
+use crate::sandbox::{CallState, Denial};
 
 impl Enforce for Filesystem {
     type State = FsState;
@@ -49,7 +49,7 @@ impl Enforce for Filesystem {
     /// Linked with WASI's core (`Runtime::new`), without preopens it reaches nothing; then
     /// re-linked through the gate that charges writes and records refusals.
     fn add_to_linker(linker: &mut Linker<CallState>) -> Result<()> {
-        super::filesystem_gate::add_to_linker(linker)
+        super::gate::add_to_linker(linker)
     }
 
     fn prepare(

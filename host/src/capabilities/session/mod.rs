@@ -1,8 +1,10 @@
 //! `session`: working memory scoped to the agent session (session.get/set/keys).
 
+pub(crate) mod enforce;
+
 use anyhow::{Result, anyhow};
 
-use super::{Capability, CapabilityKind, no_value};
+use super::{Capability, CapabilityKind, ToolHints, no_value};
 
 /// The `session` capability: held or not.
 pub struct Session;
@@ -40,5 +42,14 @@ impl Capability for Session {
         no_value(Self::KIND, value)?;
         *held = false;
         Ok(())
+    }
+
+    fn needs_store(held: &bool) -> bool {
+        *held
+    }
+
+    /// Session working memory is written too: a skill with it changes state across calls.
+    fn hint(held: &bool, hints: &mut ToolHints) {
+        hints.writes |= *held;
     }
 }
