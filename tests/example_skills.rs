@@ -36,7 +36,7 @@ fn first_line_with(needle: &str) -> usize {
 }
 
 fn meta<'a>(r: &'a RunReport, key: &str) -> &'a str {
-    let out = r.result.as_ref().unwrap();
+    let out = r.outcome.result.as_ref().unwrap();
     out.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_else(|| panic!("no metadata {key}"))
 }
 
@@ -86,11 +86,19 @@ fn read_log_file_since_and_bad_input() {
     );
     assert!(meta(&r, "first_ts").as_bytes() >= b"2026-03-02 16:00:00".as_slice(), "{}", meta(&r, "first_ts"));
     let r = run(&lib, "read-log-file", json!({"path": "/workspace/uart.log", "since": "yesterday"}));
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("since")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("since")),
+        "{:?}",
+        r.outcome.result
+    );
     let r = run(&lib, "read-log-file", json!({"path": "/workspace/uart.log", "level": "FATAL"}));
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("level")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("level")),
+        "{:?}",
+        r.outcome.result
+    );
     let r = run(&lib, "read-log-file", json!({"path": "/etc/passwd"}));
-    assert!(r.result.is_err(), "outside the mount: {:?}", r.result);
+    assert!(r.outcome.result.is_err(), "outside the mount: {:?}", r.outcome.result);
 }
 
 #[test]
@@ -123,7 +131,7 @@ fn read_log_file_streams_a_large_log_in_constant_memory() {
         matched,
         sample.lines().filter(|l| l.contains("descriptor ring exhausted")).count() * written.div_ceil(sample.len())
     );
-    assert!(r.memory_peak_bytes < 32 << 20, "peak {}", r.memory_peak_bytes);
+    assert!(r.outcome.memory_peak_bytes < 32 << 20, "peak {}", r.outcome.memory_peak_bytes);
 }
 
 #[test]
@@ -143,7 +151,7 @@ fn query_issue_kb_ranks_the_matching_incident_first() {
     let r = run(&lib, "query-issue-kb", json!({"query": "zebra giraffe"}));
     assert_eq!(meta(&r, "hits"), "0");
     let r = run(&lib, "query-issue-kb", json!({"query": "overrun", "kb_path": "/workspace/uart.log"}));
-    assert!(matches!(&r.result, Err(CallError::Failed(m)) if m.contains("uart.log")), "{:?}", r.result);
+    assert!(matches!(&r.outcome.result, Err(CallError::Failed(m)) if m.contains("uart.log")), "{:?}", r.outcome.result);
 }
 
 #[test]
@@ -171,7 +179,7 @@ fn snapshot_then_report_cites_every_conclusion() {
     // Another session sees nothing.
     let other = RunOptions { session: "analysis-2".into(), ..Default::default() };
     let r = run_with(&lib, "generate-report", json!({}), &other);
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(_))), "{:?}", r.result);
+    assert!(matches!(&r.outcome.result, Err(CallError::InvalidParams(_))), "{:?}", r.outcome.result);
 
     // A conclusion without evidence is refused, naming it.
     let r = run_with(
@@ -180,10 +188,18 @@ fn snapshot_then_report_cites_every_conclusion() {
         json!({"findings": [{"claim": "cosmic rays", "evidence": []}, {"claim": "ok", "evidence": ["L12"]}]}),
         &opts,
     );
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("cosmic rays")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("cosmic rays")),
+        "{:?}",
+        r.outcome.result
+    );
     let r =
         run_with(&lib, "generate-report", json!({"findings": [{"claim": "vague", "evidence": ["somewhere"]}]}), &opts);
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("vague")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("vague")),
+        "{:?}",
+        r.outcome.result
+    );
 }
 
 #[test]

@@ -591,7 +591,7 @@ impl World {
         let opts = RunOptions { session: VICTIM_SESSION.into(), ..Default::default() };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let r = rt.block_on(lib.run("victim", json!({"mode": "session-set", "arg": VICTIM_CANARY}), &opts)).unwrap();
-        assert!(r.result.is_ok(), "victim setup: {:?}", r.result);
+        assert!(r.outcome.result.is_ok(), "victim setup: {:?}", r.outcome.result);
         let user_memory = lib
             .memory()
             .unwrap()
@@ -936,7 +936,7 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
         std::fs::OpenOptions::new().create(true).append(true).open(dump).unwrap().write_all(line.as_bytes()).unwrap();
     }
     // An attack that never ran (a typo in its parameters) proves nothing.
-    let not_run = match &r.result {
+    let not_run = match &r.outcome.result {
         Err(skillhost::sandbox::CallError::InvalidParams(m)) => Some(m.clone()),
         Err(e)
             if ["unknown attack", "unknown destination", "unknown encoding", "unknown source"]
@@ -950,16 +950,20 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
     if let Some(m) = not_run {
         fail(format!("the attack did not run: {m}"));
     }
-    let shown = format!("{shown}|{:?}|{:?}", r.result, r.denials);
-    match (a.outcome, &r.result) {
+    let shown = format!("{shown}|{:?}|{:?}", r.outcome.result, r.outcome.denials);
+    match (a.outcome, &r.outcome.result) {
         (Outcome::Ok, Err(e)) => fail(format!("expected success, got {e}")),
         (Outcome::Error, Ok(o)) => fail(format!("expected a failure, got success: {}", truncate(&o.output))),
         _ => {}
     }
     if let Some(cap) = &a.denial
-        && !r.denials.iter().any(|d| &d.capability == cap)
+        && !r.outcome.denials.iter().any(|d| &d.capability == cap)
     {
-        fail(format!("no {cap} denial recorded: {:?}; result {}", r.denials, truncate(&format!("{:?}", r.result))));
+        fail(format!(
+            "no {cap} denial recorded: {:?}; result {}",
+            r.outcome.denials,
+            truncate(&format!("{:?}", r.outcome.result))
+        ));
     }
     for text in &a.says {
         if !shown.contains(text.as_str()) {
@@ -978,7 +982,7 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
         if let Some(pair) = host_environment().iter().find(|pair| text.contains(pair.as_str())) {
             fail(format!("the host's environment reached the report: {pair}"));
         }
-        if let Some(d) = report.denials.iter().find(|d| d.message.contains(" skipped")) {
+        if let Some(d) = report.outcome.denials.iter().find(|d| d.message.contains(" skipped")) {
             fail(format!("a mount was skipped, so the attack proves nothing: {}", d.message));
         }
         let leaks = leaks_in(&text, &canaries);
@@ -999,9 +1003,9 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
         fail(format!(
             "took {:?} (the host counted {} ms, limits {:?}, result {:?}), over {max} ms",
             out.wall,
-            r.elapsed_us / 1000,
+            r.outcome.elapsed_us / 1000,
             r.limits,
-            r.result
+            r.outcome.result
         ));
     }
     if let (Some(max), Some(grown)) = (a.max_rss_mib, out.rss_growth_mib)
@@ -1010,7 +1014,7 @@ fn judge_report(world: &World, p: &Prepared, out: &Observed, failures: &mut Vec<
         fail(format!("host peak RSS grew by {grown} MiB, over {max} MiB"));
     }
     if let Some(then) = out.reports.get(1)
-        && let Err(e) = &then.result
+        && let Err(e) = &then.outcome.result
     {
         fail(format!("the next call failed: {e}"));
     }
@@ -1229,7 +1233,7 @@ fn judge_install(world: &World, case: &Case, failures: &mut Vec<String>) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let opts = RunOptions { session: format!("attack-{name}"), ..Default::default() };
             match rt.block_on(lib.run(name, defaults(&dir), &opts)) {
-                Ok(r) => fail(format!("the tampered skill ran: {:?}", r.result)),
+                Ok(r) => fail(format!("the tampered skill ran: {:?}", r.outcome.result)),
                 Err(e) => refused(e, &mut fail),
             }
             let audit = std::fs::read_to_string(world.home.join("audit/audit.jsonl")).unwrap();
@@ -1784,7 +1788,7 @@ fn run_corpus(cases: Vec<Case>) {
             &RunOptions { session: VICTIM_SESSION.into(), ..Default::default() },
         ));
         match r {
-            Ok(r) if r.result.as_ref().is_ok_and(|o| o.output == VICTIM_CANARY) => {}
+            Ok(r) if r.outcome.result.as_ref().is_ok_and(|o| o.output == VICTIM_CANARY) => {}
             other => failures.push(format!("the victim lost its session or the host stopped serving: {other:?}")),
         }
         let mine = world.lib.memory().unwrap().add(NewRecord {

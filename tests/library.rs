@@ -37,7 +37,7 @@ fn upgrade_history_rollback_round_trip() {
     assert_eq!(report.new_rights, vec!["session".to_string()]);
     assert!(report.granted.is_empty(), "{:?}", report.granted);
     let r = run(&lib, "tool", json!({"mode": "session-set", "arg": "x"}));
-    assert!(r.result.is_err(), "session must not be granted by the upgrade");
+    assert!(r.outcome.result.is_err(), "session must not be granted by the upgrade");
 
     let history = lib.history("tool").unwrap();
     assert_eq!(history.len(), 2);

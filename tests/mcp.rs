@@ -102,6 +102,16 @@ fn stdio_serves_the_example_skills_as_tools() {
     assert!(found["structuredContent"]["hits"].as_array().unwrap().iter().any(|h| h["id"] == id), "{found}");
     let bad_add = c.call("memory_add", json!({ "content": "x", "priority": 99 }));
     assert_eq!(bad_add["isError"], true, "{bad_add}");
+    // memory_add passes the same admission as a skill's proposals: the policy's priority
+    // cap (3 by default) and a bound on content and tags.
+    let note = added["structuredContent"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("stored at 3") && note.contains("max_skill_priority"), "{added}");
+    let hit = found["structuredContent"]["hits"].as_array().unwrap().iter().find(|h| h["id"] == id).unwrap().clone();
+    assert_eq!(hit["priority"], 3, "{hit}");
+    let tags: Vec<String> = (0..16).map(|i| format!("{i}{}", "t".repeat(1000))).collect();
+    let bloated = c.call("memory_add", json!({ "content": "small fact", "tags": tags }));
+    assert_eq!(bloated["isError"], true, "{bloated}");
+    assert!(bloated.to_string().contains("exceeds the limit of 10240"), "{bloated}");
     let resources = c.result("resources/list", json!({}));
     let uris: Vec<&str> =
         resources["resources"].as_array().unwrap().iter().map(|r| r["uri"].as_str().unwrap()).collect();

@@ -228,7 +228,7 @@ fn guest_memory_is_admitted_against_a_host_budget() {
         let opts = |s: &str| RunOptions { session: s.into(), ..Default::default() };
         // Over the whole budget: refused at once, with the two numbers.
         let r = lib.run("greedy", json!({"mode": "noop"}), &opts("greedy")).await.unwrap();
-        match &r.result {
+        match &r.outcome.result {
             Err(e @ CallError::MemoryBudget { asked_mb: 128, budget_mb: 100, .. }) => {
                 assert!(e.to_string().contains("over the host's memory budget"), "{e}");
             }
@@ -244,13 +244,17 @@ fn guest_memory_is_admitted_against_a_host_budget() {
         tokio::time::sleep(Duration::from_millis(400)).await;
         let started = Instant::now();
         let r = lib.run("quick", json!({"mode": "noop"}), &opts("quick")).await.unwrap();
-        assert!(matches!(r.result, Err(CallError::MemoryBudget { asked_mb: 64, .. })), "{:?}", r.result);
+        assert!(
+            matches!(r.outcome.result, Err(CallError::MemoryBudget { asked_mb: 64, .. })),
+            "{:?}",
+            r.outcome.result
+        );
         assert!(started.elapsed() >= Duration::from_millis(600), "refused before its wait: {:?}", started.elapsed());
         let held = held.await.unwrap();
-        assert!(held.result.is_ok(), "{:?}", held.result);
+        assert!(held.outcome.result.is_ok(), "{:?}", held.outcome.result);
         // Once the holder is done, the same call fits.
         let r = lib.run("quick", json!({"mode": "noop"}), &opts("quick-again")).await.unwrap();
-        assert!(r.result.is_ok(), "{:?}", r.result);
+        assert!(r.outcome.result.is_ok(), "{:?}", r.outcome.result);
     });
     let lines = audit_lines(env.home.path());
     let statuses: Vec<(&str, &str)> =

@@ -57,7 +57,7 @@ fn trivial_call_succeeds_and_reports() {
     let opts = RunOptions { session: "sess-1".into(), step: 4, ..Default::default() };
     let r = run_with(&lib, "p", json!({"mode": "echo", "arg": "hi"}), &opts);
     assert_eq!(output(&r), "sess-1|4|hi");
-    assert!(r.denials.is_empty(), "{:?}", r.denials);
+    assert!(r.outcome.denials.is_empty(), "{:?}", r.outcome.denials);
     assert!(
         matches!(r.compile, Some(CompileOutcome::Hit { .. })),
         "install compiled it into the cache: {:?}",
@@ -72,18 +72,30 @@ fn invalid_params_are_rejected_before_the_component_runs() {
     let lib = env.library();
     env.install_granted(&lib, "p", "");
     let r = run(&lib, "p", json!({"mode": 3}));
-    let Err(CallError::InvalidParams(m)) = &r.result else { panic!("{:?}", r.result) };
+    let Err(CallError::InvalidParams(m)) = &r.outcome.result else { panic!("{:?}", r.outcome.result) };
     assert!(m.contains("`mode`") && m.contains("string"), "{m}");
     let r = run(&lib, "p", json!({"arg": "x"}));
-    let Err(CallError::InvalidParams(m)) = &r.result else { panic!("{:?}", r.result) };
+    let Err(CallError::InvalidParams(m)) = &r.outcome.result else { panic!("{:?}", r.outcome.result) };
     assert!(m.contains("\"mode\" is a required property"), "{m}");
     let r = run(&lib, "p", json!({"mode": "noop", "bogus": 1}));
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("bogus")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("bogus")),
+        "{:?}",
+        r.outcome.result
+    );
     let r = run(&lib, "p", json!({"mode": "noop", "n": -1}));
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("`n`")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("`n`")),
+        "{:?}",
+        r.outcome.result
+    );
     // The skill's own invalid-params answer comes through as such.
     let r = run(&lib, "p", json!({"mode": "no-such-mode"}));
-    assert!(matches!(&r.result, Err(CallError::InvalidParams(m)) if m.contains("unknown mode")), "{:?}", r.result);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::InvalidParams(m)) if m.contains("unknown mode")),
+        "{:?}",
+        r.outcome.result
+    );
 }
 
 fn panic_is_readable_and_the_next_call_works() {
@@ -91,7 +103,7 @@ fn panic_is_readable_and_the_next_call_works() {
     let lib = env.library();
     env.install_granted(&lib, "p", "");
     let r = run(&lib, "p", json!({"mode": "panic", "arg": "boom"}));
-    let Err(CallError::Panic(m)) = &r.result else { panic!("{:?}", r.result) };
+    let Err(CallError::Panic(m)) = &r.outcome.result else { panic!("{:?}", r.outcome.result) };
     assert!(m.contains("probe panicked on purpose: boom"), "{m}");
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
@@ -102,7 +114,7 @@ fn infinite_loop_is_stopped_by_the_cpu_deadline() {
     env.install_granted(&lib, "p", "limits:\n  cpu_time_ms: 200\n");
     let started = std::time::Instant::now();
     let r = run(&lib, "p", json!({"mode": "loop"}));
-    assert!(matches!(&r.result, Err(CallError::CpuLimit(m)) if m.contains("200 ms")), "{:?}", r.result);
+    assert!(matches!(&r.outcome.result, Err(CallError::CpuLimit(m)) if m.contains("200 ms")), "{:?}", r.outcome.result);
     assert!(started.elapsed().as_secs() < 5, "took {:?}", started.elapsed());
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
@@ -113,7 +125,7 @@ fn busy_guest_is_stopped_by_the_wall_clock_too() {
     env.install_granted(&lib, "p", "limits:\n  wall_time_ms: 300\n");
     let started = std::time::Instant::now();
     let r = run(&lib, "p", json!({"mode": "loop"}));
-    assert_eq!(r.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
+    assert_eq!(r.outcome.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
     assert!(started.elapsed().as_millis() < 2_000, "took {:?}", started.elapsed());
 }
 
@@ -130,7 +142,7 @@ fn waiting_guest_is_stopped_by_the_wall_clock() {
     let lib = env.library();
     env.install_granted(&lib, "p", "limits:\n  wall_time_ms: 300\n");
     let r = run(&lib, "p", json!({"mode": "sleep", "n": 20_000}));
-    assert_eq!(r.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
+    assert_eq!(r.outcome.result.as_ref().unwrap_err(), &CallError::Timeout { limit_ms: 300 });
 }
 
 fn memory_bomb_is_stopped_by_the_limit() {
@@ -138,8 +150,12 @@ fn memory_bomb_is_stopped_by_the_limit() {
     let lib = env.library();
     env.install_granted(&lib, "p", "limits:\n  memory_mb: 16\n");
     let r = run(&lib, "p", json!({"mode": "membomb"}));
-    assert!(matches!(&r.result, Err(CallError::MemoryLimit(m)) if m.contains("16 MiB")), "{:?}", r.result);
-    assert!(r.memory_peak_bytes <= 16 << 20);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::MemoryLimit(m)) if m.contains("16 MiB")),
+        "{:?}",
+        r.outcome.result
+    );
+    assert!(r.outcome.memory_peak_bytes <= 16 << 20);
     assert_eq!(output(&run(&lib, "p", json!({"mode": "noop"}))), "ok");
 }
 
@@ -148,19 +164,23 @@ fn output_flood_is_capped() {
     let lib = env.library();
     env.install_granted(&lib, "p", "limits:\n  output_kb: 1\n");
     let r = run(&lib, "p", json!({"mode": "flood", "n": 1_000_000}));
-    let out = r.result.as_ref().unwrap();
+    let out = r.outcome.result.as_ref().unwrap();
     assert_eq!(out.truncated_bytes, 1_000_000 - 1024);
     assert!(out.output.len() < 1200, "{}", out.output.len());
     assert!(out.output.contains("output truncated"));
     // Metadata counts against the same budget.
     let r = run(&lib, "p", json!({"mode": "meta-flood", "n": 100}));
-    let meta = &r.result.as_ref().unwrap().metadata;
+    let meta = &r.outcome.result.as_ref().unwrap().metadata;
     assert!(meta.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() < 2048, "{} entries", meta.len());
     assert!(meta.last().unwrap().1.contains("entries dropped"), "{:?}", meta.last());
     // A stdout flood cannot fill host memory either: the pipe refuses past its capacity.
     let r = run(&lib, "p", json!({"mode": "stdout-flood", "n": 10_000}));
-    assert!(matches!(&r.result, Err(CallError::Panic(m)) if m.contains("failed printing to stdout")), "{:?}", r.result);
-    assert!(r.stdout.len() <= 64 * 1024);
+    assert!(
+        matches!(&r.outcome.result, Err(CallError::Panic(m)) if m.contains("failed printing to stdout")),
+        "{:?}",
+        r.outcome.result
+    );
+    assert!(r.outcome.stdout.len() <= 64 * 1024);
 }
 
 fn filesystem_is_confined_to_granted_mounts() {
@@ -183,10 +203,14 @@ fn filesystem_is_confined_to_granted_mounts() {
         "/",
     ] {
         let r = run(&lib, "reader", json!({"mode": "read-file", "arg": path}));
-        assert!(matches!(&r.result, Err(CallError::Failed(_))), "{path} must not be readable: {:?}", r.result);
+        assert!(
+            matches!(&r.outcome.result, Err(CallError::Failed(_))),
+            "{path} must not be readable: {:?}",
+            r.outcome.result
+        );
     }
     let r = run(&lib, "reader", json!({"mode": "write-file", "arg": "/workspace/new.txt"}));
-    assert!(r.result.is_err(), "read-only mount accepted a write");
+    assert!(r.outcome.result.is_err(), "read-only mount accepted a write");
     assert!(!env.workspace.path().join("new.txt").exists());
 
     env.install_granted(
@@ -200,7 +224,7 @@ fn filesystem_is_confined_to_granted_mounts() {
     // No mount at all: nothing is visible.
     env.install_granted(&lib, "blind", "");
     let r = run(&lib, "blind", json!({"mode": "read-file", "arg": "/workspace/data.txt"}));
-    assert!(r.result.is_err());
+    assert!(r.outcome.result.is_err());
 }
 
 fn environment_is_only_what_is_declared_and_granted() {
@@ -210,14 +234,18 @@ fn environment_is_only_what_is_declared_and_granted() {
     env.install_granted(&lib, "none", "");
     let r = run(&lib, "none", json!({"mode": "env", "arg": "PATH"}));
     assert_eq!(output(&r), "PATH is not set");
-    assert_eq!(r.result.as_ref().unwrap().metadata, vec![("env_count".to_string(), "0".to_string())]);
+    assert_eq!(r.outcome.result.as_ref().unwrap().metadata, vec![("env_count".to_string(), "0".to_string())]);
 
     env.install_granted(&lib, "some", "capabilities:\n  env: [PATH]\n");
     let r = run(&lib, "some", json!({"mode": "env", "arg": "PATH"}));
     // The guest read the host's exact value (only that is redacted), and handing it back
     // is a leak the host redacts (see tests/secrets.rs).
     assert_eq!(output(&r), "PATH=[redacted: env PATH]");
-    assert!(r.denials.iter().any(|d| d.capability == "secrets" && d.message.contains("env PATH")), "{:?}", r.denials);
+    assert!(
+        r.outcome.denials.iter().any(|d| d.capability == "secrets" && d.message.contains("env PATH")),
+        "{:?}",
+        r.outcome.denials
+    );
     let r = run(&lib, "some", json!({"mode": "env", "arg": "HOME"}));
     assert_eq!(output(&r), "HOME is not set");
 
@@ -231,13 +259,17 @@ fn the_wall_clock_is_stopped_without_the_clock_capability() {
     let env = Env::new();
     let lib = env.library();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let clock_denials = |r: &RunReport| r.denials.iter().filter(|d| d.capability == "clock").count();
+    let clock_denials = |r: &RunReport| r.outcome.denials.iter().filter(|d| d.capability == "clock").count();
 
     env.install_granted(&lib, "timeless", "");
     let r = run(&lib, "timeless", json!({"mode": "clock"}));
     assert_eq!(output(&r), "0", "a skill without `clock` reads the epoch");
-    assert_eq!(clock_denials(&r), 1, "one denial however often it read: {:?}", r.denials);
-    assert!(r.denials.iter().any(|d| d.message.contains("clock: true")), "says how to get it: {:?}", r.denials);
+    assert_eq!(clock_denials(&r), 1, "one denial however often it read: {:?}", r.outcome.denials);
+    assert!(
+        r.outcome.denials.iter().any(|d| d.message.contains("clock: true")),
+        "says how to get it: {:?}",
+        r.outcome.denials
+    );
     // A call that does not read the clock is not told about it.
     assert_eq!(clock_denials(&run(&lib, "timeless", json!({"mode": "noop"}))), 0);
 
@@ -245,7 +277,7 @@ fn the_wall_clock_is_stopped_without_the_clock_capability() {
     let r = run(&lib, "timely", json!({"mode": "clock"}));
     let read: u64 = output(&r).parse().unwrap();
     assert!(read.abs_diff(now) < 600, "the host's time: read {read}, host {now}");
-    assert_eq!(clock_denials(&r), 0, "{:?}", r.denials);
+    assert_eq!(clock_denials(&r), 0, "{:?}", r.outcome.denials);
 
     // Declared but not granted: still stopped, and the missing grant is reported.
     env.install_ungranted(&lib, "asked", "capabilities:\n  clock: true\n");
@@ -260,23 +292,23 @@ fn declared_but_not_granted_is_denied() {
     env.install_ungranted(&lib, "p", "capabilities:\n  session: true\n  memory: write\n");
     let r = run(&lib, "p", json!({"mode": "session-set", "arg": "v"}));
     assert!(
-        matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("session")),
+        matches!(&r.outcome.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("session")),
         "{:?}",
-        r.result
+        r.outcome.result
     );
     assert!(
-        r.denials.iter().any(|d| d.capability == "session" && d.message.contains("session.set")),
+        r.outcome.denials.iter().any(|d| d.capability == "session" && d.message.contains("session.set")),
         "{:?}",
-        r.denials
+        r.outcome.denials
     );
     let r = run(&lib, "p", json!({"mode": "remember", "arg": "fact", "n": 1}));
     assert!(r.memories.stored.is_empty());
-    assert!(r.denials.iter().any(|d| d.message.contains("memory: write")), "{:?}", r.denials);
+    assert!(r.outcome.denials.iter().any(|d| d.message.contains("memory: write")), "{:?}", r.outcome.denials);
     let r = run(&lib, "p", json!({"mode": "memory-search", "arg": "x"}));
     assert!(
-        matches!(&r.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("memory: read")),
+        matches!(&r.outcome.result, Err(CallError::Failed(m)) if m.contains("denied") && m.contains("memory: read")),
         "{:?}",
-        r.result
+        r.outcome.result
     );
 
     // Granting it later takes effect on the next call.
@@ -299,7 +331,7 @@ fn memories_are_stored_with_provenance_within_limits() {
         "p",
         "capabilities:\n  memory: write\nlimits:\n  max_new_memories: 2\n  max_memory_bytes: 64\n",
     );
-    let opts = RunOptions { session: "sess-m".into(), step: 2, namespace: "ops".into() };
+    let opts = RunOptions { session: "sess-m".into(), step: 2, namespace: "ops".into(), ..Default::default() };
     let r = run_with(&lib, "p", json!({"mode": "remember", "arg": "uart overrun", "n": 5}), &opts);
     assert_eq!(r.memories.stored.len(), 2);
     assert!(
@@ -330,7 +362,8 @@ fn memory_search_counts_a_reference_once_per_record_per_session() {
     let env = Env::new();
     let lib = env.library();
     env.install_granted(&lib, "p", "capabilities:\n  memory: write\n");
-    let in_session = |session: &str| RunOptions { session: session.into(), step: 1, namespace: "ops".into() };
+    let in_session =
+        |session: &str| RunOptions { session: session.into(), step: 1, namespace: "ops".into(), ..Default::default() };
     run_with(&lib, "p", json!({"mode": "remember", "arg": "uart overrun", "n": 1}), &in_session("writer"));
     let references = || lib.store().unwrap().list("ops").unwrap()[0].references;
     let before = references();
@@ -349,7 +382,7 @@ fn a_trap_carries_the_tail_of_the_guests_stderr() {
     let lib = env.library();
     env.install_granted(&lib, "p", "");
     let r = run(&lib, "p", json!({"mode": "abort", "arg": "the interpreter lost its frame"}));
-    let Err(CallError::Trap(m)) = &r.result else { panic!("{:?}", r.result) };
+    let Err(CallError::Trap(m)) = &r.outcome.result else { panic!("{:?}", r.outcome.result) };
     assert!(m.contains("the guest's stderr ended with:\nprobe: fatal error: the interpreter lost its frame"), "{m}");
     let next = run(&lib, "p", json!({"mode": "noop"}));
     assert_eq!(output(&next), "ok");
@@ -373,7 +406,7 @@ fn https_connects_to_the_checked_address_and_speaks_tls_there() {
     let lib = env.library();
     env.install_granted(&lib, "tls", &format!("capabilities:\n  network:\n    - https://127.0.0.1:{port}\n"));
     let r = run(&lib, "tls", json!({"mode": "http-get", "arg": format!("https://127.0.0.1:{port}/")}));
-    assert!(r.result.is_err(), "not a TLS server, so no response: {:?}", r.result);
+    assert!(r.outcome.result.is_err(), "not a TLS server, so no response: {:?}", r.outcome.result);
     let first = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("no connection to the checked address");
     assert_eq!(first[0], 0x16, "a TLS handshake record");
     assert_eq!(first[1], 0x03, "TLS version major byte");
@@ -402,17 +435,20 @@ fn outbound_http_follows_the_allowlist() {
         format!("http://127.0.0.1:{}/ok", server.port.wrapping_add(1)),
     ] {
         let r = run(&lib, "net", json!({"mode": "http-get", "arg": url}));
-        assert!(r.result.is_err(), "{url} reachable");
+        assert!(r.outcome.result.is_err(), "{url} reachable");
         assert!(
-            r.denials.iter().any(|d| d.capability == "network" && d.message.contains("not in the effective allowlist")),
+            r.outcome
+                .denials
+                .iter()
+                .any(|d| d.capability == "network" && d.message.contains("not in the effective allowlist")),
             "{:?}",
-            r.denials
+            r.outcome.denials
         );
     }
     // An allowed *name* that resolves to an internal address is refused (DNS rebinding).
     let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://localhost:{}/ok", server.port)}));
-    assert!(r.result.is_err());
-    assert!(r.denials.iter().any(|d| d.message.contains("internal address")), "{:?}", r.denials);
+    assert!(r.outcome.result.is_err());
+    assert!(r.outcome.denials.iter().any(|d| d.message.contains("internal address")), "{:?}", r.outcome.denials);
     assert_eq!(server.hits(), 1);
 
     // Declared but not granted: nothing.
@@ -422,8 +458,8 @@ fn outbound_http_follows_the_allowlist() {
         &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}/ok\n", server.port),
     );
     let r = run(&lib, "quiet", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/ok", server.port)}));
-    assert!(r.result.is_err());
-    assert!(r.denials.iter().any(|d| d.message.contains("no `network` capability")), "{:?}", r.denials);
+    assert!(r.outcome.result.is_err());
+    assert!(r.outcome.denials.iter().any(|d| d.message.contains("no `network` capability")), "{:?}", r.outcome.denials);
     assert_eq!(server.hits(), 1);
 }
 
@@ -600,12 +636,12 @@ fn a_skill_gets_the_stack_it_asks_for_within_the_policy() {
 
     let r = run(&lib, "deep", deep.clone());
     assert_eq!(r.limits.stack_kb, 4096);
-    assert!(output(&r).starts_with(&format!("depth {DEEP_RECURSION}")), "{:?}", r.result);
+    assert!(output(&r).starts_with(&format!("depth {DEEP_RECURSION}")), "{:?}", r.outcome.result);
     // The default stack, for a skill that did not ask and one whose ask was not granted.
     for (name, stack) in [("shallow", 512), ("deep-ungranted", 512), ("deep-capped", 1024)] {
         let r = run(&lib, name, deep.clone());
         assert_eq!(r.limits.stack_kb, stack, "{name}");
-        match &r.result {
+        match &r.outcome.result {
             Err(CallError::Trap(m)) => {
                 assert!(m.contains("stack overflow") && m.contains(&format!("{stack} KiB")), "{name}: {m}")
             }
@@ -632,7 +668,7 @@ fn a_skill_gets_the_stack_it_asks_for_within_the_policy() {
         out
     });
     for (name, n, r) in results {
-        assert!(output(&r).starts_with(&format!("depth {n} ")), "{name} {n}: {:?}", r.result);
+        assert!(output(&r).starts_with(&format!("depth {n} ")), "{name} {n}: {:?}", r.outcome.result);
     }
 }
 
@@ -703,11 +739,11 @@ fn status_and_failure_come_through() {
     let lib = env.library();
     env.install_granted(&lib, "p", "");
     let r = run(&lib, "p", json!({"mode": "fail", "arg": "why"}));
-    assert_eq!(r.result.unwrap_err(), CallError::Failed("probe failed on purpose: why".into()));
+    assert_eq!(r.outcome.result.unwrap_err(), CallError::Failed("probe failed on purpose: why".into()));
     let r = run(&lib, "p", json!({"mode": "log", "arg": "step", "n": 3}));
-    assert_eq!(r.result.as_ref().unwrap().status, Status::Success);
-    assert_eq!(r.logs.len(), 3);
-    assert_eq!(r.logs[2].message, "step #2");
+    assert_eq!(r.outcome.result.as_ref().unwrap().status, Status::Success);
+    assert_eq!(r.outcome.logs.len(), 3);
+    assert_eq!(r.outcome.logs[2].message, "step #2");
 }
 
 fn a_planted_symlink_cannot_redirect_a_mount() {
@@ -722,8 +758,8 @@ fn a_planted_symlink_cannot_redirect_a_mount() {
     };
     env.install_granted(&lib, "sub", &mount("logs"));
     let r = run(&lib, "sub", json!({"mode": "read-file", "arg": "/logs/hostname"}));
-    assert!(r.result.is_err(), "{:?}", r.result);
-    assert!(r.denials.iter().any(|d| d.message.contains("outside")), "{:?}", r.denials);
+    assert!(r.outcome.result.is_err(), "{:?}", r.outcome.result);
+    assert!(r.outcome.denials.iter().any(|d| d.message.contains("outside")), "{:?}", r.outcome.denials);
     env.install_granted(&lib, "real", &mount("real-logs"));
     assert_eq!(output(&run(&lib, "real", json!({"mode": "read-file", "arg": "/logs/app.log"}))), "ok line");
 }
@@ -734,10 +770,12 @@ fn raw_sockets_are_refused_even_with_network_granted() {
     let lib = env.library();
     env.install_granted(&lib, "net", &format!("capabilities:\n  network:\n    - http://127.0.0.1:{}\n", server.port));
     let r = run(&lib, "net", json!({"mode": "tcp-connect", "arg": format!("127.0.0.1:{}", server.port)}));
-    let Err(CallError::Failed(m)) = &r.result else { panic!("a raw TCP connection went through: {:?}", r.result) };
+    let Err(CallError::Failed(m)) = &r.outcome.result else {
+        panic!("a raw TCP connection went through: {:?}", r.outcome.result)
+    };
     assert!(m.contains("AccessDenied") || m.contains("access-denied"), "{m}");
     let r = run(&lib, "net", json!({"mode": "dns-lookup", "arg": "localhost"}));
-    assert!(r.result.is_err(), "name lookup answered: {:?}", r.result);
+    assert!(r.outcome.result.is_err(), "name lookup answered: {:?}", r.outcome.result);
     assert_eq!(server.hits(), 0);
     // HTTP to the granted rule still works.
     let r = run(&lib, "net", json!({"mode": "http-get", "arg": format!("http://127.0.0.1:{}/", server.port)}));

@@ -136,7 +136,7 @@ fn assert_nowhere_on_disk(env: &Env, value: &str) {
 }
 
 fn denials(r: &RunReport) -> String {
-    r.denials.iter().map(|d| format!("{}: {}", d.capability, d.message)).collect::<Vec<_>>().join("\n")
+    r.outcome.denials.iter().map(|d| format!("{}: {}", d.capability, d.message)).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -212,7 +212,10 @@ fn a_granted_env_value_cannot_leave_in_any_encoding() {
     for encoding in ["plain", "base64", "hex", "percent"] {
         for to in ["output", "metadata", "log", "stderr", "memory", "fail", "session"] {
             let r = run(&lib, "thief", json!({"mode": "leak", "arg": CANARY_VAR, "body": encoding, "header": to}));
-            let seen = format!("{:?} {:?} {:?} {} {}", r.result, r.logs, r.memories, r.stdout, r.stderr);
+            let seen = format!(
+                "{:?} {:?} {:?} {} {}",
+                r.outcome.result, r.outcome.logs, r.memories, r.outcome.stdout, r.outcome.stderr
+            );
             for form in forms(CANARY) {
                 assert!(!seen.contains(&form), "{to}/{encoding}: {form} got through: {seen}");
             }
@@ -225,7 +228,7 @@ fn a_granted_env_value_cannot_leave_in_any_encoding() {
                 "thief",
                 json!({"mode": "leak", "arg": CANARY_VAR, "body": encoding, "header": format!("{to}={url}")}),
             );
-            assert!(r.result.is_err(), "{to}/{encoding}: the request went through: {:?}", r.result);
+            assert!(r.outcome.result.is_err(), "{to}/{encoding}: the request went through: {:?}", r.outcome.result);
             let d = denials(&r);
             assert!(d.contains("blocked") && d.contains(&format!("env {CANARY_VAR}")), "{to}/{encoding}: {d}");
         }
@@ -254,7 +257,7 @@ fn the_policy_can_fail_a_call_that_leaks_instead_of_redacting_it() {
     let honest = json!({"mode": "noop"});
     // The default: the result comes back with the value redacted.
     let r = run(&lib, "thief", leak("output"));
-    assert!(output(&r).contains("[redacted"), "{:?}", r.result);
+    assert!(output(&r).contains("[redacted"), "{:?}", r.outcome.result);
 
     let policy_path = env.home.path().join("policy.toml");
     let mut policy = Policy::load(&policy_path).unwrap();
@@ -263,8 +266,8 @@ fn the_policy_can_fail_a_call_that_leaks_instead_of_redacting_it() {
     let lib = library_with_secret(&env);
     for to in ["output", "metadata", "log", "stderr", "memory", "fail"] {
         let r = run(&lib, "thief", leak(to));
-        let Err(skillhost::sandbox::CallError::Failed(m)) = &r.result else {
-            panic!("{to}: the call should fail: {:?}", r.result)
+        let Err(skillhost::sandbox::CallError::Failed(m)) = &r.outcome.result else {
+            panic!("{to}: the call should fail: {:?}", r.outcome.result)
         };
         assert!(m.contains("on_leak"), "{to}: {m}");
         assert!(denials(&r).contains(&format!("env {CANARY_VAR}")), "{to}: {}", denials(&r));
@@ -312,7 +315,7 @@ fn many_calls_at_once_each_get_their_own_secrets() {
     });
     for (skill, r) in &reports {
         if r.params["mode"] == "leak" {
-            assert!(r.result.is_err(), "leak went through");
+            assert!(r.outcome.result.is_err(), "leak went through");
         } else {
             assert!(!output(r).contains(SECRET), "{skill}: {}", output(r));
         }
@@ -467,7 +470,7 @@ fn an_echo_the_guest_could_undo_is_masked_or_refused() {
     ] {
         let url = format!("http://127.0.0.1:{}{path}", server.port);
         let r = run(&lib, "undo", json!({"mode": "http-get", "arg": url}));
-        let shown = format!("{:?}", r.result);
+        let shown = format!("{:?}", r.outcome.result);
         assert!(!shown.contains(form), "{path}: the guest got the secret back: {shown}");
         // Caught as the response reached the guest, not only in what it handed back.
         let d = denials(&r);
@@ -491,7 +494,7 @@ fn a_secret_goes_to_its_port_only_not_to_another_service_on_the_same_host() {
     );
     env.install_granted(&lib, "scoped", &manifest);
     let r = run(&lib, "scoped", json!({"mode": "http-get", "arg": other.url()}));
-    assert!(r.result.is_ok(), "{:?}", r.result);
+    assert!(r.outcome.result.is_ok(), "{:?}", r.outcome.result);
     assert!(
         other.all().iter().all(|r| !r.contains(SECRET)),
         "another port on the host got the secret: {:?}",

@@ -55,7 +55,7 @@ fn concurrent_runs_through_one_arc_library_each_get_their_own_result() {
     for ((skill, _, expected), report) in calls.iter().zip(&reports) {
         let report = report.as_ref().unwrap_or_else(|e| panic!("{skill}: {e:#}"));
         assert_eq!(output(report), expected, "{skill}");
-        assert!(report.denials.is_empty(), "{skill}: {:?}", report.denials);
+        assert!(report.outcome.denials.is_empty(), "{skill}: {:?}", report.outcome.denials);
     }
     for (i, r) in reports.iter().enumerate().filter(|(i, _)| i % 4 == 3) {
         assert_eq!(r.as_ref().unwrap().memories.stored.len(), 1, "call {i} stored its memory");
@@ -148,9 +148,9 @@ fn the_policy_is_reparsed_only_when_it_changes_and_a_revoke_applies_to_the_next_
     // `skillhost policy revoke keeper session` from another process.
     Policy::update(&env.home.path().join("policy.toml"), |p| p.revoke("keeper", "session")).unwrap();
     let r = run(&server, "keeper", json!({"mode": "session-set", "arg": "x"}));
-    assert!(r.result.is_err(), "revoked before this call: {:?}", r.result);
+    assert!(r.outcome.result.is_err(), "revoked before this call: {:?}", r.outcome.result);
     assert_eq!(r.not_granted, vec!["session".to_string()]);
-    assert!(r.denials.iter().any(|d| d.capability == "session"), "it tried: {:?}", r.denials);
+    assert!(r.outcome.denials.iter().any(|d| d.capability == "session"), "it tried: {:?}", r.outcome.denials);
     assert_eq!(server.stats().policy_loads, before + 1, "one parse for the change");
 
     // A grant from elsewhere applies just as fast.
@@ -178,7 +178,7 @@ fn declared_but_unused_rights_are_information_not_denials() {
     env.install_ungranted(&lib, "asker", "capabilities:\n  env: [PATH]\n  session: true\n");
     let r = run(&lib, "asker", json!({"mode": "noop"}));
     assert_eq!(output(&r), "ok");
-    assert!(r.denials.is_empty(), "the skill tried nothing: {:?}", r.denials);
+    assert!(r.outcome.denials.is_empty(), "the skill tried nothing: {:?}", r.outcome.denials);
     assert_eq!(r.not_granted, vec!["env PATH".to_string(), "session".to_string()]);
     let line = lib.audit_log().read().unwrap().entries.pop().unwrap();
     assert_eq!(line["denials"], json!([]));
@@ -186,7 +186,7 @@ fn declared_but_unused_rights_are_information_not_denials() {
 
     // Attempted use is still a denial.
     let r = run(&lib, "asker", json!({"mode": "session-set", "arg": "v"}));
-    assert!(r.denials.iter().any(|d| d.capability == "session"), "{:?}", r.denials);
+    assert!(r.outcome.denials.iter().any(|d| d.capability == "session"), "{:?}", r.outcome.denials);
 }
 
 #[test]

@@ -110,7 +110,8 @@ fn main() -> anyhow::Result<()> {
     // Baseline: a bare Library::run (validation, sandbox call, its audit line).
     let mut bare = Vec::new();
     for i in 0..RUNS * (STEPS as usize - 1) {
-        let opts = RunOptions { session: "bare".into(), step: i as u32, namespace: "default".into() };
+        let opts =
+            RunOptions { session: "bare".into(), step: i as u32, namespace: "default".into(), ..Default::default() };
         let t = Instant::now();
         rt.block_on(lib.run(&format!("tool-{:02}", i % SKILLS), params.clone(), &opts))?;
         bare.push(t.elapsed());

@@ -622,7 +622,7 @@ pub async fn test(lib: &Library, name: &str, cases_file: &Path) -> Result<Vec<Ca
     for case in cases {
         let opts = RunOptions::default();
         let report = lib.run(name, case.params.clone(), &opts).await?;
-        let (status, text) = match &report.result {
+        let (status, text) = match &report.outcome.result {
             Ok(o) => (
                 match o.status {
                     Status::Success => "success",
@@ -649,7 +649,7 @@ pub async fn test(lib: &Library, name: &str, cases_file: &Path) -> Result<Vec<Ca
             passed: status_ok && output_ok,
             status: status.to_string(),
             detail,
-            elapsed_us: report.elapsed_us,
+            elapsed_us: report.outcome.elapsed_us,
         });
     }
     Ok(results)

@@ -181,7 +181,7 @@ pub fn run_with(lib: &Library, name: &str, params: Value, opts: &RunOptions) -> 
 }
 
 pub fn output(r: &RunReport) -> &str {
-    match &r.result {
+    match &r.outcome.result {
         Ok(o) => &o.output,
         Err(e) => panic!("expected success, got error: {e}"),
     }

@@ -99,12 +99,12 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
         skill_hash: Some(report.content_hash.clone()),
         memories_stored: report.memories.stored.clone(),
         memories_dropped: report.memories.dropped.clone(),
-        denials: report.denials.clone(),
-        elapsed_us: report.elapsed_us,
-        memory_peak_bytes: report.memory_peak_bytes,
+        denials: report.outcome.denials.clone(),
+        elapsed_us: report.outcome.elapsed_us,
+        memory_peak_bytes: report.outcome.memory_peak_bytes,
         ..Executed::without_output(StepStatus::Success, report.params.clone(), String::new())
     };
-    match &report.result {
+    match &report.outcome.result {
         Ok(output) => {
             out.status = output.status.into();
             out.lines = returned_lines(&output.output);
@@ -147,6 +147,7 @@ pub async fn execute(library: &Library, catalog: &Catalog, skill: &str, params: 
         }
     }
     let denials: Vec<String> = report
+        .outcome
         .denials
         .iter()
         .filter(|d| d.capability != "memory")

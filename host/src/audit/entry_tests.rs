@@ -10,7 +10,7 @@ use crate::audit::canonical_json;
 use crate::capabilities::{CapabilityKind, Limits};
 use crate::library::RunReport;
 use crate::oci::Provenance;
-use crate::sandbox::{Absorbed, DenialKind, LogLevel, SkillOutput};
+use crate::sandbox::{Absorbed, CallOutcome, DenialKind, LogLevel, SkillOutput};
 
 /// Every error a call can end with.
 fn errors() -> Vec<CallError> {
@@ -53,22 +53,24 @@ fn report(result: Result<SkillOutput, CallError>, provenance: Option<Provenance>
         session: "s-1".into(),
         step: 3,
         params,
-        result,
-        denials: vec![
-            Denial::new(CapabilityKind::Memory, "memory #1 proposed at priority 5, stored at 3"),
-            Denial::new(DenialKind::Sockets, "tcp-create-socket refused"),
-        ],
+        outcome: CallOutcome {
+            result,
+            denials: vec![
+                Denial::new(CapabilityKind::Memory, "memory #1 proposed at priority 5, stored at 3"),
+                Denial::new(DenialKind::Sockets, "tcp-create-socket refused"),
+            ],
+            logs: vec![
+                LogLine { level: LogLevel::Info, message: "hello #0".into() },
+                LogLine { level: LogLevel::Warn, message: "careful".into() },
+            ],
+            stdout: String::new(),
+            stderr: String::new(),
+            elapsed_us: 248,
+            cpu_time_us: 166,
+            memory_peak_bytes: 327_680,
+        },
         not_granted: vec!["network: https://example.com".into()],
-        logs: vec![
-            LogLine { level: LogLevel::Info, message: "hello #0".into() },
-            LogLine { level: LogLevel::Warn, message: "careful".into() },
-        ],
         memories: Absorbed { stored: vec![1, 2], dropped: vec!["too long".into()] },
-        stdout: String::new(),
-        stderr: String::new(),
-        elapsed_us: 248,
-        cpu_time_us: 166,
-        memory_peak_bytes: 327_680,
         compile: None,
         limits: Limits::DEFAULT,
     }
@@ -89,7 +91,7 @@ fn old_call_entry(report: &RunReport) -> Map<String, Value> {
         m.insert("oci".into(), p.audit_value());
     }
     m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES));
-    match &report.result {
+    match &report.outcome.result {
         Ok(out) => {
             m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
             m.insert("output_bytes".into(), out.output.len().into());
@@ -101,14 +103,14 @@ fn old_call_entry(report: &RunReport) -> Map<String, Value> {
             m.insert("error".into(), e.to_string().into());
         }
     }
-    m.insert("elapsed_us".into(), report.elapsed_us.into());
-    m.insert("cpu_time_us".into(), report.cpu_time_us.into());
-    m.insert("memory_peak_bytes".into(), report.memory_peak_bytes.into());
-    m.insert("denials".into(), serde_json::to_value(&report.denials).unwrap_or_default());
+    m.insert("elapsed_us".into(), report.outcome.elapsed_us.into());
+    m.insert("cpu_time_us".into(), report.outcome.cpu_time_us.into());
+    m.insert("memory_peak_bytes".into(), report.outcome.memory_peak_bytes.into());
+    m.insert("denials".into(), serde_json::to_value(&report.outcome.denials).unwrap_or_default());
     m.insert("not_granted".into(), serde_json::to_value(&report.not_granted).unwrap_or_default());
     m.insert("memories_stored".into(), serde_json::to_value(&report.memories.stored).unwrap_or_default());
     m.insert("memories_dropped".into(), serde_json::to_value(&report.memories.dropped).unwrap_or_default());
-    m.insert("logs".into(), serde_json::to_value(&report.logs).unwrap_or_default());
+    m.insert("logs".into(), serde_json::to_value(&report.outcome.logs).unwrap_or_default());
     m
 }
 
@@ -231,7 +233,7 @@ fn call_lines_are_the_old_ones_for_every_status() {
         for provenance in [None, Some(provenance(true, false)), Some(provenance(false, true))] {
             for params in [json!({ "mode": "echo", "arg": "x" }), big.clone(), Value::Null] {
                 let r = report(result.clone(), provenance.clone(), params);
-                assert_eq!(r.status().as_str(), old_call_entry(&r)["status"], "{:?}", r.result);
+                assert_eq!(r.status().as_str(), old_call_entry(&r)["status"], "{:?}", r.outcome.result);
                 same(crate::library::call_entry(&r).into_entry(), old_call_entry(&r));
             }
         }

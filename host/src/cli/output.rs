@@ -61,7 +61,7 @@ pub(super) fn print_list(label: &str, items: &[String]) {
 }
 
 pub(super) fn print_run(r: &RunReport) {
-    match &r.result {
+    match &r.outcome.result {
         Ok(o) => {
             println!("{}", skill_text(&o.output));
             println!("--");
@@ -75,7 +75,7 @@ pub(super) fn print_run(r: &RunReport) {
     for m in &r.memories.stored {
         println!("memory stored: #{m}");
     }
-    for d in &r.denials {
+    for d in &r.outcome.denials {
         println!("denied ({}): {}", d.capability, clean_line(&d.message));
         if let Some(spec) = grant_spec_for(d) {
             println!("  to allow it: skillhost policy grant {} {spec}", r.skill);
@@ -84,10 +84,15 @@ pub(super) fn print_run(r: &RunReport) {
     if !r.not_granted.is_empty() {
         println!("not granted (the call ran without it): {}", clean_line(&r.not_granted.join("; ")));
     }
-    for l in &r.logs {
+    for l in &r.outcome.logs {
         eprintln!("[{}] {}", l.level, clean_line(&l.message));
     }
-    eprintln!("({} us, peak memory {} KiB, session {})", r.elapsed_us, r.memory_peak_bytes / 1024, r.session);
+    eprintln!(
+        "({} us, peak memory {} KiB, session {})",
+        r.outcome.elapsed_us,
+        r.outcome.memory_peak_bytes / 1024,
+        r.session
+    );
 }
 
 /// The grant spec that would have allowed what `denial` refused, if a grant can: raw sockets

@@ -304,7 +304,7 @@ pub(super) fn skill(lib: &Library, cmd: SkillCmd, json: bool) -> Result<ExitCode
             } else {
                 print_run(&report);
             }
-            let ok = matches!(&report.result, Ok(o) if o.status == Status::Success);
+            let ok = matches!(&report.outcome.result, Ok(o) if o.status == Status::Success);
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
         }
         SkillCmd::New { name, lang, dir, sdk } => {

@@ -49,6 +49,8 @@ use crate::sandbox::Runtime;
 mod catalog;
 mod history;
 mod install;
+mod loaded;
+mod params;
 pub mod record;
 mod run;
 pub mod secrets;
@@ -56,8 +58,9 @@ pub mod secrets;
 pub use catalog::{SkillInfo, SkillSearch};
 pub use history::HistoryEntry;
 pub use install::{ImportResult, InstallOptions, InstallReport, OpenedBundle, Replacement, SkillKind};
+pub use params::params_from_pairs;
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
-pub use run::{RunOptions, RunReport, call_entry, new_session_id, params_from_pairs};
+pub use run::{RunOptions, RunReport, call_entry, new_session_id};
 
 use crate::fsutil::FileStamp;
 /// Moved to [`crate::fsutil`]; re-exported so existing callers keep compiling.
@@ -120,7 +123,7 @@ pub struct Library {
     memory_budget_mb: Option<u64>,
     store: OnceLock<Arc<Memory>>,
     store_init: Mutex<()>,
-    skills: run::SkillCache,
+    skills: loaded::SkillCache,
     /// The host key sealing verified file stamps (`cache/.key`, shared with the compile
     /// cache); `None` when the home cannot hold one.
     seal_key: OnceLock<Option<crate::fsutil::SealKey>>,
@@ -160,7 +163,7 @@ impl Library {
             memory_budget_mb: None,
             store: OnceLock::new(),
             store_init: Mutex::new(()),
-            skills: run::SkillCache::default(),
+            skills: loaded::SkillCache::default(),
             seal_key: OnceLock::new(),
             audit: AuditLog::in_home(root),
             counters: Counters::default(),

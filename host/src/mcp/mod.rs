@@ -378,8 +378,13 @@ impl SkillhostMcp {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let client = client_of(context);
-        let opts =
-            RunOptions { session: self.session(&client), step: 0, namespace: self.server.namespace().to_string() };
+        // `--memory` caps the skill's own memory right too, not only the memory tools.
+        let opts = RunOptions {
+            session: self.session(&client),
+            step: 0,
+            namespace: self.server.namespace().to_string(),
+            max_memory: self.server.options.memory.skill_access(),
+        };
         // rmcp cancels `ct` on the client's `notifications/cancelled` and when an HTTP
         // client goes away before the answer; the handler task itself keeps running, so the
         // call is raced against it here and in the library (which drops the guest).
@@ -403,16 +408,14 @@ impl SkillhostMcp {
         };
         // A call cancelled while it queued still goes through the library, which records
         // it as cancelled without starting the guest.
-        // `--memory` caps the skill's own memory right too, not only the memory tools.
-        let max_memory = self.server.options.memory.skill_access();
-        let run = self.server.lib.run_narrowed(name, arguments, &opts, max_memory, ct.cancelled());
+        let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
             None => run.await,
         };
         drop(permit);
         match report {
-            Ok(report) if matches!(report.result, Err(CallError::Cancelled)) => {
+            Ok(report) if matches!(report.outcome.result, Err(CallError::Cancelled)) => {
                 Err(McpError::new(ErrorCode(-32800), "request cancelled", None))
             }
             Ok(report) => Ok(tools::call_result(&report)),
@@ -464,7 +467,8 @@ impl SkillhostMcp {
         let outcome = self
             .blocking(move |server| {
                 let memory = server.lib.memory()?;
-                Ok(request.execute(&memory, &namespace, &session, &provenance_client))
+                let max_priority = server.lib.policy()?.memory.max_skill_priority();
+                Ok(request.execute(&memory, &namespace, &session, &provenance_client, max_priority))
             })
             .await?;
         let (status, touched) = match &outcome {

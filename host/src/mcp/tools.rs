@@ -11,17 +11,21 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde_json::{Map, Value, json};
 
 use super::{McpServer, MemoryMode};
-use crate::capabilities::CapabilitySet;
+use crate::capabilities::memory::{MemoryAdmission, admit_memories};
+use crate::capabilities::{CapabilitySet, MemoryAccess};
 use crate::library::{RunReport, SkillInfo};
 use crate::manifest::Manifest;
-use crate::memory::{Memory, MemoryKind, NewRecord, Provenance, SearchFilter};
-use crate::sandbox::{CallError, Status};
+use crate::memory::{Memory, MemoryKind, MemoryStore, Provenance, SearchFilter};
+use crate::sandbox::{CallError, ProposedMemory, Status};
 
 /// Longest tool description sent: SKILL.md descriptions are capped by the linter, but a
 /// hostile one should not fill a client's context.
 const MAX_DESCRIPTION: usize = 2_000;
 /// Most memory search hits one call returns.
 const MAX_SEARCH_LIMIT: u64 = 50;
+/// Bytes of content and tags one `memory_add` may store: 2000 characters of content (up
+/// to 4 bytes each) and room for tags.
+const MAX_ADDED_MEMORY_BYTES: u64 = 10_240;
 
 /// What precedes a description that reads like instructions to the model.
 pub(super) const QUOTED_NOTE: &str =
@@ -203,7 +207,7 @@ fn advice(e: &CallError) -> &'static str {
 /// A run report as a tool result: `structuredContent` and the same JSON as text; `isError`
 /// when the skill did not succeed.
 pub(super) fn call_result(report: &RunReport) -> CallToolResult {
-    let (output, metadata, error, ok) = match &report.result {
+    let (output, metadata, error, ok) = match &report.outcome.result {
         Ok(out) => {
             let md: Map<String, Value> =
                 out.metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
@@ -217,11 +221,11 @@ pub(super) fn call_result(report: &RunReport) -> CallToolResult {
         "metadata": metadata,
         "memories_stored": report.memories.stored,
         "memories_dropped": report.memories.dropped,
-        "denials": report.denials,
+        "denials": report.outcome.denials,
         "usage": {
-            "elapsed_us": report.elapsed_us,
-            "cpu_time_us": report.cpu_time_us,
-            "memory_peak_bytes": report.memory_peak_bytes,
+            "elapsed_us": report.outcome.elapsed_us,
+            "cpu_time_us": report.outcome.cpu_time_us,
+            "memory_peak_bytes": report.outcome.memory_peak_bytes,
         },
     });
     if let Some(e) = &error {
@@ -375,12 +379,14 @@ impl MemoryRequest {
     }
 
     /// Run it against the store; `Err` is a sentence for the model.
+    /// `max_priority` is the policy's cap on priorities set by anyone but the user.
     pub(super) fn execute(
         self,
         memory: &Memory,
         namespace: &str,
         session: &str,
         client: &str,
+        max_priority: u8,
     ) -> Result<Value, String> {
         match self {
             MemoryRequest::Search { query, limit } => {
@@ -403,21 +409,30 @@ impl MemoryRequest {
                 Ok(json!({ "hits": hits }))
             }
             MemoryRequest::Add { content, kind, priority, tags } => {
-                let record = NewRecord {
-                    namespace: namespace.to_string(),
-                    kind,
-                    content,
-                    priority,
-                    tags,
-                    provenance: Provenance {
-                        skill: client.to_string(),
-                        skill_hash: String::new(),
-                        session: session.to_string(),
-                        step: 0,
-                    },
+                let provenance = Provenance {
+                    skill: client.to_string(),
+                    skill_hash: String::new(),
+                    session: session.to_string(),
+                    step: 0,
                 };
-                let id = memory.add(record).map_err(|e| format!("cannot store the memory: {e:#}"))?;
-                Ok(json!({ "id": id }))
+                // The same admission as a skill's proposals: the policy's priority cap, a
+                // size bound over content and tags.
+                let rules = MemoryAdmission {
+                    access: MemoryAccess::Write,
+                    max_count: 1,
+                    max_bytes: MAX_ADDED_MEMORY_BYTES,
+                    max_priority,
+                    namespace,
+                    provenance: &provenance,
+                };
+                let proposed = [ProposedMemory { kind, content, priority, tags }];
+                let (stored, denials) = admit_memories(&proposed, &rules, Some(memory as &dyn MemoryStore));
+                let said: Vec<&str> = denials.iter().map(|d| d.message.as_str()).collect();
+                match stored.stored.first() {
+                    Some(id) if said.is_empty() => Ok(json!({ "id": id })),
+                    Some(id) => Ok(json!({ "id": id, "note": said.join("; ") })),
+                    None => Err(format!("cannot store the memory: {}", said.join("; "))),
+                }
             }
         }
     }

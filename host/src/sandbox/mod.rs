@@ -44,7 +44,7 @@ use wasmtime::{
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-pub use crate::capabilities::memory::enforce::{Absorbed, absorb};
+pub use crate::capabilities::memory::Absorbed;
 pub use crate::capabilities::secrets::leak_scan::{LeakScanner, SecretValues};
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use denial::{Denial, DenialKind};
@@ -977,8 +977,9 @@ fn stderr_tail(stderr: &str) -> Option<String> {
 }
 
 /// Everything about one call, for the CLI, the agent loop and the audit log.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CallOutcome {
+    #[serde(serialize_with = "ser_result")]
     pub result: Result<SkillOutput, CallError>,
     pub denials: Vec<Denial>,
     pub logs: Vec<LogLine>,
@@ -991,6 +992,11 @@ pub struct CallOutcome {
 }
 
 impl CallOutcome {
+    /// A call that ended before the sandbox ran anything.
+    pub(crate) fn refused(e: CallError) -> CallOutcome {
+        CallOutcome::failed(e, Vec::new(), Instant::now())
+    }
+
     fn failed(e: CallError, denials: Vec<Denial>, started: Instant) -> CallOutcome {
         CallOutcome {
             result: Err(e),
@@ -1063,5 +1069,19 @@ mod tests {
         let long: String = (0..500).map(|i| format!("line {i} é\n")).collect();
         let tail = stderr_tail(&long).unwrap();
         assert!(tail.len() <= 1024 && tail.starts_with("line ") && tail.ends_with("line 499 é"), "{tail}");
+    }
+}
+
+/// A result as `{"ok": ...}` or `{"error": ...}`.
+fn ser_result<S: serde::Serializer>(r: &Result<SkillOutput, CallError>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Tagged<'a> {
+        Ok(&'a SkillOutput),
+        Error(&'a CallError),
+    }
+    match r {
+        Ok(o) => Tagged::Ok(o).serialize(s),
+        Err(e) => Tagged::Error(e).serialize(s),
     }
 }

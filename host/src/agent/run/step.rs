@@ -152,6 +152,7 @@ impl<'a> Agent<'a> {
                         session: self.state.session.clone(),
                         step: self.state.step,
                         namespace: self.state.namespace.clone(),
+                        ..Default::default()
                     };
                     let executed = executor::execute(self.library, &self.catalog, &skill, params, &opts).await;
                     let new_facts = self.absorb(&skill, &executed);

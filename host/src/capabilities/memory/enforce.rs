@@ -9,8 +9,8 @@ use wasmtime::component::{HasData, Linker};
 use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::capabilities::CapabilityKind;
+use crate::capabilities::MemoryAccess;
 use crate::capabilities::memory::Memory;
-use crate::capabilities::{Limits, MemoryAccess};
 use crate::memory::{MemoryKind, MemoryStore, NewRecord, Provenance};
 use crate::sandbox::bindings::skillhost::skill::memory::{self as wit_memory, Host};
 use crate::sandbox::bindings::skillhost::skill::types::{HostError, MemoryHit, MemoryKind as WitKind, NewMemory};
@@ -129,39 +129,66 @@ pub struct Absorbed {
     pub dropped: Vec<String>,
 }
 
-/// Store what the skill proposed, if it may; explain every drop.
-pub fn absorb(
+/// The rules every memory written on someone else's behalf passes: a skill's proposals
+/// after its call, and an MCP client's `memory_add`. The one place they are decided.
+pub struct MemoryAdmission<'a> {
+    /// Only `write` stores anything.
+    pub access: MemoryAccess,
+    /// Memories kept from one call; the rest are dropped.
+    pub max_count: u64,
+    /// Bytes of content and tags one memory may have.
+    pub max_bytes: u64,
+    /// Priorities above this belong to the user (`[memory] max_skill_priority`): a memory
+    /// proposed above it is stored at it.
+    pub max_priority: u8,
+    pub namespace: &'a str,
+    pub provenance: &'a Provenance,
+}
+
+/// Store what was proposed, as far as `rules` admit it; every drop and every lowered
+/// priority is a `memory` denial, in the order they happened.
+pub fn admit_memories(
     proposed: &[ProposedMemory],
-    access: MemoryAccess,
-    limits: &Limits,
+    rules: &MemoryAdmission<'_>,
     store: Option<&dyn MemoryStore>,
-    namespace: &str,
-    provenance: &Provenance,
-) -> Absorbed {
+) -> (Absorbed, Vec<Denial>) {
     let mut out = Absorbed::default();
+    let mut denials = Vec::new();
     if proposed.is_empty() {
-        return out;
+        return (out, denials);
     }
-    let (MemoryAccess::Write, Some(store)) = (access, store) else {
+    let (MemoryAccess::Write, Some(store)) = (rules.access, store) else {
         out.dropped
             .push(format!("{} proposed memories dropped: the skill does not hold `memory: write`", proposed.len()));
-        return out;
+        denials.extend(out.dropped.iter().map(|d| Denial::new(CapabilityKind::Memory, d.clone())));
+        return (out, denials);
     };
+    let cap = rules.max_priority;
+    for (i, m) in proposed.iter().enumerate().filter(|(_, m)| m.priority > cap) {
+        denials.push(Denial::new(
+            CapabilityKind::Memory,
+            format!(
+                "memory #{} proposed at priority {}, stored at {cap}: priorities above {cap} belong to the user ([memory] max_skill_priority in the policy)",
+                i + 1,
+                m.priority
+            ),
+        ));
+    }
     for (i, m) in proposed.iter().enumerate() {
-        if i as u64 >= limits.max_new_memories {
+        if i as u64 >= rules.max_count {
             out.dropped.push(format!(
                 "{} proposed memories over the limit of {} dropped",
                 proposed.len() - i,
-                limits.max_new_memories
+                rules.max_count
             ));
             break;
         }
         let size = m.content.len() + m.tags.iter().map(String::len).sum::<usize>();
-        if size as u64 > limits.max_memory_bytes {
+        if size as u64 > rules.max_bytes {
             out.dropped.push(format!(
                 "memory #{} dropped: {size} bytes (content and tags) exceeds the limit of {}; summarize it (counts and key lines)",
                 i + 1,
-                limits.max_memory_bytes
+                rules.max_bytes
             ));
             continue;
         }
@@ -170,17 +197,18 @@ pub fn absorb(
             continue;
         }
         let record = NewRecord {
-            namespace: namespace.to_string(),
+            namespace: rules.namespace.to_string(),
             kind: m.kind,
             content: m.content.clone(),
-            priority: m.priority,
+            priority: m.priority.min(cap),
             tags: m.tags.clone(),
-            provenance: provenance.clone(),
+            provenance: rules.provenance.clone(),
         };
         match store.insert(record) {
             Ok(id) => out.stored.push(id),
             Err(e) => out.dropped.push(format!("memory #{} not stored: {e:#}", i + 1)),
         }
     }
-    out
+    denials.extend(out.dropped.iter().map(|d| Denial::new(CapabilityKind::Memory, d.clone())));
+    (out, denials)
 }

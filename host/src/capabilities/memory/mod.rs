@@ -3,6 +3,8 @@
 
 pub(crate) mod enforce;
 
+pub use enforce::{Absorbed, MemoryAdmission, admit_memories};
+
 use std::fmt;
 
 use anyhow::{Result, anyhow, bail};
