@@ -32,14 +32,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use serde::de::DeserializeOwned;
 
 use super::MemoryStore;
 use super::daily::DailyEntry;
 use super::index::DailyHit;
 use super::lock::{self, StoreLock};
+use super::ops::{self, Op, Request};
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
-use super::remote::{self, CallError, Client, Request, Server, guarded};
+use super::remote::{self, CallError, Client, Server, guarded};
 use super::sessions::AgentSessions;
 use super::store::{Clock, MemoryConfig, Store, damaged, panic_message, system_now_ms};
 use super::view::MemoryView;
@@ -198,11 +198,7 @@ impl Memory {
     }
 
     /// Run an operation on the store: in this process if it owns it, else on the owner.
-    fn route<T: DeserializeOwned>(
-        &self,
-        local: impl Fn(&Store) -> Result<T>,
-        remote: impl Fn() -> Request,
-    ) -> Result<T> {
+    fn run<O: Op>(&self, op: O) -> Result<O::Output> {
         for _ in 0..4 {
             let (client, epoch) = {
                 let state = self.state.read().map_err(|_| anyhow!("memory handle poisoned"))?;
@@ -210,19 +206,19 @@ impl Memory {
                     Backend::Owner(o) => {
                         let store = o.store.clone();
                         drop(state);
-                        return guarded(&store, &local);
+                        return guarded(&store, |s| op.run(s));
                     }
                     Backend::Client(c) => (c.clone(), state.epoch),
                 }
             };
-            let req = remote();
+            let req: Request = op.clone().into();
             match client.call(&req) {
                 Ok(v) => return serde_json::from_value(v).context("the memory store owner sent an unexpected answer"),
                 Err(CallError::Failed(e)) => return Err(e),
                 Err(CallError::NotSent(_)) => self.reconnect(epoch)?,
                 Err(CallError::Lost(e)) => {
                     self.reconnect(epoch)?;
-                    if !req.is_read() {
+                    if !O::READ {
                         bail!(
                             "the process that owned the memory store (pid {}) went away during this write ({e}); it may or may not have been applied: check (e.g. `skillhost memory search`) before retrying",
                             client.owner_pid
@@ -274,22 +270,22 @@ impl Memory {
 
     /// Rebuild the search index from the store (and the daily notes).
     pub fn rebuild_index(&self) -> Result<()> {
-        self.route(|s| s.rebuild_index(), || Request::RebuildIndex)
+        self.run(ops::RebuildIndex {})
     }
 
     /// A record by id (any state).
     pub fn get(&self, id: u64) -> Result<Option<MemoryRecord>> {
-        self.route(|s| s.get(id), || Request::Get { id })
+        self.run(ops::Get { id })
     }
 
     /// Every record of every namespace, by id.
     pub fn all_records(&self) -> Result<Vec<MemoryRecord>> {
-        self.route(|s| s.all_records(), || Request::AllRecords)
+        self.run(ops::AllRecords {})
     }
 
     /// Live (not deprecated, not expired) records of `namespace`, oldest first.
     pub fn live(&self, namespace: &str) -> Result<Vec<MemoryRecord>> {
-        self.route(|s| s.live(namespace), || Request::Live { namespace: namespace.into() })
+        self.run(ops::Live { namespace: namespace.into() })
     }
 
     /// Store `r`: merged into a near-duplicate when there is one (the archive keeps the
@@ -303,13 +299,13 @@ impl Memory {
 
     /// [`Memory::add`], also saying whether the record was merged into an existing one.
     pub fn add_detailed(&self, r: NewRecord) -> Result<(u64, bool)> {
-        self.route(|s| s.add_detailed(r.clone()), || Request::Add { record: r.clone() })
+        self.run(ops::Add { record: r })
     }
 
     /// Store many records in one transaction, without merging (bulk loads and benchmarks;
     /// `memory compact` merges duplicates afterwards). Priority-5 budgets are checked.
     pub fn add_batch(&self, records: Vec<NewRecord>) -> Result<Vec<u64>> {
-        self.route(|s| s.add_batch(records.clone()), || Request::AddBatch { records: records.clone() })
+        self.run(ops::AddBatch { records })
     }
 
     /// [`Memory::add_batch`] with each record's embedding given instead of computed: for
@@ -327,15 +323,12 @@ impl Memory {
     /// [`SearchOrder::PriorityThenRecency`](super::SearchOrder), the 50 most relevant are
     /// ordered by priority, then recency. Counts no reference.
     pub fn search(&self, query: &str, filter: &SearchFilter, limit: usize) -> Result<Vec<SearchHit>> {
-        self.route(
-            |s| s.search(query, filter, limit),
-            || Request::Search { query: query.into(), filter: filter.clone(), limit },
-        )
+        self.run(ops::Search { query: query.into(), filter: filter.clone(), limit })
     }
 
     /// Daily-note entries relevant to `query`.
     pub fn search_daily(&self, query: &str, limit: usize) -> Result<Vec<DailyHit>> {
-        self.route(|s| s.search_daily(query, limit), || Request::SearchDaily { query: query.into(), limit })
+        self.run(ops::SearchDaily { query: query.into(), limit })
     }
 
     /// What goes into a prompt besides MEMORY.md: the 5 most recent records of the
@@ -348,10 +341,7 @@ impl Memory {
     /// [`Memory::recall`] on behalf of `session` (an agent run): each record counts one
     /// reference per session.
     pub fn recall_in_session(&self, session: &str, namespace: &str, query: &str) -> Result<Vec<MemoryRecord>> {
-        self.route(
-            |s| s.recall(session, namespace, query),
-            || Request::Recall { session: session.into(), namespace: namespace.into(), query: query.into() },
-        )
+        self.run(ops::Recall { session: session.into(), namespace: namespace.into(), query: query.into() })
     }
 
     /// Count a reference to each record, once per record for this handle's session.
@@ -361,73 +351,64 @@ impl Memory {
 
     /// Count a reference to each record, at most once per record per `session`.
     pub fn touch_in_session(&self, session: &str, ids: &[u64]) -> Result<()> {
-        self.route(
-            |s| s.touch_in_session(session, ids),
-            || Request::Touch { session: session.into(), ids: ids.to_vec() },
-        )
+        self.run(ops::Touch { session: session.into(), ids: ids.to_vec() })
     }
 
     /// The MEMORY.md view of `namespace`.
     pub fn view(&self, namespace: &str) -> Result<MemoryView> {
-        self.route(|s| s.view(namespace), || Request::View { namespace: namespace.into() })
+        self.run(ops::View { namespace: namespace.into() })
     }
 
     /// Set a record's priority (0-5); lowering it to 1 or less gives it a day from now.
     pub fn set_priority(&self, id: u64, priority: u8) -> Result<MemoryRecord> {
-        self.route(|s| s.set_priority(id, priority), || Request::SetPriority { id, priority })
+        self.run(ops::SetPriority { id, priority })
     }
 
     /// Copy daily-note entry `date:line` into long-term memory (once).
     pub fn promote_daily(&self, date: &str, line: u32, namespace: &str, kind: MemoryKind, priority: u8) -> Result<u64> {
-        self.route(
-            |s| s.promote_daily(date, line, namespace, kind, priority),
-            || Request::PromoteDaily { date: date.into(), line, namespace: namespace.into(), kind, priority },
-        )
+        self.run(ops::PromoteDaily { date: date.into(), line, namespace: namespace.into(), kind, priority })
     }
 
     /// Move a record to the archive (`memory restore` brings it back).
     pub fn forget(&self, id: u64) -> Result<u64> {
-        self.route(|s| s.forget(id), || Request::Forget { id })
+        self.run(ops::Forget { id })
     }
 
     /// Put an archived record back (same id). Fails if that id is in use again.
     pub fn restore(&self, archive_id: u64) -> Result<MemoryRecord> {
-        self.route(|s| s.restore(archive_id), || Request::Restore { archive_id })
+        self.run(ops::Restore { archive_id })
     }
 
     /// The archive, oldest first.
     pub fn archive(&self) -> Result<Vec<ArchiveEntry>> {
-        self.route(|s| s.archive(), || Request::Archive)
+        self.run(ops::Archive {})
     }
 
     /// Deprecate every live record that `skill` wrote (only version `hash_prefix`, if
     /// given): the response to poisoned memory. Returns the ids.
     pub fn quarantine(&self, skill: &str, hash_prefix: Option<&str>) -> Result<Vec<u64>> {
-        self.route(
-            |s| s.quarantine(skill, hash_prefix),
-            || Request::Quarantine { skill: skill.into(), hash_prefix: hash_prefix.map(str::to_string) },
-        )
+        self.run(ops::Quarantine { skill: skill.into(), hash_prefix: hash_prefix.map(str::to_string) })
     }
 
     /// Cleanup job: archive deprecated and expired records, merge near-duplicates.
     pub fn compact(&self, namespace: Option<&str>) -> Result<CompactReport> {
-        self.route(|s| s.compact(namespace), || Request::Compact { namespace: namespace.map(str::to_string) })
+        self.run(ops::Compact { namespace: namespace.map(str::to_string) })
     }
 
     /// The weekly job: compact, archive records whose importance decayed below the
     /// threshold, archive daily notes older than 90 days, promote `#promote` entries.
     pub fn maintain(&self, namespace: &str) -> Result<MaintainReport> {
-        self.route(|s| s.maintain(namespace), || Request::Maintain { namespace: namespace.into() })
+        self.run(ops::Maintain { namespace: namespace.into() })
     }
 
     /// Append to today's daily note.
     pub fn note(&self, text: &str) -> Result<DailyEntry> {
-        self.route(|s| s.note(text), || Request::Note { text: text.into() })
+        self.run(ops::Note { text: text.into() })
     }
 
     /// Entries of the daily note of `date` (default: today).
     pub fn daily(&self, date: Option<&str>) -> Result<(String, Vec<DailyEntry>)> {
-        self.route(|s| s.daily(date), || Request::Daily { date: date.map(str::to_string) })
+        self.run(ops::Daily { date: date.map(str::to_string) })
     }
 
     /// Every record as JSON lines, by id (the archive is not included).
@@ -444,7 +425,7 @@ impl Memory {
     /// error names it. Ids are kept when free; a record identical to the stored one is
     /// skipped; a different record under a taken id gets a new id.
     pub fn import(&self, input: &str, source: &str) -> Result<ImportReport> {
-        self.route(|s| s.import(input, source), || Request::Import { input: input.into(), source: source.into() })
+        self.run(ops::Import { input: input.into(), source: source.into() })
     }
 
     /// State of a paused agent run (`memory/sessions/`, no store owner needed).
@@ -469,15 +450,12 @@ impl MemoryStore for Memory {
         query: &str,
         limit: usize,
     ) -> Result<Vec<(MemoryRecord, f32)>> {
-        self.route(
-            |s| s.search_in_session(session, namespace, query, limit),
-            || Request::SearchInSession {
-                session: session.into(),
-                namespace: namespace.into(),
-                query: query.into(),
-                limit,
-            },
-        )
+        self.run(ops::SearchInSession {
+            session: session.into(),
+            namespace: namespace.into(),
+            query: query.into(),
+            limit,
+        })
     }
 
     fn insert(&self, record: NewRecord) -> Result<u64> {
@@ -485,21 +463,18 @@ impl MemoryStore for Memory {
     }
 
     fn list(&self, namespace: &str) -> Result<Vec<MemoryRecord>> {
-        self.route(|s| s.list(namespace), || Request::List { namespace: namespace.into() })
+        self.run(ops::List { namespace: namespace.into() })
     }
 
     fn session_get(&self, session: &str, key: &str) -> Result<Option<String>> {
-        self.route(|s| s.session_get(session, key), || Request::SessionGet { session: session.into(), key: key.into() })
+        self.run(ops::SessionGet { session: session.into(), key: key.into() })
     }
 
     fn session_set(&self, session: &str, key: &str, value: &str) -> Result<()> {
-        self.route(
-            |s| s.session_set(session, key, value),
-            || Request::SessionSet { session: session.into(), key: key.into(), value: value.into() },
-        )
+        self.run(ops::SessionSet { session: session.into(), key: key.into(), value: value.into() })
     }
 
     fn session_keys(&self, session: &str) -> Result<Vec<String>> {
-        self.route(|s| s.session_keys(session), || Request::SessionKeys { session: session.into() })
+        self.run(ops::SessionKeys { session: session.into() })
     }
 }

@@ -36,6 +36,7 @@ mod index_dir;
 mod instructions;
 mod lock;
 mod merge;
+mod ops;
 mod records;
 mod remote;
 mod schema;

@@ -1,6 +1,6 @@
 //! The owner's socket, `memory/store.sock`: the process that owns the store serves every
 //! [`Request`] of the other processes of the same user, one thread per connection, with
-//! the same [`Store`] methods its own callers use. Frames are a 4-byte big-endian length
+//! the same table of operations ([`super::ops`]) its own callers use. Frames are a 4-byte big-endian length
 //! and a JSON body; an answer is `{"ok": value}` or `{"err": "message"}`.
 
 use std::io::{Read, Write};
@@ -14,10 +14,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
-use serde::{Deserialize, Serialize};
+
 use serde_json::{Value, json};
 
-use super::records::{MemoryKind, NewRecord, SearchFilter};
+use super::ops::{Hello, Request};
 use super::store::{Store, classify, damaged, panic_message};
 
 /// Largest frame either side accepts (an `import` of a big export is the largest).
@@ -25,114 +25,12 @@ const MAX_FRAME: usize = 512 << 20;
 /// Connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 256;
 
-/// One operation of [`Memory`](super::Memory), as a client sends it to the owner.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub(super) enum Request {
-    Hello,
-    NowMs,
-    Get { id: u64 },
-    AllRecords,
-    Live { namespace: String },
-    List { namespace: String },
-    Add { record: NewRecord },
-    AddBatch { records: Vec<NewRecord> },
-    Search { query: String, filter: SearchFilter, limit: usize },
-    SearchInSession { session: String, namespace: String, query: String, limit: usize },
-    SearchDaily { query: String, limit: usize },
-    Recall { session: String, namespace: String, query: String },
-    Touch { session: String, ids: Vec<u64> },
-    View { namespace: String },
-    SetPriority { id: u64, priority: u8 },
-    PromoteDaily { date: String, line: u32, namespace: String, kind: MemoryKind, priority: u8 },
-    Forget { id: u64 },
-    Restore { archive_id: u64 },
-    Archive,
-    Quarantine { skill: String, hash_prefix: Option<String> },
-    Compact { namespace: Option<String> },
-    Maintain { namespace: String },
-    Note { text: String },
-    Daily { date: Option<String> },
-    Import { input: String, source: String },
-    RebuildIndex,
-    SessionGet { session: String, key: String },
-    SessionSet { session: String, key: String, value: String },
-    SessionKeys { session: String },
-}
-
-impl Request {
-    /// Safe to send again when the owner went away before answering: it changes nothing
-    /// (reference counts aside, which are best effort anyway).
-    pub fn is_read(&self) -> bool {
-        use Request::*;
-        matches!(
-            self,
-            Hello
-                | NowMs
-                | Get { .. }
-                | AllRecords
-                | Live { .. }
-                | List { .. }
-                | Search { .. }
-                | SearchInSession { .. }
-                | SearchDaily { .. }
-                | Recall { .. }
-                | Touch { .. }
-                | View { .. }
-                | Archive
-                | Daily { .. }
-                | RebuildIndex
-                | SessionGet { .. }
-                | SessionKeys { .. }
-        )
-    }
-}
-
 /// Run `f` on the store, turning a redb panic or corruption error into "store damaged".
 pub(super) fn guarded<T>(store: &Store, f: impl FnOnce(&Store) -> Result<T>) -> Result<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(store))) {
         Ok(result) => result.map_err(|e| classify(&store.path, e)),
         Err(panic) => Err(damaged(&store.path, &format!("redb: {}", panic_message(&*panic)))),
     }
-}
-
-fn serve(store: &Store, req: Request) -> Result<Value> {
-    use serde_json::to_value as v;
-    Ok(match req {
-        Request::Hello => json!({ "pid": std::process::id() }),
-        Request::NowMs => v(store.now_ms())?,
-        Request::Get { id } => v(store.get(id)?)?,
-        Request::AllRecords => v(store.all_records()?)?,
-        Request::Live { namespace } => v(store.live(&namespace)?)?,
-        Request::List { namespace } => v(store.list(&namespace)?)?,
-        Request::Add { record } => v(store.add_detailed(record)?)?,
-        Request::AddBatch { records } => v(store.add_batch(records)?)?,
-        Request::Search { query, filter, limit } => v(store.search(&query, &filter, limit)?)?,
-        Request::SearchInSession { session, namespace, query, limit } => {
-            v(store.search_in_session(&session, &namespace, &query, limit)?)?
-        }
-        Request::SearchDaily { query, limit } => v(store.search_daily(&query, limit)?)?,
-        Request::Recall { session, namespace, query } => v(store.recall(&session, &namespace, &query)?)?,
-        Request::Touch { session, ids } => v(store.touch_in_session(&session, &ids)?)?,
-        Request::View { namespace } => v(store.view(&namespace)?)?,
-        Request::SetPriority { id, priority } => v(store.set_priority(id, priority)?)?,
-        Request::PromoteDaily { date, line, namespace, kind, priority } => {
-            v(store.promote_daily(&date, line, &namespace, kind, priority)?)?
-        }
-        Request::Forget { id } => v(store.forget(id)?)?,
-        Request::Restore { archive_id } => v(store.restore(archive_id)?)?,
-        Request::Archive => v(store.archive()?)?,
-        Request::Quarantine { skill, hash_prefix } => v(store.quarantine(&skill, hash_prefix.as_deref())?)?,
-        Request::Compact { namespace } => v(store.compact(namespace.as_deref())?)?,
-        Request::Maintain { namespace } => v(store.maintain(&namespace)?)?,
-        Request::Note { text } => v(store.note(&text)?)?,
-        Request::Daily { date } => v(store.daily(date.as_deref())?)?,
-        Request::Import { input, source } => v(store.import(&input, &source)?)?,
-        Request::RebuildIndex => v(store.rebuild_index()?)?,
-        Request::SessionGet { session, key } => v(store.session_get(&session, &key)?)?,
-        Request::SessionSet { session, key, value } => v(store.session_set(&session, &key, &value)?)?,
-        Request::SessionKeys { session } => v(store.session_keys(&session)?)?,
-    })
 }
 
 fn write_frame(w: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
@@ -266,7 +164,7 @@ fn accept_loop(listener: UnixListener, store: Arc<Store>, stop: Arc<AtomicBool>,
 fn handle_connection(mut stream: UnixStream, store: &Store) {
     while let Ok(Some(frame)) = read_frame(&mut stream) {
         let answer = match serde_json::from_slice::<Request>(&frame) {
-            Ok(req) => guarded(store, |s| serve(s, req)),
+            Ok(req) => guarded(store, |s| req.serve(s)),
             Err(e) => Err(anyhow!("not a memory request: {e}")),
         };
         let body = match answer {
@@ -303,7 +201,7 @@ impl Client {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(wait.max(Duration::from_secs(1)) + Duration::from_secs(30)))?;
         let client = Client { path: path.to_path_buf(), idle: Mutex::new(vec![stream]), owner_pid: 0 };
-        let hello = match client.call(&Request::Hello) {
+        let hello = match client.call(&Request::from(Hello {})) {
             Ok(v) => v,
             Err(CallError::NotSent(e) | CallError::Lost(e)) => return Err(e),
             Err(CallError::Failed(e)) => return Err(std::io::Error::other(format!("{e:#}"))),
