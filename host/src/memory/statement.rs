@@ -10,6 +10,10 @@
 //! merely contain such a character (非常 "very", 无论 "regardless", 不错 "good", 特别
 //! "especially"...) left out. Chinese content is compared character by character (particles
 //! dropped), which makes word order and junction bigrams irrelevant to a restatement.
+//!
+//! Why one file of ~900 lines: the readers of numbers, units, negation and change words
+//! feed one comparison, and their word lists only make sense side by side (a word added to
+//! one list must be checked against the others); splitting them would scatter one rule.
 
 use std::collections::BTreeSet;
 

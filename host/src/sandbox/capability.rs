@@ -84,7 +84,8 @@ macro_rules! define_states {
             wasi: &mut WasiCtxBuilder,
             denials: &mut Vec<Denial>,
         ) -> Result<CapabilityStates> {
-            let secrets = crate::capabilities::secrets::enforce::held_values(grant);
+            let capabilities = &grant.capabilities;
+            let secrets = Arc::new(CallSecrets::new(&capabilities.secrets, &grant.secret_values, &capabilities.env));
             let call = &CallSetup { grant, invocation, protected, secrets: &secrets };
             let effective = &grant.capabilities;
             Ok(CapabilityStates {

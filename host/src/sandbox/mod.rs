@@ -21,7 +21,7 @@ mod cache;
 mod call;
 pub(crate) mod capability;
 mod cpu;
-mod denial;
+pub(crate) mod denial;
 mod imports;
 mod lanes;
 mod log;

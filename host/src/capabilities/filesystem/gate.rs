@@ -18,6 +18,10 @@
 //! `/workspace` mounted) is resolved by the guest's libc against its preopens and never
 //! reaches the host: there is nothing to see, and nothing is opened. A call without
 //! mounts has no descriptors, so none of this runs for it.
+//!
+//! Why one file of ~840 lines: every function of the two WASI interfaces must be forwarded
+//! (the compiler checks the list is whole), and the accounting and link judgements they
+//! call are only correct together; the handle-walking primitives live in [`super::dirfd`].
 
 use std::collections::HashMap;
 use std::sync::Arc;

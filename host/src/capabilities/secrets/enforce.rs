@@ -30,13 +30,7 @@ use crate::capabilities::SecretUse;
 use crate::capabilities::secrets::Secrets;
 use crate::capabilities::secrets::held::CallSecrets;
 use crate::sandbox::capability::{CallSetup, Enforce};
-use crate::sandbox::{CallGrant, CallState, Denial};
-
-/// The values a call holds (its effective secrets and granted env values) and their leak
-/// scanner, shared by every capability's state (see `CallSetup::secrets`).
-pub(crate) fn held_values(grant: &CallGrant) -> Arc<CallSecrets> {
-    Arc::new(CallSecrets::new(&grant.capabilities.secrets, &grant.secret_values, &grant.capabilities.env))
-}
+use crate::sandbox::{CallState, Denial};
 
 impl Enforce for Secrets {
     type State = Arc<CallSecrets>;

@@ -16,7 +16,7 @@ use wasmtime_wasi_http::Error as HttpError;
 use super::leak_scan::{LeakScanner, MIN_SCANNED_LEN, MIN_SECRET_LEN, SecretValues};
 use crate::capabilities::CapabilityKind;
 use crate::capabilities::SecretUse;
-use crate::sandbox::Denial;
+use crate::sandbox::denial::Denial;
 
 /// One call's secrets: where each goes, its value, the scanner over every held value, and
 /// the leaks and refused uses seen so far (shared by the network gate, the session and the

@@ -11,6 +11,9 @@
 //! each weight block reused across a tile of 4 tokens), picked at run time. Rows of the
 //! output are spread over the rayon pool. The element-wise steps (quantization, GELU) are
 //! written branch-free so they vectorise, and are compiled once more for AVX2.
+//!
+//! Why one file of ~700 lines of code (the rest is tests): the two kernels and the layer
+//! loop that calls them share their block layout and must change together.
 
 use anyhow::{Result, bail};
 use rayon::prelude::*;
