@@ -308,12 +308,13 @@ fn surprisal_says_how_rare_a_word_is_in_ordinary_text() {
     }
 }
 
-/// `[memory] fusion = "calibrated"` in a home's skillhost.toml: the issue-31 small store of
-/// four answers a Chinese question about an English record (the default fusion leaves it
-/// unanswered: a lone record of the other script has no crowd); a value it does not know is
-/// an error naming the key and the two choices.
+/// `[memory] fusion` in a home's skillhost.toml: in the issue-31 small store of four, the
+/// default and "calibrated" answer a Chinese question about an English record, and
+/// "store-crowd" (the default before issue 31's second round) leaves it unanswered (a lone
+/// record of the other script has no crowd); a value it does not know is an error naming the
+/// key and the choices.
 #[test]
-fn a_home_chooses_the_calibrated_fusion_in_skillhost_toml() {
+fn a_home_chooses_its_fusion_in_skillhost_toml() {
     let Some(model) = common::embed_model() else { return };
     let home = tempfile::tempdir().unwrap();
     let cli = |args: &[&str]| {
@@ -335,17 +336,26 @@ fn a_home_chooses_the_calibrated_fusion_in_skillhost_toml() {
         let hits: Value = serde_json::from_slice(&out.stdout).unwrap();
         hits[0]["record"]["content"].as_str().map(str::to_string)
     };
-    std::fs::write(home.path().join("skillhost.toml"), "[memory]\nfusion = \"calibrated\"\n").unwrap();
-    assert_eq!(
-        first("发布需要几个人批准？").as_deref(),
-        Some("The release pipeline needs approval from two maintainers")
-    );
-    assert_eq!(first("garbled serial output").as_deref(), Some("串口乱码是波特率不匹配导致的"));
-    assert_eq!(first("what is the capital of Peru?"), None, "a query about nothing still finds nothing");
+    for setting in ["", "[memory]\nfusion = \"default\"\n", "[memory]\nfusion = \"calibrated\"\n"] {
+        std::fs::write(home.path().join("skillhost.toml"), setting).unwrap();
+        assert_eq!(
+            first("发布需要几个人批准？").as_deref(),
+            Some("The release pipeline needs approval from two maintainers"),
+            "{setting:?}"
+        );
+        assert_eq!(first("garbled serial output").as_deref(), Some("串口乱码是波特率不匹配导致的"), "{setting:?}");
+        assert_eq!(
+            first("what is the capital of Peru?"),
+            None,
+            "{setting:?}: a query about nothing still finds nothing"
+        );
+    }
+    std::fs::write(home.path().join("skillhost.toml"), "[memory]\nfusion = \"store-crowd\"\n").unwrap();
+    assert_eq!(first("发布需要几个人批准？"), None, "store-crowd: the lone English record has no crowd");
 
     std::fs::write(home.path().join("skillhost.toml"), "[memory]\nfusion = \"fast\"\n").unwrap();
     let out = cli(&["memory", "search", "release"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a bad fusion was accepted");
-    assert!(err.contains("`fusion` in the [memory] table") && err.contains("\"calibrated\""), "{err}");
+    assert!(err.contains("`fusion` in the [memory] table") && err.contains("\"store-crowd\""), "{err}");
 }

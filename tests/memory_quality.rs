@@ -107,9 +107,9 @@ fn lexical_search_without_a_model() {
     assert!(lexical.class("exact").r5() >= 0.9, "exact R@5 {:.3}", lexical.class("exact").r5());
 }
 
-/// Not a check: prints R@5 and MRR of the fusion over a grid of its constants (FUSION_GRID:
-/// weight,floor,lexical_floor[,floor_with_words[,specificity]];...; how the
-/// defaults in hybrid.rs were chosen). `cargo test --release --test memory_quality -- --ignored --nocapture`.
+/// Not a check: prints R@5 and MRR of the store-crowd fusion over a grid of its constants
+/// (FUSION_GRID: weight,floor,lexical_floor[,floor_with_words[,specificity]];...; how
+/// `FusionParams::store_crowd` was chosen when it was the default). `cargo test --release --test memory_quality -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn fusion_sweep() {
@@ -128,8 +128,8 @@ fn fusion_sweep() {
             floor: v[1],
             lexical_floor: v[2],
             floor_with_words: v.get(3).copied().unwrap_or(v[1]),
-            specificity: v.get(4).copied().unwrap_or(FusionParams::default().specificity),
-            ..FusionParams::default()
+            specificity: v.get(4).copied().unwrap_or(FusionParams::store_crowd().specificity),
+            ..FusionParams::store_crowd()
         };
         let memory = memory_eval::reopen(
             &store_dir,
@@ -300,13 +300,12 @@ fn dump_for_analysis() {
 /// Issue 31's fresh store: four memories, the model installed. Each question finds its
 /// record first, across languages and in other words; a question about nothing finds none.
 #[test]
-#[ignore = "issue 31's targets, not met by the default fusion (measured in the stop 27 note); run with --ignored --nocapture for the columns"]
 fn a_small_store_answers_across_languages_and_in_other_words() {
     small_store_answers(FusionParams::default());
 }
 
-/// The same fresh store with issue 31's calibrated fusion (not the default yet: see
-/// `FusionParams::calibrated`).
+/// The same fresh store with `[memory] fusion = "calibrated"` (the default keeps what it
+/// keeps and ranks it otherwise).
 #[test]
 fn a_small_store_answers_across_languages_with_the_calibrated_fusion() {
     small_store_answers(FusionParams::calibrated());
@@ -367,11 +366,12 @@ fn small_store_answers(fusion: FusionParams) {
 }
 
 /// Lexical-only, dense-only and hybrid R@5 per class on the tuning half, the held-out half
-/// and the second set's stores of 5, 50 and 300 records, in one run (issue 31). The floors
-/// are a little under what was measured; the held-out half and the second set were never
-/// used to choose the fusion's constants.
+/// and the second set's stores of 5, 50 and 300 records, in one run (issue 31), with the
+/// earlier fusions ("store-crowd", the default before issue 31's second round, and
+/// "calibrated") next to the default. The floors are a little under what was measured; the
+/// held-out half and the second set were never used to choose the fusion's constants.
 #[test]
-#[ignore = "issue 31's targets, not met by the current fusion (measured in the stop 27 note); run with --ignored --nocapture for the columns"]
+#[ignore = "issue 31's targets, not all met by the default fusion: on the second set's stores of 50 and 300 it finds fewer paraphrases and cross-lingual matches than dense-only and leaves fewer queries about nothing unanswered (README, Memory); run with --ignored --nocapture for the columns"]
 fn hybrid_search_generalizes_to_sets_it_was_not_tuned_on() {
     let Some(model_path) = common::embed_model() else { return };
     let engine = skillhost::memory::embed::EmbedModel::load(&model_path).unwrap();
@@ -396,30 +396,35 @@ fn hybrid_search_generalizes_to_sets_it_was_not_tuned_on() {
         let dense =
             memory_eval::evaluate_queries(&mut memory_eval::dense_search(&engine, &memory), &ids, &content, queries);
         drop(memory);
-        let memory = memory_eval::reopen(
-            &store_dir,
-            MemoryConfig {
-                embed_model: EmbedModelChoice::File(model_path.clone()),
-                fusion: FusionParams::calibrated(),
-                ..MemoryConfig::default()
-            },
-        );
-        let calibrated =
-            memory_eval::evaluate_queries(&mut memory_eval::store_search(&memory), &ids, &content, queries);
-        drop(memory);
+        let with = |fusion: FusionParams| {
+            let memory = memory_eval::reopen(
+                &store_dir,
+                MemoryConfig {
+                    embed_model: EmbedModelChoice::File(model_path.clone()),
+                    fusion,
+                    ..MemoryConfig::default()
+                },
+            );
+            memory_eval::evaluate_queries(&mut memory_eval::store_search(&memory), &ids, &content, queries)
+        };
+        let store_crowd = with(FusionParams::store_crowd());
+        let calibrated = with(FusionParams::calibrated());
         let memory = memory_eval::reopen(&store_dir, config(EmbedModelChoice::Off));
         let lexical = memory_eval::evaluate_queries(&mut memory_eval::store_search(&memory), &ids, &content, queries);
         drop(memory);
         let title = format!("{title}: {} memories, {} queries", memories.len(), queries.len());
         memory_eval::print_columns(
             &title,
-            &[("lexical", &lexical), ("dense", &dense), ("hybrid", &hybrid), ("calibrated", &calibrated)],
+            &[
+                ("lexical", &lexical),
+                ("dense", &dense),
+                ("st-crowd", &store_crowd),
+                ("calibrated", &calibrated),
+                ("default", &hybrid),
+            ],
         );
-        for miss in &calibrated.misses {
-            println!("  calibrated miss at 5: {miss}");
-        }
         for miss in &hybrid.misses {
-            println!("  hybrid miss at 5: {miss}");
+            println!("  default miss at 5: {miss}");
         }
         let mut check = |what: &str, got: f64, floor: f64| {
             if got < floor {
@@ -508,7 +513,13 @@ fn dump_runs_for_analysis() {
             "用户问过什么时候发布",
             "怎么重启服务：先停再起",
         ]),
-        vec![q("exact", "how do I flash the board?", Some("m0")), q("exact", "怎么重启服务？", Some("m4"))],
+        [q("exact", "how do I flash the board?", Some("m0")), q("exact", "怎么重启服务？", Some("m4"))]
+            .into_iter()
+            .chain(
+                ["what does the user do?", "how?", "which one does he have", "什么呢？", "怎么样吗", "用户的是什么"]
+                    .map(|text| q("none", text, None)),
+            )
+            .collect(),
     ));
     runs.push((
         "recall-indent".into(),
@@ -532,7 +543,7 @@ fn dump_runs_for_analysis() {
         floor: f32::MAX,
         floor_with_words: f32::MAX,
         lexical_floor: -1e9,
-        ..FusionParams::default()
+        ..FusionParams::store_crowd()
     };
     let round = |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| (x * 1e5).round() / 1e5).collect() };
     let mut dumped = Vec::new();

@@ -167,14 +167,14 @@ pub fn analyze_spans(text: &str) -> Vec<(String, &str)> {
     out
 }
 
-/// Question words, auxiliaries and pronouns: what a question is made of besides its
-/// subject. Not evidence that a text is relevant ("how does the user like X?" must not
+/// Question words, auxiliaries and pronouns (with "one": "which one does he have"): what a
+/// question is made of besides its subject. Not evidence that a text is relevant ("how does the user like X?" must not
 /// match every memory with "how" or "does" in it), so neither indexed nor searched.
 pub const QUESTION_WORDS: &[&str] = &[
     "how", "what", "which", "who", "whom", "whose", "when", "where", "why", "does", "do", "did", "can", "could",
     "would", "should", "shall", "might", "am", "been", "being", "has", "have", "had", "i", "me", "my", "mine", "we",
     "us", "our", "ours", "you", "your", "yours", "he", "him", "his", "she", "her", "hers", "its", "them", "theirs",
-    "please", "tell", "about",
+    "please", "tell", "about", "one", "ones",
 ];
 
 /// Chinese question words and particles: dropped from CJK runs (which split around them)

@@ -40,8 +40,10 @@ use super::view::{self, MemoryView};
 
 /// Most results one search returns.
 pub const MAX_SEARCH_LIMIT: usize = 1000;
-/// Search hits compared for "the newer of two records about the same subject first".
-const PREFER_NEWER_WINDOW: usize = 32;
+/// Search hits compared for "the newer of two records about the same subject first": the
+/// first ten, fetched whatever the limit, so that the order of the first hits does not
+/// depend on how many were asked for (recall's 20 and a caller's 10 see the same top five).
+const PREFER_NEWER_WINDOW: usize = 10;
 /// Recall: a hit is relevant when its score is at least this share of the best hit's.
 const RECALL_RELATIVE_SCORE: f32 = 0.5;
 /// Recall: how many search hits are looked at (the recent records among them are skipped,
@@ -504,7 +506,7 @@ impl Store {
         let limit = limit.min(MAX_SEARCH_LIMIT);
         let now = self.now_ms();
         let fetch = match filter.order {
-            SearchOrder::Relevance => limit,
+            SearchOrder::Relevance => limit.max(PREFER_NEWER_WINDOW),
             SearchOrder::PriorityThenRecency => (limit.saturating_mul(5)).max(50),
         };
         let sources = hybrid::Sources {
@@ -916,20 +918,25 @@ struct MemoryTable {
     /// A model file (relative to the home) or "off". Read as any value so that a wrong type
     /// gets an error naming the key.
     embed_model: Option<toml::Value>,
-    /// How search fuses its lexical and semantic parts: "default" or "calibrated".
+    /// How search fuses its lexical and semantic parts: "default", "calibrated" or
+    /// "store-crowd".
     fusion: Option<toml::Value>,
 }
 
 /// The fusions a home may choose with `[memory] fusion` (see [`FusionParams`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FusionChoice {
-    /// [`FusionParams::default`]: the store's own crowd and a constant prior.
+    /// [`FusionParams::meaning_first`]: what is kept as `Calibrated` keeps it, ranked by
+    /// meaning first (README, Memory).
     Default,
     /// [`FusionParams::calibrated`]: a record of the other script is judged against the
     /// query's cosines to reference passages, so a small store answers across languages;
-    /// it finds fewer paraphrases on the labelled set and leaves fewer queries about
-    /// nothing unanswered in larger stores (README, Memory).
+    /// ranked by that z plus the words' share.
     Calibrated,
+    /// [`FusionParams::store_crowd`]: the default until issue 31's second round: the
+    /// store's own crowd and a constant prior; leaves more queries about nothing unanswered
+    /// in larger stores, and answers fewer across languages (README, Memory).
+    StoreCrowd,
 }
 
 impl FusionChoice {
@@ -937,12 +944,13 @@ impl FusionChoice {
         match self {
             FusionChoice::Default => FusionParams::default(),
             FusionChoice::Calibrated => FusionParams::calibrated(),
+            FusionChoice::StoreCrowd => FusionParams::store_crowd(),
         }
     }
 }
 
-/// `[memory] fusion` in `<home>/skillhost.toml`, if set. A value other than "default" or
-/// "calibrated" is an error naming the file and the key.
+/// `[memory] fusion` in `<home>/skillhost.toml`, if set. A value other than "default",
+/// "calibrated" or "store-crowd" is an error naming the file and the key.
 pub fn fusion_setting(home: &Path) -> Result<Option<FusionChoice>, crate::config::ConfigError> {
     use crate::config::{ConfigError, ConfigFile};
     let file = ConfigFile::load(home)?;
@@ -950,8 +958,9 @@ pub fn fusion_setting(home: &Path) -> Result<Option<FusionChoice>, crate::config
     match value.as_str() {
         Some("default") => Ok(Some(FusionChoice::Default)),
         Some("calibrated") => Ok(Some(FusionChoice::Calibrated)),
+        Some("store-crowd") => Ok(Some(FusionChoice::StoreCrowd)),
         _ => Err(ConfigError(format!(
-            "`fusion` in the [memory] table of {} is `{value}`; set it to \"default\" or \"calibrated\" (how memory search weighs meaning across languages; see the README's Memory section)",
+            "`fusion` in the [memory] table of {} is `{value}`; set it to \"default\", \"calibrated\" or \"store-crowd\" (how memory search weighs meaning across languages; see the README's Memory section)",
             file.path().display()
         ))),
     }

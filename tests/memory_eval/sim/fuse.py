@@ -3,7 +3,7 @@ import itertools, sys
 import numpy as np
 from base import *
 
-RUNS, REF = load(sys.argv[1] if len(sys.argv) > 1 else "/tmp/runs.json")
+RUNS, REF = load(next((a for a in sys.argv[1:] if a.endswith(".json")), "/tmp/runs.json"))
 RR, RS = REF["R"], REF["S"]
 
 
@@ -54,7 +54,7 @@ def crowd_z(run, q, W, minsd=0.0, pooled=False, bonus=0.0, beta=0.0):
     return z
 
 
-def make(W=20.0, lw=0.7, floor=1.8, fww=1.4, lfloor=0.0, mode="sum", k=10, weighted=True, holds=True, scale=None, pooled=False, bonus=0.0, fullfloor=False, gap=None, beta=0.0):
+def make(W=20.0, lw=0.7, floor=1.8, fww=1.4, lfloor=0.0, mode="sum", k=10, weighted=True, holds=True, scale=None, pooled=False, bonus=0.0, fullfloor=False, gap=None, beta=0.0, limit=10, xfloor=None):
     def f(run, q):
         if not q["qterms"]:
             return [i for i, _ in q["bm25"]][:10]
@@ -72,6 +72,9 @@ def make(W=20.0, lw=0.7, floor=1.8, fww=1.4, lfloor=0.0, mode="sum", k=10, weigh
         if fullfloor == "unscaled" and full:
             fl = floor
         flx = fl
+        if xfloor is not None and not bm:
+            # records of the other script when no record shares a word with the query
+            flx = sc * xfloor
         if fullfloor == "xscript" and full:
             fl = sc * (fww if bm else floor)
             flx = floor
@@ -94,7 +97,7 @@ def make(W=20.0, lw=0.7, floor=1.8, fww=1.4, lfloor=0.0, mode="sum", k=10, weigh
                 keep = False
             if keep:
                 out.append(x)
-        return out[:10]
+        return out[:limit]
     return f
 
 
