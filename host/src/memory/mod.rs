@@ -37,11 +37,13 @@ mod instructions;
 mod lock;
 mod merge;
 mod ops;
+mod reads;
 mod records;
 mod remote;
 mod schema;
 mod script;
 mod sessions;
+mod settings;
 mod statement;
 mod store;
 mod tokens;
@@ -58,10 +60,8 @@ pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
-pub use store::{
-    EmbedModelChoice, FusionChoice, MAX_SEARCH_LIMIT, MemoryConfig, ModelSetting, ModelSource, fusion_setting,
-    model_setting, validate_namespace,
-};
+pub use settings::{FusionChoice, ModelSetting, ModelSource, fusion_setting, model_setting};
+pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};
 pub use writes::{AddOutcome, CompactReport, ImportReport, MaintainReport};
