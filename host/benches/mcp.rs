@@ -466,11 +466,7 @@ fn main() {
         "  no session stall, p50 within 1.5x of stateless: {}",
         verdict(us(session1.p50) <= 1.5 * us(stateless1.p50))
     );
-    println!(
-        "  stdio server CPU <= 40 us/call: {} ({:.1} us)",
-        verdict(us(cpu(&stdio)) <= 40.0),
-        us(cpu(&stdio))
-    );
+    println!("  stdio server CPU <= 40 us/call: {} ({:.1} us)", verdict(us(cpu(&stdio)) <= 40.0), us(cpu(&stdio)));
     println!(
         "  http server CPU <= 60 us/call (1 client, both revisions): {} ({:.1} us)",
         verdict(us(http_cpu) <= 60.0),
