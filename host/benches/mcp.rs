@@ -1,25 +1,28 @@
-//! `just bench`: `skillhost mcp` end to end, against the CLI path measured in the same run
-//! (the machine is shared and noisy, so ratios matter more than absolutes).
+//! `just bench`: `skillhost mcp` end to end as real clients see it, next to the floor under
+//! any server measured in the same run (the machine is shared and noisy, so ratios matter
+//! more than absolutes).
 //!
-//! Figures, all through the real `skillhost` binary with the audit log on (every call is a
-//! synced, hash-chained line):
-//! - `tools/call` of the trivial probe (mode noop) over stdio, one sequential client: the
-//!   round trip p50/p99 (JSON-RPC line out, answer line back);
-//! - calls per second over Streamable HTTP (stateless 2026-07-28 POSTs, keep-alive) with 16
-//!   concurrent clients;
-//! - the baseline: the same call as a `skillhost skill run` process (spawn, open the home,
-//!   load the compiled component from the cache, run, audit, exit);
-//! - the floor under any stdio server: a line echoed through a `cat` process over the same
-//!   kind of pipes (two wake-ups of a sleeping process per round trip, which on a virtual
-//!   machine cost tens of microseconds whatever the server does).
+//! All through the real `skillhost` binary with the audit log on (every call a hash-chained
+//! line, synced behind the answers), the trivial probe skill in `noop` mode:
+//! - **stdio**, one sequential client: round trip p50/p99 (JSON-RPC line out, answer back),
+//!   calls/s, and the server's CPU per call;
+//! - **Streamable HTTP**, 2025-11-25 session requests and 2026-07-28 stateless ones, with 1
+//!   and 16 clients: each client its own kept-alive connection on a plain blocking socket
+//!   (default options: no TCP_NODELAY, no TCP_QUICKACK, like Python's `http.client` or
+//!   curl), one request after another: p50/p99, calls/s, server CPU per call;
+//! - **the floor**: the same bytes through a `cat` process over pipes (as the stdio client
+//!   and server), and through a loopback socket to an echo thread (as the HTTP ones); two
+//!   wake-ups per round trip, which on a virtual machine cost tens of microseconds whatever
+//!   the server does;
+//! - the baseline: the same call as a `skillhost skill run` process.
 //!
-//! The clients run on the same cores as the server; their cost is in the figures.
+//! Server CPU is the server process's user + system time (`/proc/PID/stat`, all threads) over
+//! the measured calls, divided by their number. The clients run on the same cores.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -40,6 +43,48 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// CPU time (user + system, every thread) process `pid` used so far.
+fn cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last `)`.
+    let fields: Vec<&str> = stat.get(stat.rfind(')').map_or(0, |i| i + 2)..).unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros((ticks(11) + ticks(12)) * 1_000_000 / hz)
+}
+
+/// What one measured phase gave.
+struct Figures {
+    p50: Duration,
+    p99: Duration,
+    per_sec: f64,
+    /// `None` for the floors (no server process).
+    cpu_per_call: Option<Duration>,
+}
+
+impl Figures {
+    fn of(mut samples: Vec<Duration>, wall: Duration, cpu: Option<Duration>) -> Figures {
+        let n = samples.len().max(1);
+        Figures {
+            p50: percentile(&mut samples, 0.5),
+            p99: percentile(&mut samples, 0.99),
+            per_sec: n as f64 / wall.as_secs_f64(),
+            cpu_per_call: cpu.map(|c| c / n as u32),
+        }
+    }
+
+    fn print(&self, what: &str) {
+        let cpu = self.cpu_per_call.map_or("".to_string(), |c| format!("  server CPU {:>6.1} us/call", us(c)));
+        println!(
+            "  {what:<40} p50 {:>8.1} us  p99 {:>8.1} us  {:>7.0} calls/s{cpu}",
+            us(self.p50),
+            us(self.p99),
+            self.per_sec,
+        );
+    }
+}
+
 /// Kills the server when the bench ends, however it ends.
 struct Server(Child);
 
@@ -56,8 +101,9 @@ fn serve(home: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-fn stdio_round_trips(home: &Path, warmup: usize, n: usize) -> Vec<Duration> {
+fn stdio_calls(home: &Path, warmup: usize, n: usize) -> Figures {
     let mut child = serve(home, &[]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let _server = Server(child);
@@ -77,7 +123,11 @@ fn stdio_round_trips(home: &Path, warmup: usize, n: usize) -> Vec<Duration> {
     exchange(&init, true);
     exchange(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }), false);
     let mut samples = Vec::with_capacity(n);
+    let (mut began, mut cpu0) = (Instant::now(), Duration::ZERO);
     for id in 1..=(warmup + n) {
+        if id == warmup + 1 {
+            (began, cpu0) = (Instant::now(), cpu_of(pid));
+        }
         let call = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": { "name": "probe", "arguments": { "mode": "noop" } } });
         let started = Instant::now();
@@ -88,93 +138,189 @@ fn stdio_round_trips(home: &Path, warmup: usize, n: usize) -> Vec<Duration> {
             samples.push(took);
         }
     }
-    samples
+    let (wall, cpu) = (began.elapsed(), cpu_of(pid).saturating_sub(cpu0));
+    Figures::of(samples, wall, Some(cpu))
 }
 
-/// Calls answered per second by `clients` concurrent keep-alive HTTP clients over `window`.
-fn http_throughput(home: &Path, clients: usize, window: Duration) -> f64 {
-    let mut child =
-        serve(home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).stderr(Stdio::piped()).spawn().unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let _server = Server(child);
-    let addr = loop {
+/// One kept-alive HTTP/1.1 connection on a plain blocking socket (see the module doc).
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Conn {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Conn { reader: BufReader::new(s.try_clone().unwrap()), writer: s }
+    }
+
+    /// Send `request` (a whole HTTP request); the status, the session header if any, and the body.
+    fn exchange(&mut self, request: &[u8]) -> (u16, Option<String>, Vec<u8>) {
+        self.writer.write_all(request).unwrap();
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "skillhost mcp --http exited before listening");
-        if let Some(rest) = line.trim().strip_prefix("skillhost mcp: listening on http://") {
-            break rest.trim_end_matches("/mcp").to_string();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while stderr.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
-            sink.clear();
-        }
-    });
-    let url = format!("http://{addr}/mcp");
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "probe", "arguments": { "mode": "noop" },
-        "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": { "name": "bench", "version": "1" },
-            "io.modelcontextprotocol/clientCapabilities": {}
-        } } })
-    .to_string();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
-    let call = {
-        let (http, url, body) = (http.clone(), url.clone(), body.clone());
-        move || {
-            let req = http
-                .post(&url)
-                .header("Content-Type", "application/json")
-                .header("Accept", "application/json, text/event-stream")
-                .header("MCP-Protocol-Version", "2026-07-28")
-                .header("Mcp-Method", "tools/call")
-                .header("Mcp-Name", "probe")
-                .body(body.clone());
-            async move {
-                let r = req.send().await.expect("the server stopped answering");
-                assert_eq!(r.status(), 200);
-                let text = r.text().await.unwrap();
-                assert!(text.contains(r#""output":"ok""#), "{text}");
+        self.reader.read_line(&mut line).unwrap();
+        let status = line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("no HTTP status line");
+        let (mut length, mut chunked, mut session) = (None, false, None);
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            let Some((k, v)) = l.split_once(':') else { continue };
+            match k.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = v.trim().parse::<usize>().ok(),
+                "transfer-encoding" => chunked = v.contains("chunked"),
+                "mcp-session-id" => session = Some(v.trim().to_string()),
+                _ => {}
             }
         }
-    };
-    rt.block_on(async {
-        for _ in 0..200 {
-            call().await;
+        let mut body = Vec::new();
+        if let Some(n) = length {
+            body.resize(n, 0);
+            self.reader.read_exact(&mut body).unwrap();
+        } else if chunked {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line).unwrap();
+                let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or("0"), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).unwrap();
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
         }
-    });
-    let done = Arc::new(AtomicU64::new(0));
+        (status, session, body)
+    }
+}
+
+fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &str) -> Vec<u8> {
+    let mut req = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    req.into_bytes()
+}
+
+/// Which MCP revision an HTTP client speaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Revision {
+    /// 2025-11-25: `initialize` first, then every request carries `Mcp-Session-Id`.
+    Session,
+    /// 2026-07-28: every request stands alone (`_meta` names the client).
+    Stateless,
+}
+
+/// A client of `revision` on its own connection: its call request, ready to send again.
+fn http_client(addr: SocketAddr, revision: Revision) -> (Conn, Vec<u8>) {
+    let mut conn = Conn::open(addr);
+    let accept = ("Accept", "application/json, text/event-stream");
+    let json_type = ("Content-Type", "application/json");
+    match revision {
+        Revision::Session => {
+            let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "bench", "version": "1" } } });
+            let (status, session, body) = conn.exchange(&post(addr, &[json_type, accept], &init.to_string()));
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            let session = session.expect("no Mcp-Session-Id on the initialize answer");
+            let headers =
+                [json_type, accept, ("MCP-Protocol-Version", "2025-11-25"), ("Mcp-Session-Id", session.as_str())];
+            let done = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string();
+            assert_eq!(conn.exchange(&post(addr, &headers, &done)).0, 202);
+            let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": { "name": "probe", "arguments": { "mode": "noop" } } });
+            (conn, post(addr, &headers, &call.to_string()))
+        }
+        Revision::Stateless => {
+            let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "probe", "arguments": { "mode": "noop" },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": { "name": "bench", "version": "1" },
+                    "io.modelcontextprotocol/clientCapabilities": {}
+                } } });
+            let headers = [
+                json_type,
+                accept,
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "probe"),
+            ];
+            (conn, post(addr, &headers, &call.to_string()))
+        }
+    }
+}
+
+fn checked_call(conn: &mut Conn, request: &[u8]) -> Duration {
     let started = Instant::now();
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..clients)
-            .map(|_| {
-                let (call, done) = (call.clone(), done.clone());
-                tokio::spawn(async move {
-                    while started.elapsed() < window {
-                        call().await;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
+    let (status, _, body) = conn.exchange(request);
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        body.windows(13).any(|w| w == br#""output":"ok""#),
+        "not the probe's answer: {}",
+        String::from_utf8_lossy(&body)
+    );
+    took
+}
+
+/// `clients` clients of `revision`, each on its own thread and connection, calling back to
+/// back for `window` (after `warmup` calls each).
+fn http_calls(
+    addr: SocketAddr,
+    pid: u32,
+    revision: Revision,
+    clients: usize,
+    warmup: usize,
+    window: Duration,
+) -> Figures {
+    let ready = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
+    let go = std::sync::Arc::new(std::sync::Barrier::new(clients + 1));
+    let deadline = std::sync::Arc::new(std::sync::OnceLock::<Instant>::new());
+    let threads: Vec<_> = (0..clients)
+        .map(|_| {
+            let (ready, go, deadline) = (ready.clone(), go.clone(), deadline.clone());
+            std::thread::spawn(move || {
+                let (mut conn, request) = http_client(addr, revision);
+                for _ in 0..warmup {
+                    checked_call(&mut conn, &request);
+                }
+                ready.wait();
+                go.wait();
+                let end = *deadline.get().unwrap();
+                let mut samples = Vec::new();
+                while Instant::now() < end {
+                    samples.push(checked_call(&mut conn, &request));
+                }
+                samples
             })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+        })
+        .collect();
+    ready.wait();
+    let (began, cpu0) = (Instant::now(), cpu_of(pid));
+    deadline.set(began + window).unwrap();
+    go.wait();
+    let samples: Vec<Duration> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let (wall, cpu) = (began.elapsed(), cpu_of(pid).saturating_sub(cpu0));
+    Figures::of(samples, wall, Some(cpu))
 }
 
 /// Round trips of one line through `cat` (pipes both ways, like the stdio client and server).
-fn pipe_echo_round_trips(n: usize) -> Option<Vec<Duration>> {
+fn pipe_echo(n: usize, bytes: usize) -> Option<Figures> {
     let mut child = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
     let mut stdin = child.stdin.take()?;
     let mut stdout = BufReader::new(child.stdout.take()?);
     let _cat = Server(child);
-    let line = format!("{}\n", "x".repeat(200));
+    let line = format!("{}\n", "x".repeat(bytes.saturating_sub(1)));
     let mut back = String::new();
     let mut samples = Vec::with_capacity(n);
+    let began = Instant::now();
     for i in 0..n + 200 {
         let started = Instant::now();
         stdin.write_all(line.as_bytes()).ok()?;
@@ -185,7 +331,35 @@ fn pipe_echo_round_trips(n: usize) -> Option<Vec<Duration>> {
             samples.push(started.elapsed());
         }
     }
-    Some(samples)
+    Some(Figures::of(samples, began.elapsed(), None))
+}
+
+/// Round trips of `request` bytes to an echo thread over loopback, `answer` bytes back.
+fn socket_echo(n: usize, request: usize, answer: usize) -> Figures {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let (mut inbox, reply) = (vec![0u8; request], vec![b'y'; answer]);
+        while s.read_exact(&mut inbox).is_ok() {
+            if s.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    let (out, mut back) = (vec![b'x'; request], vec![0u8; answer]);
+    let mut samples = Vec::with_capacity(n);
+    let began = Instant::now();
+    for i in 0..n + 200 {
+        let started = Instant::now();
+        s.write_all(&out).unwrap();
+        s.read_exact(&mut back).unwrap();
+        if i >= 200 {
+            samples.push(started.elapsed());
+        }
+    }
+    Figures::of(samples, began.elapsed(), None)
 }
 
 fn cli_runs(home: &Path, n: usize) -> Vec<Duration> {
@@ -215,40 +389,89 @@ fn main() {
         let lib = Library::open(&home, None, None).unwrap();
         lib.install(&probe, &|_| Ok(None)).unwrap();
     }
-
-    let mut stdio = stdio_round_trips(&home, 200, 3000);
-    let (stdio_p50, stdio_p99) = (percentile(&mut stdio, 0.5), percentile(&mut stdio, 0.99));
-    let echo_p50 = pipe_echo_round_trips(3000).map(|mut s| percentile(&mut s, 0.5));
     const CLIENTS: usize = 16;
-    let http_per_sec = http_throughput(&home, CLIENTS, Duration::from_secs(4));
-    let mut cli = cli_runs(&home, 30);
+    let window = Duration::from_secs(3);
+
+    let stdio = stdio_calls(&home, 300, 5000);
+
+    let mut child =
+        serve(&home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let server = Server(child);
+    let addr: SocketAddr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "skillhost mcp --http exited before listening");
+        if let Some(rest) = line.trim().strip_prefix("skillhost mcp: listening on http://") {
+            break rest.trim_end_matches("/mcp").parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while stderr.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+            sink.clear();
+        }
+    });
+    let mut http = Vec::new();
+    for (revision, name) in [(Revision::Session, "session 2025-11-25"), (Revision::Stateless, "stateless 2026-07-28")] {
+        for clients in [1, CLIENTS] {
+            let figures = http_calls(addr, pid, revision, clients, 100, window);
+            http.push((format!("http {name}, {clients} client(s)"), revision, clients, figures));
+        }
+    }
+    // The floor's bytes are sized like a real stateless exchange.
+    let (http_request, http_answer) = {
+        let (mut conn, request) = http_client(addr, Revision::Stateless);
+        let (_, _, body) = conn.exchange(&request);
+        (request.len(), body.len() + 200)
+    };
+    drop(server);
+
+    // The floor, with bytes the size of the real exchanges.
+    let stdio_request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "probe", "arguments": { "mode": "noop" } } })
+    .to_string()
+    .len();
+    let pipe = pipe_echo(5000, stdio_request);
+    let socket = socket_echo(5000, http_request, http_answer);
+    let mut cli = cli_runs(&home, 20);
     let cli_p50 = percentile(&mut cli, 0.5);
     let audited = Library::open(&home, None, None).unwrap().audit_log().verify().unwrap().entries;
 
-    println!("mcp (probe noop, audit on: {audited} lines written and verified):");
-    println!("  stdio tools/call p50 (1 sequential client) {:>10.1} us", us(stdio_p50));
-    println!("  stdio tools/call p99                       {:>10.1} us", us(stdio_p99));
-    match echo_p50 {
-        Some(e) => println!(
-            "  floor: a line echoed through `cat` p50     {:>10.1} us   (stdio p50 is {:.1}x it)",
-            us(e),
-            us(stdio_p50) / us(e)
-        ),
-        None => println!("  floor: a line echoed through `cat`         skipped (no `cat`)"),
+    println!("mcp (probe noop, audit on: {audited} lines written and verified; 2 cores shared with the clients):");
+    stdio.print("stdio, 1 sequential client");
+    for (what, _, _, f) in &http {
+        f.print(what);
     }
-    println!("  http tools/call, {CLIENTS} concurrent clients    {:>10.0} calls/s", http_per_sec);
-    println!("  baseline `skillhost skill run` p50         {:>10.1} us", us(cli_p50));
-    println!("  ratio stdio p50 to the CLI process         {:>10.1}x faster", us(cli_p50) / us(stdio_p50));
-    println!(
-        "  ratio http throughput to CLI processes     {:>10.1}x ({:.0} CLI runs/s back to back)",
-        http_per_sec * cli_p50.as_secs_f64(),
-        1.0 / cli_p50.as_secs_f64()
-    );
+    println!("floor:");
+    match &pipe {
+        Some(p) => p.print(&format!("{stdio_request} B line echoed by `cat`")),
+        None => println!("  `cat` echo skipped (no `cat`)"),
+    }
+    socket.print(&format!("{http_request} B out, {http_answer} B back, loopback"));
+    println!("  baseline `skillhost skill run` p50 {:>10.1} us", us(cli_p50));
+    if let Some(p) = &pipe {
+        println!("  stdio p50 is {:.1}x the pipe floor", us(stdio.p50) / us(p.p50));
+    }
+    let find = |r: Revision, c: usize| &http.iter().find(|(_, rev, n, _)| *rev == r && *n == c).unwrap().3;
+    let (session1, stateless1) = (find(Revision::Session, 1), find(Revision::Stateless, 1));
+    println!("  http stateless p50 (1 client) is {:.1}x the socket floor", us(stateless1.p50) / us(socket.p50));
+    println!("  session p50 / stateless p50 (1 client): {:.2}", us(session1.p50) / us(stateless1.p50));
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let best16 = find(Revision::Stateless, CLIENTS).per_sec.max(find(Revision::Session, CLIENTS).per_sec);
+    let cpu = |f: &Figures| f.cpu_per_call.unwrap_or_default();
+    let http_cpu = cpu(stateless1).max(cpu(session1));
     println!("targets:");
-    println!("  stdio p50 <= 150 us: {} ({:.1} us)", verdict(us(stdio_p50) <= 150.0), us(stdio_p50));
     println!(
-        "  >= 5000 calls/s over HTTP with {CLIENTS} clients: {} ({http_per_sec:.0}/s)",
-        verdict(http_per_sec >= 5000.0)
+        "  no session stall, p50 within 1.5x of stateless: {}",
+        verdict(us(session1.p50) <= 1.5 * us(stateless1.p50))
     );
+    println!("  stdio server CPU <= 40 us/call: {} ({:.1} us)", verdict(us(cpu(&stdio)) <= 40.0), us(cpu(&stdio)));
+    println!(
+        "  http server CPU <= 60 us/call (1 client, both revisions): {} ({:.1} us)",
+        verdict(us(http_cpu) <= 60.0),
+        us(http_cpu)
+    );
+    println!("  stdio p50 <= 60 us: {} ({:.1} us)", verdict(us(stdio.p50) <= 60.0), us(stdio.p50));
+    println!("  >= 15000 calls/s over HTTP with {CLIENTS} clients: {} ({best16:.0}/s)", verdict(best16 >= 15_000.0));
 }

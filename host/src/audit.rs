@@ -234,10 +234,13 @@ impl AuditLog {
 
     /// Take the flock of the kept file again; `None` (and the kept file dropped) when the
     /// path names another file now (a seal moved it aside, or it was removed).
-    fn relock(&self, kept: Writer) -> Option<(Arc<File>, Writer)> {
+    /// With the stamp of the file the path names, taken under the flock.
+    fn relock(&self, kept: Writer) -> Option<(Arc<File>, Writer, FileStamp)> {
         kept.file.lock().ok()?;
         match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == (kept.stamp.dev(), kept.stamp.ino()) => Some((kept.file.clone(), kept)),
+            Ok(m) if (m.dev(), m.ino()) == (kept.stamp.dev(), kept.stamp.ino()) => {
+                Some((kept.file.clone(), kept, FileStamp::from_metadata(&m)))
+            }
             _ => {
                 let _ = kept.file.unlock();
                 None
@@ -252,17 +255,17 @@ impl AuditLog {
         let mut writer = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner());
         // Any failure below forgets the kept file: the next append opens the log afresh.
         let kept = writer.take();
-        let (file, known) = match kept.and_then(|w| self.relock(w)) {
-            Some((file, w)) => (file, Some(w)),
-            None => (Arc::new(self.open_locked()?), None),
+        let (file, known, before) = match kept.and_then(|w| self.relock(w)) {
+            Some((file, w, stamp)) => (file, Some(w), Some(stamp)),
+            None => (Arc::new(self.open_locked()?), None, None),
         };
-        self.append_locked(writer, file, known, entry)
+        self.append_locked(writer, file, known, before, entry)
     }
 
     /// [`AuditLog::append`] only if it need not wait: in background-sync mode, with the
     /// log file kept open by an earlier append, no other appender of this process or
     /// another holding it, and the disk not behind. Then the append is a few system calls
-    /// (a flock, two `fstat`s, a `stat`, a `write`), cheap enough for an async worker;
+    /// (a flock, a `stat`, a `write`, an `fstat`), cheap enough for an async worker;
     /// otherwise the entry comes back untouched, for [`AuditLog::append`] off the executor.
     pub fn try_append_now(
         &self,
@@ -286,7 +289,8 @@ impl AuditLog {
         match std::fs::metadata(&self.path) {
             Ok(m) if (m.dev(), m.ino()) == (kept.stamp.dev(), kept.stamp.ino()) => {
                 let file = kept.file.clone();
-                Ok(self.append_locked(writer, file, Some(kept), entry))
+                let before = FileStamp::from_metadata(&m);
+                Ok(self.append_locked(writer, file, Some(kept), Some(before), entry))
             }
             _ => {
                 // Sealed aside or removed: the next blocking append opens the new file.
@@ -297,20 +301,27 @@ impl AuditLog {
     }
 
     /// The rest of an append once `file` is open and flocked (`known`: what this process
-    /// knew of its end); `writer` is held until the line is written.
+    /// knew of its end; `stat`: the file's stamp if already taken under the flock, through
+    /// the path that names this file); `writer` is held until the line is written.
     fn append_locked(
         &self,
         mut writer: std::sync::MutexGuard<'_, Option<Writer>>,
         file: Arc<File>,
         known: Option<Writer>,
+        stat: Option<FileStamp>,
         mut entry: Map<String, Value>,
     ) -> Result<Appended> {
         // Under the flock from here; an error still unlocks (the file may stay open, kept
         // for the syncer, and an open file keeps its flock).
         let locked = || -> Result<(FileStamp, Tail, String, Option<FileStamp>)> {
-            let before = FileStamp::from_metadata(
-                &file.metadata().with_context(|| format!("cannot read the end of {}", self.path.display()))?,
-            );
+            // The path's stamp names the same inode as `file` (checked under the flock), so
+            // it is this file's stamp: no second `fstat`.
+            let before = match stat {
+                Some(s) => s,
+                None => FileStamp::from_metadata(
+                    &file.metadata().with_context(|| format!("cannot read the end of {}", self.path.display()))?,
+                ),
+            };
             let tail = match known {
                 // Nobody wrote since this process's last line: its end is known.
                 Some(w) if w.stamp == before => {
@@ -339,8 +350,9 @@ impl AuditLog {
             *writer = Some(Writer { file: file.clone(), stamp, hash: hash.clone(), seq });
         }
         drop(writer);
-        let ticket = self.commits.written(&file, (before.dev(), before.ino()));
-        self.commits.after_write(ticket).with_context(|| format!("cannot sync {}", self.path.display()))?;
+        self.commits
+            .written(&file, (before.dev(), before.ino()))
+            .with_context(|| format!("cannot sync {}", self.path.display()))?;
         Ok(Appended { seq, hash, torn_tail_bytes: tail.torn_bytes })
     }
 

@@ -75,22 +75,23 @@ impl GroupCommit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Record a written line (its file unlocked, still open; `id` its device and inode);
-    /// its ticket.
-    pub(super) fn written(&self, file: &Arc<File>, id: (u64, u64)) -> u64 {
+    /// Record a written line (its file unlocked, still open; `id` its device and inode),
+    /// then wait for the disk, or leave it to the background syncer. One lock of the state
+    /// for both; the syncer is woken only by the line that finds nothing pending: with lines
+    /// already pending it has been woken before, and it looks at `pending` again before it
+    /// waits (so a wake per line would be a futex call per answer for nothing).
+    pub(super) fn written(&self, file: &Arc<File>, id: (u64, u64)) -> std::io::Result<()> {
         let mut st = self.lock();
         st.written += 1;
+        let ticket = st.written;
+        let first_pending = st.pending.is_empty();
         if !st.pending.iter().any(|(dev, ino, _)| (*dev, *ino) == id) {
             st.pending.push((id.0, id.1, file.clone()));
         }
-        st.written
-    }
-
-    /// After a write: wait for the disk, or leave it to the background syncer.
-    pub(super) fn after_write(&self, ticket: u64) -> std::io::Result<()> {
-        let st = self.lock();
         if st.background && !st.failing && st.written - st.durable <= MAX_UNSYNCED_LINES {
-            self.work.notify_one();
+            if first_pending {
+                self.work.notify_one();
+            }
             return Ok(());
         }
         drop(st);

@@ -150,6 +150,42 @@ fn background_syncs_follow_the_appends() {
     assert!(st.syncs >= 1, "the background syncer ran");
 }
 
+/// The syncer is woken only by a line that finds nothing pending: lines written while it
+/// is idle, between rounds or while it syncs must all still reach the disk without a flush.
+#[test]
+fn background_syncs_reach_every_line_without_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = AuditLog::in_home(dir.path());
+    log.sync_in_background().unwrap();
+    let durable_soon = |n: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log.commits.lock().durable < n {
+            assert!(std::time::Instant::now() < deadline, "line {n} was never synced in the background");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    };
+    let append = |i: u64| {
+        let mut e = new_entry(EntryKind::Call, "bg");
+        e.insert("i".into(), i.into());
+        match log.try_append_now(e) {
+            Ok(r) => r.unwrap(),
+            Err(e) => log.append(e).unwrap(),
+        };
+    };
+    // A lone line after the syncer went idle; then bursts (lines pending when others come).
+    append(1);
+    durable_soon(1);
+    append(2);
+    durable_soon(2);
+    for i in 3..=300 {
+        append(i);
+    }
+    durable_soon(300);
+    let st = log.commits.lock();
+    assert!(st.pending.is_empty(), "nothing left pending once every line is durable");
+    assert!(st.syncs < 300, "the lines of a burst share syncs ({} syncs for 300 lines)", st.syncs);
+}
+
 #[test]
 fn the_tail_is_found_across_chunk_boundaries() {
     let dir = tempfile::tempdir().unwrap();

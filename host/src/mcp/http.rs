@@ -170,15 +170,35 @@ async fn cancel_on_disconnect(State(state): State<Arc<SessionCalls>>, request: R
         );
     };
     // Only a request (a method and an id) has an answer to wait for.
-    let id = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .filter(|m| m.get("method").is_some_and(serde_json::Value::is_string))
-        .and_then(|mut m| m.get_mut("id").map(serde_json::Value::take))
-        .filter(|id| id.is_string() || id.is_number());
+    let id = request_id(&bytes);
     let response = next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
     let Some(id) = id else { return response };
     let cancel = DisconnectCancel { sessions: state.sessions.clone(), session, id };
     response.map(|body| axum::body::Body::new(CancelOnDrop { body, cancel: Some(cancel) }))
+}
+
+/// The id of a JSON-RPC request (a string `method` and a string or number `id`), `None` for
+/// a notification, a response, a batch or anything else. Only the two fields are built (the
+/// parameters are skipped, not turned into values); a body the two-field read refuses (a
+/// duplicate key, say) is read whole as before, where the last duplicate wins.
+fn request_id(body: &[u8]) -> Option<serde_json::Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        method: Option<serde_json::Value>,
+        id: Option<serde_json::Value>,
+    }
+    // An object only: serde would also fill the struct from an array's first two items.
+    let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let (method, id) = match serde_json::from_slice::<Head>(body).ok().filter(|_| object) {
+        Some(head) => (head.method, head.id),
+        None => {
+            let mut m = serde_json::from_slice::<serde_json::Value>(body).ok()?;
+            let method = m.get("method").cloned();
+            (method, m.get_mut("id").map(serde_json::Value::take))
+        }
+    };
+    method.filter(serde_json::Value::is_string)?;
+    id.filter(|id| id.is_string() || id.is_number())
 }
 
 /// The request to cancel if its answer's body is dropped before it ended.
@@ -303,4 +323,30 @@ pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: Cance
     let app = router(server.clone(), &options, shutdown.clone());
     super::connections::serve(listener, app, options.connections, shutdown).await;
     server.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_id;
+    use serde_json::json;
+
+    #[test]
+    fn only_a_request_has_an_id_to_cancel() {
+        let id = |body: &str| request_id(body.as_bytes());
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"id":1}}}"#;
+        assert_eq!(id(call), Some(json!(7)));
+        assert_eq!(id(r#" {"method":"ping","id":"a"}"#), Some(json!("a")));
+        // A notification, a response, an id of the wrong type, a method that is not a string.
+        assert_eq!(id(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#), None);
+        assert_eq!(id(r#"{"method":"ping","id":null}"#), None);
+        assert_eq!(id(r#"{"method":"ping","id":[1]}"#), None);
+        assert_eq!(id(r#"{"method":5,"id":1}"#), None);
+        // Not an object: a batch, or an array that would fill the two fields by position.
+        assert_eq!(id(r#"["ping", 5]"#), None);
+        assert_eq!(id(r#"[{"method":"ping","id":1}]"#), None);
+        assert_eq!(id("not json"), None);
+        // A duplicate key is read as a whole value reads it: the last one wins.
+        assert_eq!(id(r#"{"method":"ping","id":1,"id":2}"#), Some(json!(2)));
+    }
 }

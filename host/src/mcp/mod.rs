@@ -257,7 +257,7 @@ impl McpServer {
         SkillhostMcp {
             server: self.clone(),
             transport,
-            nonce: format!("{nanos:x}-{:x}-{n}", std::process::id()),
+            nonce: format!("{nanos:x}-{:x}-{n}", process_id()),
             session: Arc::new(OnceLock::new()),
         }
     }
@@ -287,6 +287,13 @@ impl McpServer {
     fn allows(&self, skill: &str) -> bool {
         self.options.profile.as_ref().is_none_or(|p| p.allows(skill))
     }
+}
+
+/// This process's id, asked of the kernel once: every stateless HTTP request is a connection
+/// of its own and names it in its audit session.
+fn process_id() -> u32 {
+    static PID: OnceLock<u32> = OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// The handler of one connection.
