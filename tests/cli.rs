@@ -1013,12 +1013,12 @@ fn verbosity_and_rust_log_choose_the_diagnostics_on_stderr_and_stdout_stays_clea
     assert!(!shown.contains("debug:"), "{shown}");
     // RUST_LOG picks the level per module and wins over -v.
     let debug = stderr_of(&search(&[], Some("skillhost=debug")));
-    assert!(debug.contains("debug: [skillhost::memory::store] memory search hits=0"), "{debug}");
+    assert!(debug.contains("debug: [skillhost::memory::reads] memory search hits=0"), "{debug}");
     let off = stderr_of(&search(&["-vv"], Some("off")));
     assert!(!off.contains("info:") && !off.contains("debug:"), "{off}");
     // --json with -vv: the diagnostics go to stderr, stdout is the one JSON value.
     let json = search(&["--json", "-vv"], None);
-    assert!(stderr_of(&json).contains("debug: [skillhost::memory::store] memory search"), "{}", stderr_of(&json));
+    assert!(stderr_of(&json).contains("debug: [skillhost::memory::reads] memory search"), "{}", stderr_of(&json));
     assert_eq!(json_of(&json.stdout), serde_json::json!([]));
 
     // Warnings of the library still show at the default level (a model file that is not one).

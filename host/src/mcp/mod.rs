@@ -12,6 +12,11 @@
 //! resource), the MEMORY.md view is a resource, and `memory_search` / `memory_add` are tools
 //! when `--memory` allows them. Every skill is also served through the Skills extension
 //! ([`skills`]: `skills/list`, `skills/get`, `skill://` files with sha256 digests).
+//!
+//! Why ~770 lines in one file: rmcp's `ServerHandler` is one trait whose methods (tools,
+//! prompts, resources, skills, completion) share the server's state and its audit helper;
+//! what each method serves lives in [`tools`] and [`skills`], the transports in [`http`]
+//! and [`connections`].
 
 pub mod connections;
 pub mod http;
