@@ -167,7 +167,15 @@ impl Library {
     ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let (loaded, prepared) = self.load_stage(name, &params, opts).await?;
+        let loaded = self.load_stage(name, &params, opts).await?;
+        // Borrowed, not cloned: a clone would bump the shared reference counts that the
+        // per-CPU copies (sandbox/lanes.rs) keep off the call path.
+        let Some(prepared) = loaded.prepared.as_ref() else {
+            let e = anyhow!(
+                "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
+            );
+            return Err(self.audit_refused(name, &params, opts, e).await);
+        };
         let authorized = self.authorize(name, &loaded, opts)?;
         let mut report = RunReport::begin(name, &loaded, &authorized, opts, params);
         let Some((grant, invocation)) = self.prepare(name, &loaded, &authorized, opts, &mut report) else {
@@ -189,21 +197,15 @@ impl Library {
         Ok(report)
     }
 
-    /// Load: the installed version, verified and prepared (once per content hash), and its
-    /// component. A call refused here (no such skill, tampered files, an instruction skill)
-    /// leaves a `refused` audit line and is an error.
-    async fn load_stage(&self, name: &str, params: &Value, opts: &RunOptions) -> Result<(Arc<Loaded>, PreparedSkill)> {
+    /// Load: the installed version, verified and prepared (once per content hash). A call
+    /// refused here (no such skill, tampered files) leaves a `refused` audit line and is an
+    /// error; so does one of an instruction skill, which has no component.
+    async fn load_stage(&self, name: &str, params: &Value, opts: &RunOptions) -> Result<Arc<Loaded>> {
         let loaded = match self.loaded(name) {
             Ok(l) => l,
             Err(e) => return Err(self.audit_refused(name, params, opts, e).await),
         };
-        let Some(prepared) = loaded.prepared.clone() else {
-            let e = anyhow!(
-                "`{name}` is an instruction skill: it has no component to run; its body is guidance for the agent (see `skillhost skill info {name}`)"
-            );
-            return Err(self.audit_refused(name, params, opts, e).await);
-        };
-        Ok((loaded, prepared))
+        Ok(loaded)
     }
 
     /// Authorize: what the policy (as it is now) lets this call hold: declared AND granted,
@@ -278,7 +280,7 @@ impl Library {
     /// guest is not resumed for another slice.
     async fn call_stage(
         &self,
-        prepared: PreparedSkill,
+        prepared: &PreparedSkill,
         grant: CallGrant,
         invocation: Invocation,
         cancelled: impl Future<Output = ()>,
@@ -287,7 +289,7 @@ impl Library {
             Ok(r) => r,
             Err(e) => return Some(CallOutcome::refused(CallError::Setup(format!("{e:#}")))),
         };
-        let call = runtime.call(&prepared, grant, invocation);
+        let call = runtime.call(prepared, grant, invocation);
         tokio::select! {
             biased;
             () = cancelled => None,
