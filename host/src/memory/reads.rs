@@ -13,7 +13,7 @@ use super::index::DailyHit;
 use super::merge::{self};
 use super::records::{ArchiveEntry, MemoryRecord, SearchFilter, SearchHit, SearchOrder};
 use super::schema::{ARCHIVE, BY_NAMESPACE, META, RECORDS, SESSION_KV, decode_record, encode};
-use super::store::*;
+use super::store::{MAX_SEARCH_LIMIT, Store, validate_namespace};
 use super::tokens::count_tokens;
 use super::view::{self, MemoryView};
 
