@@ -55,7 +55,7 @@ fn grant(limits: Limits) -> CallGrant {
 }
 
 fn invocation(session: &str, params: Value) -> Invocation {
-    Invocation { session_id: session.into(), step: 1, params: params.to_string() }
+    Invocation { session_id: session.into(), step: 1, params: params.to_string(), queue_wait: None }
 }
 
 type Pending = tokio::task::JoinHandle<(CallOutcome, Duration)>;
@@ -323,6 +323,7 @@ fn an_instance_made_ahead_is_fresh_and_gets_only_its_own_calls_grant() {
                 session_id: "s-ahead".into(),
                 step: 7,
                 params: json!({"mode": "echo", "arg": "mine"}).to_string(),
+                queue_wait: None,
             },
         )
         .await;

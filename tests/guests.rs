@@ -238,8 +238,12 @@ fn a_long_lived_host_makes_fresh_python_instances_ahead(home: &Path, dir: &Path)
         namespace: "default".into(),
         secret_values: Default::default(),
     };
-    let count =
-        || Invocation { session_id: "s".into(), step: 1, params: json!({"mode": "count", "arg": ""}).to_string() };
+    let count = || Invocation {
+        session_id: "s".into(),
+        step: 1,
+        params: json!({"mode": "count", "arg": ""}).to_string(),
+        queue_wait: None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for call in 0..5 {
         if call >= 2 {

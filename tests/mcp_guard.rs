@@ -284,8 +284,16 @@ fn a_busy_refusal_and_a_memory_add_under_memory_read_are_audited() {
         wait_for_line(env.home.path(), Duration::from_secs(5), |l| l["skill"] == "slow" && l["status"] == "busy")
             .expect("the busy refusal left no audit line");
     assert_eq!(line["params"], json!({ "mode": "noop" }));
-    assert!(line["error"].as_str().unwrap().contains("server busy"), "{line}");
+    // One admission point: the runtime's, sized by --max-calls; the library audits the refusal.
+    assert!(line["error"].as_str().unwrap().contains("host busy: 1 calls running"), "{line}");
     assert_eq!(line["transport"], "http");
+    // The call that held the slot ran, and its line names the transport too.
+    let ran = wait_for_line(env.home.path(), Duration::from_secs(10), |l| {
+        l["skill"] == "slow" && l["params"]["mode"] == "sleep"
+    })
+    .expect("the call holding the slot left no audit line");
+    assert_eq!(ran["transport"], "http", "{ran}");
+    assert_eq!(ran["status"], "success", "{ran}");
 
     let mut c = StdioClient::start(env.home.path(), &["--memory", "read"]);
     let refused = c.request("tools/call", json!({ "name": "memory_add", "arguments": { "content": "x" } }));

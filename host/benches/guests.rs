@@ -76,7 +76,7 @@ fn measure(dir: &Path, name: &str, params: &str, tmp: &Path) -> Figures {
             namespace: "bench".into(),
             secret_values: Default::default(),
         };
-        let inv = Invocation { session_id: "bench".into(), step: 1, params: params.into() };
+        let inv = Invocation { session_id: "bench".into(), step: 1, params: params.into(), queue_wait: None };
         let out = rt.block_on(runtime.call(prepared, grant, inv));
         assert!(out.result.is_ok(), "{name}: {:?}", out.result);
     };

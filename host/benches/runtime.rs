@@ -76,7 +76,7 @@ fn main() {
         namespace: "bench".into(),
         secret_values: Default::default(),
     };
-    let inv = Invocation { session_id: "bench".into(), step: 1, params: r#"{"mode":"noop"}"#.into() };
+    let inv = Invocation { session_id: "bench".into(), step: 1, params: r#"{"mode":"noop"}"#.into(), queue_wait: None };
     let mut colds = time_n(20, || {
         let (prepared, outcome) = runtime.prepare(&wasm, &sha, &|_| {}).unwrap();
         assert!(matches!(outcome, skillhost::sandbox::CompileOutcome::Hit { .. }));

@@ -199,6 +199,9 @@ pub enum CallDetail {
 /// What a started call did.
 #[derive(Debug, Clone, Serialize)]
 pub struct RanCall {
+    /// The MCP transport (`stdio`, `http`) when an MCP client asked for the call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<&'static str>,
     pub version: Option<String>,
     pub skill_hash: String,
     /// The verified registry digest and signer of what ran (OCI installs only).

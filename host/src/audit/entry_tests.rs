@@ -52,6 +52,7 @@ fn report(result: Result<SkillOutput, CallError>, provenance: Option<Provenance>
         provenance,
         session: "s-1".into(),
         step: 3,
+        transport: None,
         params,
         outcome: CallOutcome {
             result,

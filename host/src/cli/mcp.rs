@@ -81,10 +81,9 @@ fn read_token(args: &McpArgs) -> Result<Option<String>> {
 }
 
 pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> {
-    let lib = lib.with_guest_memory_budget(args.memory_budget_mb);
+    let lib = lib.with_guest_memory_budget(args.memory_budget_mb).with_call_slots(args.max_calls);
     let mut options = ServerOptions::new(home.to_path_buf());
     options.memory = args.memory;
-    options.max_concurrent_calls = args.max_calls as usize;
     options.queue_wait = std::time::Duration::from_secs(args.call_wait_secs);
     if let Some(name) = &args.agent {
         let profiles = load_profiles(home)?;

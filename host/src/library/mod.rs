@@ -44,7 +44,7 @@ use anyhow::{Context as _, Result, anyhow};
 use crate::audit::AuditLog;
 use crate::memory::{Memory, MemoryConfig, MemoryStore};
 use crate::policy::{Policy, PolicyFiles, PolicySnapshots};
-use crate::sandbox::Runtime;
+use crate::sandbox::{Runtime, RuntimeOptions};
 
 mod catalog;
 mod history;
@@ -121,6 +121,8 @@ pub struct Library {
     runtime_init: Mutex<()>,
     /// The guests' memory budget of the runtime, when not the default.
     memory_budget_mb: Option<u64>,
+    /// Calls the runtime runs at once, when not its default (a server's `--max-calls`).
+    call_slots: Option<u32>,
     store: OnceLock<Arc<Memory>>,
     store_init: Mutex<()>,
     skills: loaded::SkillCache,
@@ -161,6 +163,7 @@ impl Library {
             runtime: OnceLock::new(),
             runtime_init: Mutex::new(()),
             memory_budget_mb: None,
+            call_slots: None,
             store: OnceLock::new(),
             store_init: Mutex::new(()),
             skills: loaded::SkillCache::default(),
@@ -246,7 +249,11 @@ impl Library {
         init_once(&self.runtime, &self.runtime_init, || {
             self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);
             let protected = std::iter::once(self.root.clone()).chain(self.policy.project.clone());
-            let mut runtime = Runtime::new(self.root.join("cache"))?.protecting(protected);
+            let mut options = RuntimeOptions::default();
+            if let Some(slots) = self.call_slots {
+                options.max_concurrent_calls = slots;
+            }
+            let mut runtime = Runtime::with_options(self.root.join("cache"), options)?.protecting(protected);
             if let Some(mb) = self.memory_budget_mb {
                 runtime = runtime.with_memory_budget(mb);
             }
@@ -258,6 +265,15 @@ impl Library {
     /// [`crate::sandbox::RuntimeOptions::memory_budget_mb`]); before the first call.
     pub fn with_guest_memory_budget(mut self, mb: u64) -> Library {
         self.memory_budget_mb = Some(mb);
+        self
+    }
+
+    /// Run at most `slots` calls at once; further calls wait for a slot (up to their
+    /// [`RunOptions::queue_wait`], else their wall limit), then fail `busy`. The only call
+    /// admission of the process: a server sizes it instead of queueing in front of it.
+    /// Before the first call.
+    pub fn with_call_slots(mut self, slots: u32) -> Library {
+        self.call_slots = Some(slots.max(1));
         self
     }
 

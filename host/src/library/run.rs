@@ -35,6 +35,9 @@ pub struct RunReport {
     pub provenance: Option<crate::oci::Provenance>,
     pub session: String,
     pub step: u32,
+    /// The MCP transport the call came over (see [`RunOptions::transport`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<&'static str>,
     pub params: Value,
     /// How the call went. Its `denials` also hold what admission did to proposed
     /// memories (drops, lowered priorities).
@@ -58,6 +61,7 @@ impl RunReport {
             provenance: loaded.record.provenance.clone(),
             session: opts.session.clone(),
             step: opts.step,
+            transport: opts.transport,
             params,
             outcome: CallOutcome::refused(CallError::Setup(String::new())),
             not_granted: loaded.manifest.capabilities.beyond(&authorized.effective),
@@ -90,6 +94,11 @@ pub struct RunOptions {
     pub step: u32,
     pub namespace: String,
     pub max_memory: MemoryAccess,
+    /// How long the call may wait for a call slot (see [`Library::with_call_slots`]) when
+    /// shorter than its wall limit; then it fails `busy`, audited like any call.
+    pub queue_wait: Option<std::time::Duration>,
+    /// The MCP transport (`stdio`, `http`) the call came over, for its audit line.
+    pub transport: Option<&'static str>,
 }
 
 impl Default for RunOptions {
@@ -99,6 +108,8 @@ impl Default for RunOptions {
             step: 0,
             namespace: super::DEFAULT_NAMESPACE.into(),
             max_memory: MemoryAccess::Write,
+            queue_wait: None,
+            transport: None,
         }
     }
 }
@@ -122,6 +133,7 @@ pub fn call_entry(report: &RunReport) -> CallEntry {
         // The error's kind is the status; the sentence goes beside it.
         error: outcome.result.as_ref().err().map(CallError::to_string),
         detail: CallDetail::Ran(Box::new(RanCall {
+            transport: report.transport,
             version: report.version.clone(),
             skill_hash: report.content_hash.clone(),
             oci: report.provenance.clone(),
@@ -271,8 +283,12 @@ impl Library {
             namespace: opts.namespace.clone(),
             secret_values,
         };
-        let invocation =
-            Invocation { session_id: opts.session.clone(), step: opts.step, params: report.params.to_string() };
+        let invocation = Invocation {
+            session_id: opts.session.clone(),
+            step: opts.step,
+            params: report.params.to_string(),
+            queue_wait: opts.queue_wait,
+        };
         Some((grant, invocation))
     }
 

@@ -41,7 +41,6 @@ use rmcp::service::{
 };
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 
 use crate::agent::profile::AgentProfile;
 use crate::audit::{CallDetail, CallEntry, CallStatus, ClientInfo, McpCall};
@@ -95,20 +94,14 @@ pub struct ServerOptions {
     /// Only the skills this profile's allowlist names, and its memory namespace.
     pub profile: Option<AgentProfile>,
     pub memory: MemoryMode,
-    /// Most skill calls running at once; further calls wait up to `queue_wait`.
-    pub max_concurrent_calls: usize,
+    /// How long a skill call waits for one of the runtime's call slots (sized with
+    /// [`Library::with_call_slots`]) before it is refused busy.
     pub queue_wait: Duration,
 }
 
 impl ServerOptions {
     pub fn new(home: PathBuf) -> ServerOptions {
-        ServerOptions {
-            home,
-            profile: None,
-            memory: MemoryMode::Read,
-            max_concurrent_calls: 32,
-            queue_wait: Duration::from_secs(10),
-        }
+        ServerOptions { home, profile: None, memory: MemoryMode::Read, queue_wait: Duration::from_secs(10) }
     }
 }
 
@@ -130,7 +123,6 @@ const AUDIT_DRAIN_WAIT: Duration = Duration::from_secs(10);
 pub struct McpServer {
     lib: Arc<Library>,
     options: ServerOptions,
-    calls: Semaphore,
     /// Tool calls not yet audited, so an exit can wait for their lines.
     in_flight: InFlight,
     connections: AtomicU64,
@@ -221,11 +213,9 @@ impl McpServer {
         if let Err(e) = lib.audit_log().sync_in_background() {
             tracing::warn!("{e:#}; every audit line is synced before its answer instead");
         }
-        let calls = Semaphore::new(options.max_concurrent_calls.max(1));
         Arc::new(McpServer {
             lib,
             options,
-            calls,
             in_flight: InFlight::default(),
             connections: AtomicU64::new(0),
             listeners: std::sync::Mutex::new(Vec::new()),
@@ -396,42 +386,36 @@ impl SkillhostMcp {
             step: 0,
             namespace: self.server.namespace().to_string(),
             max_memory: self.server.options.memory.skill_access(),
+            queue_wait: Some(self.server.options.queue_wait),
+            transport: Some(self.transport.as_str()),
         };
         // rmcp cancels `ct` on the client's `notifications/cancelled` and when an HTTP
         // client goes away before the answer; the handler task itself keeps running, so the
-        // call is raced against it here and in the library (which drops the guest).
+        // library races the call against it (dropping the guest, or the wait for a slot).
+        // The runtime's admission (sized by `--max-calls`) is the only queue: a call that
+        // waits `--call-wait-secs` for a slot comes back `busy`, audited by the library.
         let ct = &context.ct;
-        let queued = tokio::time::timeout(self.server.options.queue_wait, self.server.calls.acquire());
-        let permit = tokio::select! {
-            biased;
-            () = ct.cancelled() => None,
-            permit = queued => match permit {
-                Ok(Ok(p)) => Some(p),
-                _ => {
-                    let message = format!(
-                        "server busy: {} skill calls are already running and this one waited {} s for a slot; retry shortly",
-                        self.server.options.max_concurrent_calls,
-                        self.server.options.queue_wait.as_secs()
-                    );
-                    self.audit_line(name, &client, &arguments, CallStatus::Busy, McpLine::error(&message)).await;
-                    return Err(McpError::new(ErrorCode(-32000), message, None));
-                }
-            },
-        };
-        // A call cancelled while it queued still goes through the library, which records
-        // it as cancelled without starting the guest.
         let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
             None => run.await,
         };
-        drop(permit);
-        match report {
-            Ok(report) if matches!(report.outcome.result, Err(CallError::Cancelled)) => {
-                Err(McpError::new(ErrorCode(-32800), "request cancelled", None))
-            }
-            Ok(report) => Ok(tools::call_result(&report)),
-            Err(e) => Ok(tools::error_result(&format!("{e:#}"))),
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => return Ok(tools::error_result(&format!("{e:#}"))),
+        };
+        match report.outcome.result {
+            Err(CallError::Cancelled) => Err(McpError::new(ErrorCode(-32800), "request cancelled", None)),
+            // A protocol error, as before the runtime's admission became the only queue.
+            Err(CallError::Busy { running, waited_ms }) => Err(McpError::new(
+                ErrorCode(-32000),
+                format!(
+                    "server busy: {running} skill calls are already running and this one waited {} s for a slot; retry shortly",
+                    waited_ms / 1000
+                ),
+                None,
+            )),
+            _ => Ok(tools::call_result(&report)),
         }
     }
 

@@ -65,10 +65,11 @@ impl Runtime {
     async fn admit_call(
         &self,
         limits: &Limits,
+        queue_wait: Option<Duration>,
         started: Instant,
     ) -> Result<(SemaphorePermit<'_>, SemaphorePermit<'_>), CallError> {
         let wall = Duration::from_millis(limits.wall_time_ms);
-        let slot = self.admit(wall).await?;
+        let slot = self.admit(queue_wait.map_or(wall, |q| q.min(wall))).await?;
         let memory = self.reserve_memory(limits.memory_mb, wall.saturating_sub(started.elapsed())).await?;
         Ok((slot, memory))
     }
@@ -79,7 +80,7 @@ impl Runtime {
     pub async fn call(&self, skill: &PreparedSkill, grant: CallGrant, invocation: Invocation) -> CallOutcome {
         let started = Instant::now();
         let limits = grant.limits;
-        let _admitted = match self.admit_call(&limits, started).await {
+        let _admitted = match self.admit_call(&limits, invocation.queue_wait, started).await {
             Ok(permits) => permits,
             Err(e) => return CallOutcome::failed(e, Vec::new(), started),
         };
@@ -314,6 +315,9 @@ pub struct Invocation {
     pub step: u32,
     /// Validated JSON object text.
     pub params: String,
+    /// How long the call may wait for a call slot when all are taken, if shorter than its
+    /// wall limit (a server's `--call-wait-secs`); then it fails `busy`.
+    pub queue_wait: Option<Duration>,
 }
 
 impl Invocation {
@@ -376,7 +380,7 @@ impl CallState {
             namespace: String::new(),
             secret_values: SecretValues::default(),
         };
-        let invocation = Invocation { session_id: String::new(), step: 0, params: "{}".into() };
+        let invocation = Invocation { session_id: String::new(), step: 0, params: "{}".into(), queue_wait: None };
         let sink = || MemoryOutputPipe::new(1024);
         let mut denials = Vec::new();
         CallState::new(&grant, &invocation, &[], sink(), sink(), &mut denials)
