@@ -40,6 +40,7 @@ use super::lock::{self, StoreLock};
 use super::ops::{self, Op, Request};
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
 use super::remote::{self, CallError, Client, Server, guarded};
+use super::replica::{Replica, Replication};
 use super::sessions::AgentSessions;
 use super::store::{Clock, MemoryConfig, Store, damaged, panic_message, system_now_ms};
 use super::view::MemoryView;
@@ -112,6 +113,10 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
                 }
             };
             let clock = clock.unwrap_or_else(|| Arc::new(system_now_ms));
+            let checked = match &config.replication {
+                Some(_) => Replica::check_before_open(dir),
+                None => Ok(()),
+            };
             // redb may panic on a damaged file anywhere in opening (repair, migration, the
             // index rebuild): that is a damaged store, not a crash.
             let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -120,8 +125,13 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
             .unwrap_or_else(|panic| {
                 Err(damaged(&dir.join("store.redb"), &format!("redb: {}", panic_message(&*panic))))
             });
+            // A replica catches up with the shared log before it serves anyone.
+            let opened = checked.and(opened).map(Arc::new).and_then(|store| match &config.replication {
+                Some(Replication(log)) => Replica::attach(&store, log.clone()).map(|()| store),
+                None => Ok(store),
+            });
             let store = match opened {
-                Ok(s) => Arc::new(s),
+                Ok(s) => s,
                 Err(e) => {
                     if listener.is_some() {
                         let _ = std::fs::remove_file(&socket);
@@ -206,7 +216,7 @@ impl Memory {
                     Backend::Owner(o) => {
                         let store = o.store.clone();
                         drop(state);
-                        return guarded(&store, |s| op.run(s));
+                        return guarded(&store, |s| ops::run_op(op, s));
                     }
                     Backend::Client(c) => (c.clone(), state.epoch),
                 }

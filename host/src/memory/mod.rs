@@ -40,6 +40,7 @@ mod ops;
 mod reads;
 mod records;
 mod remote;
+mod replica;
 mod schema;
 mod script;
 mod sessions;
@@ -60,6 +61,7 @@ pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
+pub use replica::{FOLLOW_EVERY, HeldHead, LoggedOp, MemoryLog, Replication};
 pub use settings::{FusionChoice, ModelSetting, ModelSource, fusion_setting, model_setting};
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;

@@ -164,7 +164,7 @@ fn accept_loop(listener: UnixListener, store: Arc<Store>, stop: Arc<AtomicBool>,
 fn handle_connection(mut stream: UnixStream, store: &Store) {
     while let Ok(Some(frame)) = read_frame(&mut stream) {
         let answer = match serde_json::from_slice::<Request>(&frame) {
-            Ok(req) => guarded(store, |s| req.serve(s)),
+            Ok(req) => guarded(store, |s| req.execute(s)),
             Err(e) => Err(anyhow!("not a memory request: {e}")),
         };
         let body = match answer {

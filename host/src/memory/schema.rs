@@ -218,6 +218,10 @@ impl<'a> Txn<'a> {
 
     /// Commit; returns the write guard so that the caller's index update stays in order.
     pub(super) fn commit(self) -> Result<Option<WriteGuard<'a>>> {
+        // A replayed (or replicated) op's commits say which op they belong to.
+        if let Some((seq, _)) = super::replica::replaying() {
+            self.set_meta(super::replica::APPLYING, seq)?;
+        }
         let Txn { txn, cache, changes, guard } = self;
         txn.commit().context("cannot commit to the memory store")?;
         if let Some(cache) = cache

@@ -67,6 +67,9 @@ pub struct MemoryConfig {
     pub embed_model: EmbedModelChoice,
     /// How lexical and semantic scores are fused (see `hybrid.rs`).
     pub fusion: FusionParams,
+    /// The shared log of writes this store is a replica of (several hosts on one
+    /// PostgreSQL; see `replica.rs`); `None`: this home's store is the system of record.
+    pub replication: Option<super::replica::Replication>,
 }
 
 /// Where the embedding model comes from.
@@ -94,6 +97,7 @@ impl Default for MemoryConfig {
             busy_wait: Duration::from_secs(3),
             embed_model: EmbedModelChoice::default(),
             fusion: FusionParams::default(),
+            replication: None,
         }
     }
 }
@@ -179,6 +183,8 @@ pub(super) struct Store {
     /// An index update failed: rebuild on the next write rather than patch.
     index_dirty: std::sync::atomic::AtomicBool,
     write_lock: Mutex<()>,
+    /// The shared log this store is a replica of (many hosts, one PostgreSQL), if any.
+    pub(super) replica: std::sync::OnceLock<Arc<super::replica::Replica>>,
     _lock: StoreLock,
 }
 
@@ -256,6 +262,7 @@ impl Store {
             daily_fingerprint,
             index_dirty: std::sync::atomic::AtomicBool::new(false),
             write_lock: Mutex::new(()),
+            replica: std::sync::OnceLock::new(),
             _lock: lock,
         };
         if !fresh {
@@ -278,10 +285,33 @@ impl Store {
     }
 
     pub fn now_ms(&self) -> u64 {
+        // An op replayed from the shared log runs at the time it was written.
+        if let Some((_, at_ms)) = super::replica::replaying() {
+            return at_ms;
+        }
         match self.clock.read() {
             Ok(c) => c(),
             Err(_) => system_now_ms(),
         }
+    }
+
+    /// `(replica_applying, replica_seq)`: the last log op that committed here, and the last
+    /// one applied whole (see `replica.rs`).
+    pub(super) fn replica_marks(&self) -> Result<(u64, u64)> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
+        Ok((get(super::replica::APPLYING)?, get(super::replica::APPLIED)?))
+    }
+
+    /// Record that log op `seq` is applied whole. Not synced: a machine crash that loses
+    /// it leaves `replica_applying` ahead, and the replica is rebuilt (never trusted).
+    pub(super) fn set_replica_applied(&self, seq: u64) -> Result<()> {
+        let mut txn = self.begin()?;
+        txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
+        txn.set_meta(super::replica::APPLIED, seq)?;
+        txn.commit()?;
+        Ok(())
     }
 
     /// Wait for the writes before this one (it protects no data: a panic does not poison it).
