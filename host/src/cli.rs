@@ -55,6 +55,10 @@ struct Cli {
     /// RUST_LOG (e.g. `skillhost=debug`) overrides it.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// How diagnostics on stderr are written: `text` lines for people, or `json` (one object
+    /// a line: timestamp, level, target, fields) for a log shipper.
+    #[arg(long, global = true, value_enum, default_value = "text", env = "SKILLHOST_LOG_FORMAT")]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -336,7 +340,7 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    logging::init(cli.verbose);
+    logging::init(cli.verbose, cli.log_format);
     let json = cli.json;
     match run(cli) {
         Ok(code) => code,

@@ -208,6 +208,24 @@ impl HttpServer {
         self.child.id()
     }
 
+    /// Send `signal` (e.g. `libc::SIGTERM`) to the server.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid; it has not been waited for, so the pid is its.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0, "kill({signal}) failed");
+    }
+
+    /// Wait at most `within` for the server to exit; its exit status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
     /// `kill -9`.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -263,6 +281,9 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    // The head and the body are two writes: without this the body waits for the head's
+    // delayed ACK (40 ms) wherever the server (or a balancer buffering it) waits for it.
+    s.set_nodelay(true).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
         req.push_str(&format!("Host: {addr}\r\n"));

@@ -9,7 +9,10 @@
 //! the target [`PROGRESS_TARGET`], shown at the default level too.
 //!
 //! Lines are plain text, `warning: message key=value`, like the CLI's own messages; with
-//! `-vv` and up each line also names the module it came from.
+//! `-vv` and up each line also names the module it came from. `--log-format json` (or
+//! `SKILLHOST_LOG_FORMAT=json`) writes one JSON object a line instead (`timestamp`,
+//! `level`, `target`, `fields` with `message`), for a server whose stderr goes to a log
+//! shipper: the same events and filter, nothing to parse out of prose.
 
 use std::fmt;
 
@@ -47,17 +50,26 @@ fn default_filter(verbosity: u8) -> EnvFilter {
     EnvFilter::builder().parse_lossy(directives)
 }
 
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `warning: message key=value`.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
 /// Install the subscriber for this process (once; later calls change nothing).
-pub fn init(verbosity: u8) {
+pub fn init(verbosity: u8, format: LogFormat) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let (filter, complaint) = filter(verbosity, rust_log.as_deref());
-    let installed = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .event_format(PlainLines { targets: verbosity >= 2 || rust_log.is_some() })
-        .try_init()
-        .is_ok();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false);
+    let installed = match format {
+        LogFormat::Text => {
+            builder.event_format(PlainLines { targets: verbosity >= 2 || rust_log.is_some() }).try_init().is_ok()
+        }
+        LogFormat::Json => builder.json().with_current_span(false).with_span_list(false).try_init().is_ok(),
+    };
     if installed && let Some(why) = complaint {
         tracing::warn!("{why}");
     }

@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
-use tokio_util::sync::CancellationToken;
 
 use crate::agent::profile::load_profiles;
 use crate::library::Library;
 use crate::mcp::http::HttpOptions;
+use crate::mcp::ops::{HomeReadiness, Ops};
 use crate::mcp::{McpServer, MemoryMode, ServerOptions};
 
 #[derive(Args)]
@@ -62,6 +62,20 @@ pub(super) struct McpArgs {
     /// (an audited `memory-budget` status).
     #[arg(long, default_value_t = crate::sandbox::DEFAULT_MEMORY_BUDGET_MB, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     memory_budget_mb: u64,
+    /// HTTP: no MCP sessions for 2025-11-25 clients either, so any replica behind a plain
+    /// round-robin load balancer can answer any request (2026-07-28 requests are stateless
+    /// anyway). Those clients then get no list-changed notifications (no GET stream).
+    #[arg(long, requires = "http")]
+    stateless: bool,
+    /// HTTP: on SIGTERM or SIGINT, seconds to wait for the requests in flight before the
+    /// calls still running are cancelled (audited as cancelled) and the process exits 0.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain_secs: u64,
+    /// HTTP: on SIGTERM or SIGINT, seconds to keep accepting connections (answering 503,
+    /// /readyz included) before the listening socket is closed; for load balancers that
+    /// learn of the drain from /readyz and cannot retry a refused connection elsewhere.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=600))]
+    drain_grace_secs: u64,
 }
 
 fn read_token(args: &McpArgs) -> Result<Option<String>> {
@@ -102,18 +116,24 @@ pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> 
             h.connections.max_total = args.max_connections as usize;
             h.connections.max_per_peer = args.max_connections_per_peer as usize;
             h.connections.header_timeout = std::time::Duration::from_secs(args.header_timeout_secs);
+            h.stateless = args.stateless;
+            h.drain_wait = std::time::Duration::from_secs(args.drain_secs);
+            h.drain_grace = std::time::Duration::from_secs(args.drain_grace_secs);
             h.check()?;
             Some(h)
         }
         None => None,
     };
-    let server = McpServer::new(Arc::new(lib), options);
+    let lib = Arc::new(lib);
+    let server = McpServer::new(lib.clone(), options);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         match http {
             Some(h) => {
-                // Runs until killed: every answered call's audit line is already written.
-                crate::mcp::http::serve(server, h, CancellationToken::new()).await
+                // Runs until SIGTERM or SIGINT, then drains (see crate::mcp::ops).
+                let ops = Ops::new(server.clone(), HomeReadiness::new(lib));
+                ops.watch_signals()?;
+                crate::mcp::http::serve(server, h, ops).await
             }
             None => crate::mcp::serve_stdio(server).await,
         }

@@ -245,6 +245,12 @@ impl Library {
             .as_ref()
     }
 
+    /// The runtime's pool and budgets now, `None` before the first call made the runtime
+    /// (a metrics scrape must not be what creates it).
+    pub fn runtime_stats(&self) -> Option<crate::sandbox::RuntimeStats> {
+        self.runtime.get().map(Runtime::stats)
+    }
+
     pub fn runtime(&self) -> Result<&Runtime> {
         init_once(&self.runtime, &self.runtime_init, || {
             self.counters.runtime_inits.fetch_add(1, Ordering::Relaxed);

@@ -152,8 +152,10 @@ impl Drop for Busy {
     }
 }
 
-/// Accept connections on `listener` and serve each with `app` until `shutdown`; then stop
-/// accepting and let the open connections finish their answers.
+/// Accept connections on `listener` and serve each with `app` until `shutdown`; then close
+/// the listening socket (new connections are refused), close idle connections, and return
+/// once every open connection has finished its answer and closed. The caller bounds that
+/// wait (an SSE stream ends only when its session does).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
@@ -191,12 +193,9 @@ pub async fn serve(
         }
         tasks.spawn(serve_one(stream, app.clone(), admitted, connections.clone(), limits, shutdown.clone()));
     }
-    // Answers under way get a bounded time to finish; the sessions end with `shutdown` too.
-    let _ = tokio::time::timeout(SHUTDOWN_WAIT, async { while tasks.join_next().await.is_some() {} }).await;
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
 }
-
-/// How long a shutdown waits for the answers being sent.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 async fn serve_one(
     stream: tokio::net::TcpStream,

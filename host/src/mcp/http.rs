@@ -1,4 +1,5 @@
-//! Streamable HTTP at `/mcp` (rmcp's tower service under axum) and `/healthz`.
+//! Streamable HTTP at `/mcp` (rmcp's tower service under axum), and the operations
+//! endpoints of [`super::ops`]: `/healthz`, `/readyz` (open) and `/metrics` (guarded).
 //!
 //! Connections are accepted by [`super::connections`] (a header read timeout, caps in total
 //! and per peer). In front of the MCP service, in this order: a bearer token when one is configured (always
@@ -21,6 +22,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::connections::ConnectionLimits;
+use super::ops::{self, Ops};
 use super::{McpServer, Transport};
 
 /// How the HTTP endpoint is guarded.
@@ -38,6 +40,18 @@ pub struct HttpOptions {
     /// Open connections: in total, per peer address, and how long one may take to send a
     /// request head (see [`super::connections`]).
     pub connections: ConnectionLimits,
+    /// No MCP sessions for 2025-11-25 clients either (rmcp's `legacy_session_mode = false`):
+    /// every request is answered on its own, so any replica behind a plain round-robin
+    /// balancer can take it. Costs: no `Mcp-Session-Id`, no GET stream (405), so no
+    /// list-changed notifications to those clients, and a `notifications/cancelled` cannot
+    /// reach its request (closing the connection still cancels it).
+    pub stateless: bool,
+    /// How long a drain waits for the requests in flight (see [`super::ops`]).
+    pub drain_wait: std::time::Duration,
+    /// How long a drain keeps accepting connections (answering 503) before it closes the
+    /// listening socket: for balancers that learn of the drain from `/readyz` and cannot
+    /// retry a refused connection elsewhere. Zero: closed at once.
+    pub drain_grace: std::time::Duration,
 }
 
 impl HttpOptions {
@@ -54,6 +68,9 @@ impl HttpOptions {
                 max_per_peer: 128,
                 header_timeout: std::time::Duration::from_secs(10),
             },
+            stateless: false,
+            drain_wait: std::time::Duration::from_secs(30),
+            drain_grace: std::time::Duration::ZERO,
         }
     }
 
@@ -263,13 +280,14 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn healthz() -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], json!({ "status": "ok" }).to_string())
-        .into_response()
-}
-
-/// The axum app: `/mcp` and `/healthz`, guarded. `shutdown` ends every MCP session.
-pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: CancellationToken) -> axum::Router {
+/// The axum app: `/mcp` and `/metrics` guarded, `/healthz` and `/readyz` open, `/mcp`
+/// behind the drain gate. `sessions_end` ends every MCP session and stream.
+pub fn router(
+    server: Arc<McpServer>,
+    options: &HttpOptions,
+    sessions_end: CancellationToken,
+    ops: Arc<Ops>,
+) -> axum::Router {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
     if !options.addr.ip().is_unspecified() {
         hosts.push(options.addr.ip().to_string());
@@ -286,7 +304,8 @@ pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: Cancellat
         // A plain JSON answer for a request that sends nothing before its response (most
         // calls); rmcp switches to an SSE stream when progress or other messages come first.
         .with_json_response(true)
-        .with_cancellation_token(shutdown);
+        .with_legacy_session_mode(!options.stateless)
+        .with_cancellation_token(sessions_end);
     let factory = {
         let server = server.clone();
         move || -> Result<super::SkillhostMcp, std::io::Error> { Ok(server.connection(Transport::Http)) }
@@ -301,29 +320,73 @@ pub fn router(server: Arc<McpServer>, options: &HttpOptions, shutdown: Cancellat
         in_flight: Semaphore::new(options.max_in_flight.max(1)),
         max_in_flight: options.max_in_flight,
     });
-    // The guard runs first (outermost): nothing is read for a request it refuses.
-    let guarded = axum::Router::new()
+    // The drain gate runs first (outermost), then the guard: nothing is read for a request
+    // either refuses.
+    let mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(session_calls, cancel_on_disconnect))
+        .layer(middleware::from_fn_with_state(guard_state.clone(), guard))
+        .layer(middleware::from_fn_with_state(ops.clone(), ops::gate));
+    let metrics = axum::Router::new()
+        .route("/metrics", axum::routing::get(ops::metrics))
+        .with_state(ops.clone())
         .layer(middleware::from_fn_with_state(guard_state, guard));
-    axum::Router::new().route("/healthz", axum::routing::get(healthz)).merge(guarded).fallback(|| async {
-        rpc_error(StatusCode::NOT_FOUND, -32601, "no such endpoint: MCP is served at /mcp".into())
-    })
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(ops::healthz))
+        .route("/readyz", axum::routing::get(ops::readyz))
+        .with_state(ops)
+        .merge(mcp)
+        .merge(metrics)
+        .fallback(|| async {
+            rpc_error(
+                StatusCode::NOT_FOUND,
+                -32601,
+                "no such endpoint: MCP is served at /mcp (and /healthz, /readyz, /metrics)".into(),
+            )
+        })
 }
 
-/// Bind and serve until `shutdown` is cancelled. Prints the address it listens on (stderr)
-/// once bound, so a caller that asked for port 0 learns the port.
-pub async fn serve(server: Arc<McpServer>, options: HttpOptions, shutdown: CancellationToken) -> Result<()> {
+/// Bind and serve until the drain `ops` starts has ended (see [`super::ops`]): stop
+/// accepting (after `drain_grace`), wait for the requests in flight (at most
+/// `drain_wait`, the grace running alongside), end the sessions,
+/// wait for the audit lines of calls cancelled then, sync the audit log. Prints the address
+/// it listens on (stderr) once bound, so a caller that asked for port 0 learns the port.
+pub async fn serve(server: Arc<McpServer>, options: HttpOptions, ops: Arc<Ops>) -> Result<()> {
     options.check()?;
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
     let local = listener.local_addr()?;
     eprintln!("skillhost mcp: listening on http://{local}/mcp");
-    let app = router(server.clone(), &options, shutdown.clone());
-    super::connections::serve(listener, app, options.connections, shutdown).await;
+    let sessions_end = CancellationToken::new();
+    let app = router(server.clone(), &options, sessions_end.clone(), ops.clone());
+    let stop_accepting = CancellationToken::new();
+    let connections =
+        tokio::spawn(super::connections::serve(listener, app, options.connections, stop_accepting.clone()));
+    ops.drain_started().cancelled().await;
+    let grace = async {
+        ops.hurried(options.drain_grace).await;
+        stop_accepting.cancel();
+    };
+    let ((), (requests, calls)) = tokio::join!(grace, ops.wait_idle(options.drain_wait));
+    if requests + calls > 0 {
+        tracing::warn!(
+            requests,
+            calls,
+            "drain: still running after {} s (--drain-secs) or a second signal; cancelling them",
+            options.drain_wait.as_secs()
+        );
+    }
+    sessions_end.cancel();
+    server.drain_calls().await;
+    // The connections flush what they were sending and close; SSE streams ended above.
+    let _ = tokio::time::timeout(SHUTDOWN_WAIT, connections).await;
+    tracing::info!("drained");
     server.finish()
 }
+
+/// How long, once the sessions are ended, the connections get to flush and close.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,8 @@
 
 pub mod connections;
 pub mod http;
+pub mod metrics;
+pub mod ops;
 mod skills;
 mod tools;
 
@@ -126,6 +128,8 @@ pub struct McpServer {
     /// Tool calls not yet audited, so an exit can wait for their lines.
     in_flight: InFlight,
     connections: AtomicU64,
+    /// What `/metrics` serves (see [`metrics`]).
+    metrics: metrics::Metrics,
     /// Clients to tell when the lists change; the watcher starts with the first.
     listeners: std::sync::Mutex<Vec<Listener>>,
     watching: std::sync::Once,
@@ -218,6 +222,7 @@ impl McpServer {
             options,
             in_flight: InFlight::default(),
             connections: AtomicU64::new(0),
+            metrics: metrics::Metrics::new(),
             listeners: std::sync::Mutex::new(Vec::new()),
             watching: std::sync::Once::new(),
         })
@@ -310,6 +315,11 @@ struct Client {
 
 fn client_of(context: &RequestContext<RoleServer>) -> Client {
     let info = context.meta.client_info().or_else(|| context.peer.peer_info().map(|p| p.client_info.clone()));
+    // A 2025-11-25 request served statelessly (`--stateless`) has no handshake behind it:
+    // rmcp fills the peer's info with its own name and version, which would be a lie here.
+    static PLACEHOLDER: OnceLock<Implementation> = OnceLock::new();
+    let placeholder = PLACEHOLDER.get_or_init(Implementation::from_build_env);
+    let info = info.filter(|i| i != placeholder);
     match info {
         Some(i) => Client { name: i.name, version: i.version },
         None => Client { name: "unknown".into(), version: "unknown".into() },
@@ -395,6 +405,7 @@ impl SkillhostMcp {
         // The runtime's admission (sized by `--max-calls`) is the only queue: a call that
         // waits `--call-wait-secs` for a slot comes back `busy`, audited by the library.
         let ct = &context.ct;
+        let started = std::time::Instant::now();
         let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
@@ -402,8 +413,12 @@ impl SkillhostMcp {
         };
         let report = match report {
             Ok(report) => report,
-            Err(e) => return Ok(tools::error_result(&format!("{e:#}"))),
+            Err(e) => {
+                self.server.metrics.call(name, CallStatus::Refused, Some(started.elapsed()));
+                return Ok(tools::error_result(&format!("{e:#}")));
+            }
         };
+        self.server.metrics.skill_call(&report, started.elapsed());
         match report.outcome.result {
             Err(CallError::Cancelled) => Err(McpError::new(ErrorCode(-32800), "request cancelled", None)),
             // A protocol error, as before the runtime's admission became the only queue.
@@ -437,9 +452,12 @@ impl SkillhostMcp {
                 memories_read: line.touched.read,
             }),
         };
+        self.server.metrics.call(tool, status, None);
+        let started = std::time::Instant::now();
         if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
             tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
         }
+        self.server.metrics.store_op(metrics::StoreOp::AuditAppend, started.elapsed());
     }
 
     async fn call_memory(
@@ -460,6 +478,11 @@ impl SkillhostMcp {
             }
         };
         let provenance_client = format!("mcp:{}@{}", sanitize(&client.name), sanitize(&client.version));
+        let op = match tool {
+            tools::MemoryTool::Search => metrics::StoreOp::MemorySearch,
+            tools::MemoryTool::Add => metrics::StoreOp::MemoryAdd,
+        };
+        let started = std::time::Instant::now();
         let outcome = self
             .blocking(move |server| {
                 let memory = server.lib.memory()?;
@@ -467,6 +490,7 @@ impl SkillhostMcp {
                 Ok(request.execute(&memory, &namespace, &session, &provenance_client, max_priority))
             })
             .await?;
+        self.server.metrics.store_op(op, started.elapsed());
         let (status, touched) = match &outcome {
             Ok(v) => (CallStatus::Success, tools::memories_touched(v)),
             Err(_) => (CallStatus::Failed, Default::default()),
@@ -667,7 +691,9 @@ impl ServerHandler for SkillhostMcp {
         if uri == MEMORY_URI && self.server.options.memory != MemoryMode::None {
             let client = client_of(&context);
             let namespace = self.server.namespace().to_string();
+            let started = std::time::Instant::now();
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
+            self.server.metrics.store_op(metrics::StoreOp::MemoryView, started.elapsed());
             self.audit_line("memory_view", &client, &json!({ "uri": uri }), CallStatus::Success, McpLine::default())
                 .await;
             return Ok(ReadResourceResult::new(vec![

@@ -17,6 +17,7 @@
 //! waits in a host call (epochs do not fire then); output, metadata and new memories
 //! capped after the call.
 
+mod admission;
 mod cache;
 mod call;
 pub(crate) mod capability;
@@ -42,6 +43,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 pub use crate::capabilities::memory::Absorbed;
 pub use crate::capabilities::secrets::leak_scan::{LeakScanner, SecretValues};
+pub use admission::AdmissionStats;
 pub use cache::{CacheSweep, CompileOutcome, ComponentBytes, SWEEP_GRACE, sweep as sweep_compile_cache};
 pub use call::{CallGrant, CallState, Invocation};
 pub use denial::{Denial, DenialKind};
@@ -104,6 +106,17 @@ pub struct RuntimeOptions {
     pub memory_budget_mb: u64,
 }
 
+/// A snapshot of a [`Runtime`]'s pool and budgets (see [`Runtime::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeStats {
+    pub admission: AdmissionStats,
+    /// Instances made ahead of a call and not yet taken (each holds a pool slot).
+    pub made_ahead: usize,
+    /// MiB of the guests' memory budget reserved by running calls.
+    pub memory_reserved_mb: u64,
+    pub memory_budget_mb: u64,
+}
+
 /// The default [`RuntimeOptions::memory_budget_mb`]: the default 64 calls at the default
 /// 64 MiB limit fit; four calls at the 1 GiB ceiling take it all.
 pub const DEFAULT_MEMORY_BUDGET_MB: u64 = 4096;
@@ -134,7 +147,7 @@ pub struct Runtime {
     tier_init: std::sync::Mutex<()>,
     cache: cache::CompileCache,
     ticker: Arc<AtomicBool>,
-    admission: Semaphore,
+    admission: admission::Admission,
     max_calls: u32,
     /// The guests' memory budget, one permit per MiB (see [`RuntimeOptions::memory_budget_mb`]).
     memory_budget: Semaphore,
@@ -263,7 +276,7 @@ impl Runtime {
             tier_init: std::sync::Mutex::new(()),
             cache,
             ticker,
-            admission: Semaphore::new(calls as usize),
+            admission: admission::Admission::new(calls as usize),
             max_calls: calls,
             memory_budget: Semaphore::new(budget_permits(options.memory_budget_mb)),
             memory_budget_mb: options.memory_budget_mb,
@@ -289,6 +302,19 @@ impl Runtime {
         let ahead = if self.make_ahead == MakeAhead::Never { 0 } else { ready::MAX_MADE_AHEAD as u32 };
         let tier = StackTier::new(Limits::STACK_TIERS_KB[index], self.max_calls + ahead, &self.ticker)?;
         Ok(self.tiers[index].get_or_init(|| tier))
+    }
+
+    /// What the runtime holds now, for metrics: call slots running and waited for,
+    /// instances made ahead, the guests' memory budget reserved.
+    pub fn stats(&self) -> RuntimeStats {
+        let ahead_max = if self.make_ahead == MakeAhead::Never { 0 } else { ready::MAX_MADE_AHEAD };
+        let budget = budget_permits(self.memory_budget_mb);
+        RuntimeStats {
+            admission: self.admission.stats(),
+            made_ahead: ahead_max.saturating_sub(self.ahead_budget.load(Ordering::Relaxed)),
+            memory_reserved_mb: budget.saturating_sub(self.memory_budget.available_permits()) as u64,
+            memory_budget_mb: self.memory_budget_mb,
+        }
     }
 
     /// Refuse every call whose mounts contain or lie inside one of `paths` (canonicalized
