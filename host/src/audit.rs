@@ -51,6 +51,7 @@ use crate::fsutil::FileStamp;
 
 mod chain;
 mod entry;
+mod postgres;
 mod read;
 mod seal;
 mod sync;
@@ -61,6 +62,7 @@ pub use entry::{
     CallDetail, CallEntry, CallStatus, ClientInfo, EntryKind, InstallEntry, InstallStatus, McpCall, RanCall,
     StepAction, StepEntry, StepStatus, new_entry, preview,
 };
+pub(crate) use postgres::PG_SCHEMA;
 pub use read::{AuditRead, SessionSummary};
 pub use seal::{SealCheck, SealStatus, Sealed};
 pub use sync::MAX_UNSYNCED_LINES;
