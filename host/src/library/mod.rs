@@ -297,9 +297,11 @@ impl Library {
     }
 
     /// Run on the shared PostgreSQL `store` (opened with [`crate::store::PgStore::open`],
-    /// which checked its schema). Before the first call. Features that keep their state in
-    /// the store reach it with [`Library::postgres`].
+    /// which checked its schema): from now on the audit chain is the store's. Before the
+    /// first call. Features that keep their state in the store reach it with
+    /// [`Library::postgres`].
     pub fn use_postgres(&mut self, store: crate::store::PgStore) {
+        self.audit = AuditLog::postgres(&store);
         self.postgres = Some(store);
     }
 

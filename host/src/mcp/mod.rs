@@ -454,7 +454,7 @@ impl SkillhostMcp {
             }),
         };
         if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
-            tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
+            tracing::warn!(log = %self.server.lib.audit_log().location(), "cannot write the audit log: {e:#}");
         }
     }
 
