@@ -8,7 +8,8 @@
 //!
 //! Appends are serialized in the database: an append's transaction locks the head row
 //! (`SELECT ... FOR UPDATE`), chains its lines to it in Rust with the file's code, inserts
-//! them and moves the head, then commits; the next host's transaction waits for the lock and
+//! them and moves the head, then commits (two round trips: BEGIN with the lock, the insert
+//! with COMMIT, each pair pipelined, so the lock is held for one round trip and the commit); the next host's transaction waits for the lock and
 //! reads the new head. `UNIQUE(seq)` and `UNIQUE(prev_hash)` make a fork impossible even if
 //! that were bypassed, and no `seq` comes from a sequence (whose `nextval` order is not
 //! commit order). A trigger refuses UPDATE, DELETE and TRUNCATE of the lines: the log is
@@ -468,20 +469,36 @@ impl Writer {
 
     /// One transaction: lock the head, chain `entries` to it, insert them, move the head.
     async fn commit(&self, entries: &[Map<String, Value>]) -> Result<Vec<Appended>, Failed> {
+        let client = self.pool.get().await.map_err(|e| Failed {
+            before_commit: true,
+            error: anyhow!("cannot connect to the PostgreSQL store {}: {e}", self.store_name),
+        })?;
+        let result = self.commit_on(&client, entries).await;
+        if result.is_err() {
+            // It may be inside an open or aborted transaction: never hand it to another user.
+            drop(deadpool_postgres::Object::take(client));
+        }
+        result
+    }
+
+    /// The transaction in two round trips, so that the head stays locked for one round trip
+    /// and the commit (the other hosts wait for that lock): BEGIN with the locking read,
+    /// then the insert with COMMIT, each pair pipelined on the connection.
+    async fn commit_on(
+        &self,
+        client: &deadpool_postgres::ClientWrapper,
+        entries: &[Map<String, Value>],
+    ) -> Result<Vec<Appended>, Failed> {
         let before = |error: anyhow::Error| Failed { before_commit: true, error };
-        let db = |e: tokio_postgres::Error| {
+        let db = |e: &tokio_postgres::Error| {
             let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
             anyhow!("cannot append to the audit chain of {}: {detail}", self.store_name)
         };
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| before(anyhow!("cannot connect to the PostgreSQL store {}: {e}", self.store_name)))?;
-        let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(db(e)))?;
-        let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(db(e)))?;
-        let tx = client.transaction().await.map_err(|e| before(db(e)))?;
-        let head = tx.query_opt(&lock, &[]).await.map_err(|e| before(db(e)))?.ok_or_else(|| {
+        let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(db(&e)))?;
+        let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(db(&e)))?;
+        let (begun, head) = tokio::join!(client.batch_execute("BEGIN"), client.query_opt(&lock, &[]));
+        begun.map_err(|e| before(db(&e)))?;
+        let head = head.map_err(|e| before(db(&e)))?.ok_or_else(|| {
             before(anyhow!(
                 "the audit head row of {} is missing: the store was not migrated (`skillhost store migrate`) or the row was deleted",
                 self.store_name
@@ -509,10 +526,14 @@ impl Writer {
             sessions.push(session);
             lines.push(line);
         }
-        tx.execute(&insert, &[&seqs, &prevs, &hashes, &sessions, &self.host, &lines, &seq, &prev])
-            .await
-            .map_err(|e| before(db(e)))?;
-        tx.commit().await.map_err(|e| Failed { before_commit: false, error: db(e) })?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+            [&seqs, &prevs, &hashes, &sessions, &self.host, &lines, &seq, &prev];
+        let (inserted, committed) = tokio::join!(client.execute(&insert, &params), client.batch_execute("COMMIT"));
+        // The server refused the insert: the transaction was aborted and COMMIT only ended
+        // it, nothing was written. Any other failure (the connection lost) leaves the
+        // outcome unknown, as a failed COMMIT does: no retry then, or a line could be twice.
+        inserted.map_err(|e| Failed { before_commit: e.as_db_error().is_some(), error: db(&e) })?;
+        committed.map_err(|e| Failed { before_commit: false, error: db(&e) })?;
         Ok(appended)
     }
 }

@@ -65,7 +65,12 @@ struct OwnedRuntime(Option<tokio::runtime::Runtime>);
 
 impl Drop for OwnedRuntime {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        let Some(rt) = self.0.take() else { return };
+        if std::thread::current().name() == Some(THREAD) {
+            // The last handle went with a task of this runtime: shut it down from outside.
+            let _ =
+                std::thread::Builder::new().name("skillhost-pg-stop".into()).spawn(move || rt.shutdown_background());
+        } else {
             rt.shutdown_background();
         }
     }
