@@ -44,7 +44,8 @@ test: build-skills
     bash .ci/test-needs
     status=0; cargo test --release || status=$?; bash .ci/test-needs --summary; exit $status
 
-# Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines. Prints ratios.
+# Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines;
+# audit appends/s from 3 hosts on PostgreSQL against the file log. Prints ratios.
 bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
@@ -55,6 +56,8 @@ bench: build-skills
     bash .ci/guest-toolchains
     cargo bench -p skillhost --bench guests
     cargo bench -p skillhost --bench oci
+    bash .ci/postgres
+    cargo bench -p skillhost --bench store
 
 # Formatting and clippy, warnings as errors.
 lint:

@@ -850,7 +850,10 @@ fn an_unknown_table_is_named_with_the_known_ones() {
     assert_one_sentence(&message);
     assert_eq!(
         message,
-        format!("{} has an unknown table `mpc` (line 4); the known tables are: [provider], [memory]", file.display())
+        format!(
+            "{} has an unknown table `mpc` (line 4); the known tables are: [provider], [memory], [store]",
+            file.display()
+        )
     );
 }
 

@@ -33,9 +33,15 @@
 //! The log takes generic entries (a JSON object with `kind` and `session`); it knows
 //! nothing of the library or the agent that write them.
 //!
+//! With a PostgreSQL store (`--store postgres://...`, see [`AuditLog::postgres`]) the same
+//! lines, with the same hash rule, form one chain in the database shared by every host;
+//! appends, verification and reading dispatch to `postgres` (its module doc says how appends
+//! are serialized and group-committed), and `verify` walks the rows with the same code.
+//!
 //! Files: `entry` the typed entries writers fill in, `chain` the canonical form, hashing
 //! and walking of lines, `sync` group commit, `read` reading entries back and
-//! summarising sessions, `seal` setting a damaged log aside.
+//! summarising sessions, `seal` setting a damaged log aside, `postgres` the chain in a
+//! PostgreSQL store.
 
 use std::fs::File;
 use std::io::{BufReader, Write as _};
@@ -51,6 +57,7 @@ use crate::fsutil::FileStamp;
 
 mod chain;
 mod entry;
+mod postgres;
 mod read;
 mod seal;
 mod sync;
@@ -61,6 +68,8 @@ pub use entry::{
     CallDetail, CallEntry, CallStatus, ClientInfo, EntryKind, InstallEntry, InstallStatus, McpCall, RanCall,
     StepAction, StepEntry, StepStatus, new_entry, preview,
 };
+pub use postgres::MAX_BATCH;
+pub(crate) use postgres::PG_SCHEMA;
 pub use read::{AuditRead, SessionSummary};
 pub use seal::{SealCheck, SealStatus, Sealed};
 pub use sync::MAX_UNSYNCED_LINES;
@@ -130,6 +139,9 @@ pub enum Problem {
     PrevMismatch,
     /// `seq` is not the line number.
     SeqGap,
+    /// A PostgreSQL chain's head row does not record its last line: lines were cut off the
+    /// end, added after it, or the head was edited.
+    HeadMismatch,
 }
 
 /// The first line that breaks the chain.
@@ -147,24 +159,55 @@ pub enum VerifyError {
     Broken(ChainBreak),
     #[error("cannot read the audit log {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// The PostgreSQL store could not be read (the message names it and what to check).
+    #[error("{0:#}")]
+    Store(anyhow::Error),
 }
 
-/// The append-only, hash-chained log in one file. Clones share one [`GroupCommit`]: the
-/// appends of one process (a server's concurrent calls) share their syncs.
+/// The append-only, hash-chained log in one file, or in a PostgreSQL store. Clones share
+/// one [`GroupCommit`] (one writer for a store): the appends of one process (a server's
+/// concurrent calls) share their syncs (their transactions).
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     path: PathBuf,
     commits: Arc<GroupCommit>,
+    /// The chain in a PostgreSQL store; `path` is then unused.
+    pg: Option<Arc<postgres::PgChain>>,
 }
 
 impl AuditLog {
     pub fn new(path: impl Into<PathBuf>) -> AuditLog {
-        AuditLog { path: path.into(), commits: Arc::default() }
+        AuditLog { path: path.into(), commits: Arc::default(), pg: None }
+    }
+
+    /// The one chain of a PostgreSQL store (its schema checked by the caller, see
+    /// [`crate::store::PgStore::open`]), written by a group-committing writer of this
+    /// process: make one per process and clone it.
+    pub fn postgres(store: &crate::store::PgStore) -> AuditLog {
+        AuditLog { path: PathBuf::new(), commits: Arc::default(), pg: Some(Arc::new(postgres::PgChain::new(store))) }
+    }
+
+    /// Whether the chain is in a PostgreSQL store.
+    pub fn is_postgres(&self) -> bool {
+        self.pg.is_some()
+    }
+
+    /// Where the chain is, for messages: the file's path, or the store's URL (no password)
+    /// and table.
+    pub fn location(&self) -> String {
+        match &self.pg {
+            Some(pg) => pg.location(),
+            None => self.path.display().to_string(),
+        }
     }
 
     /// How many `sync_data` rounds this log (and its clones) ran: under concurrent appends,
-    /// fewer than the appends (group commit).
+    /// fewer than the appends (group commit). For a PostgreSQL chain: the transactions
+    /// committed.
     pub fn syncs(&self) -> u64 {
+        if let Some(pg) = &self.pg {
+            return pg.batches();
+        }
         self.commits.lock().syncs
     }
 
@@ -173,7 +216,11 @@ impl AuditLog {
     /// for a server, where a sync per answer would cost more than the call. A killed
     /// process still loses no written line; a power loss can lose the last sync round's.
     /// Call [`AuditLog::flush`] before a clean exit.
+    /// A PostgreSQL chain's appends return once committed; this changes nothing for it.
     pub fn sync_in_background(&self) -> Result<()> {
+        if self.pg.is_some() {
+            return Ok(());
+        }
         let mut st = self.commits.lock();
         if st.background {
             return Ok(());
@@ -189,6 +236,9 @@ impl AuditLog {
 
     /// Wait until every line this process wrote is on disk.
     pub fn flush(&self) -> Result<()> {
+        if self.pg.is_some() {
+            return Ok(()); // every append waited for its commit
+        }
         let ticket = self.commits.lock().written;
         self.commits.wait_durable(ticket).with_context(|| format!("cannot sync {}", self.path.display()))
     }
@@ -198,6 +248,7 @@ impl AuditLog {
         AuditLog::new(home.join("audit").join("audit.jsonl"))
     }
 
+    /// The file's path (empty for a PostgreSQL chain: see [`AuditLog::location`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -252,6 +303,9 @@ impl AuditLog {
     /// the next line of the chain.
     pub fn append(&self, entry: Map<String, Value>) -> Result<Appended> {
         check_entry(&entry)?;
+        if let Some(pg) = &self.pg {
+            return pg.append(entry);
+        }
         let mut writer = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner());
         // Any failure below forgets the kept file: the next append opens the log afresh.
         let kept = writer.take();
@@ -273,6 +327,10 @@ impl AuditLog {
     ) -> std::result::Result<Result<Appended>, Map<String, Value>> {
         if let Err(e) = check_entry(&entry) {
             return Ok(Err(e));
+        }
+        if self.pg.is_some() {
+            // It waits for a commit: off the executor ([`AuditLog::append_async`] awaits it).
+            return Err(entry);
         }
         {
             let st = self.commits.lock();
@@ -297,6 +355,27 @@ impl AuditLog {
                 let _ = kept.file.unlock();
                 Err(entry)
             }
+        }
+    }
+
+    /// [`AuditLog::append`] for async callers: a PostgreSQL chain's append is awaited; a
+    /// file's runs on the blocking pool unless it need not wait ([`AuditLog::try_append_now`]).
+    pub async fn append_async(&self, entry: Map<String, Value>) -> Result<Appended> {
+        if let Some(pg) = &self.pg {
+            check_entry(&entry)?;
+            return pg.append_async(entry).await;
+        }
+        let entry = match self.try_append_now(entry) {
+            Ok(appended) => return appended,
+            Err(entry) => entry,
+        };
+        let log = self.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle
+                .spawn_blocking(move || log.append(entry))
+                .await
+                .map_err(|e| anyhow!("the audit writer stopped: {e}"))?,
+            Err(_) => log.append(entry),
         }
     }
 
@@ -360,6 +439,9 @@ impl AuditLog {
     /// The error names the log, the first damaged line and the way out, for callers that
     /// must not act unaudited.
     pub fn check_appendable(&self) -> Result<()> {
+        if let Some(pg) = &self.pg {
+            return pg.check_appendable();
+        }
         // The file as this process's last append left it: its end was a line just written.
         if let Some(w) = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
             && FileStamp::of(&self.path).ok().flatten() == Some(w.stamp)
@@ -386,7 +468,13 @@ impl AuditLog {
     /// Walk the whole file and check every line: JSON object, recorded hash, link to the
     /// previous line, contiguous `seq`. Names the first line that fails. When the first
     /// line is a seal, also checks that the sealed file it names still has its bytes.
+    ///
+    /// A PostgreSQL chain is walked the same way, row by row in one snapshot, and its head row
+    /// must record the last line ([`Problem::HeadMismatch`] otherwise).
     pub fn verify(&self) -> Result<Verified, VerifyError> {
+        if let Some(pg) = &self.pg {
+            return pg.verify();
+        }
         let io = |source| VerifyError::Io { path: self.path.clone(), source };
         let file = match File::open(&self.path) {
             Ok(f) => f,

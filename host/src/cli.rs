@@ -33,6 +33,7 @@ mod policy;
 mod run;
 mod secret;
 mod skill;
+mod store;
 
 pub use output::UsageError;
 use output::one_line;
@@ -48,6 +49,11 @@ struct Cli {
     /// Directory that `$WORKSPACE` mounts refer to (default: the current directory).
     #[arg(long, global = true)]
     workspace: Option<PathBuf>,
+    /// Where the system of record lives: `local` (the home; the default) or a PostgreSQL URL
+    /// shared by several hosts, e.g. postgres:///skillhost?host=/run/postgresql. Default:
+    /// `[store] url` in skillhost.toml.
+    #[arg(long, global = true, env = "SKILLHOST_STORE", value_name = "local|postgres://...")]
+    store: Option<String>,
     /// Machine-readable JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
@@ -114,6 +120,9 @@ enum Command {
     /// Which keys may sign skills for which registry/repository prefix (<home>/trust.toml).
     #[command(subcommand)]
     Trust(oci::TrustCmd),
+    /// The shared PostgreSQL store: apply schema migrations, show the schema version.
+    #[command(subcommand)]
+    Store(store::StoreCmd),
 }
 
 #[derive(Subcommand)]
@@ -380,6 +389,11 @@ fn open_library(cli: &Cli) -> Result<Library> {
     let project = cwd.join(".skillhost").join("policy.toml");
     let mut lib = Library::open(&home, cli.workspace.as_deref(), project.exists().then_some(project))?;
     lib.set_default_workspace(&cwd)?;
+    // A shared store: refuse to run on a schema this build does not know or that needs
+    // `skillhost store migrate`, before anything is done.
+    if let (crate::store::StoreUrl::Postgres(url), _) = crate::store::StoreUrl::resolve(cli.store.as_deref(), &home)? {
+        lib.use_postgres(crate::store::PgStore::open(&url)?);
+    }
     let quiet = cli.json;
     lib.on_progress(move |msg| {
         if !quiet || std::io::stderr().is_terminal() {
@@ -402,6 +416,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Config(cmd) => return config::run(&home_of(&cli)?, cmd, cli.json),
+        Command::Store(cmd) => return store::run(&home_of(&cli)?, cli.store.as_deref(), cmd, cli.json),
         _ => {}
     }
     let mut lib = open_library(&cli)?;
@@ -419,7 +434,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Secret(cmd) => secret::run(&lib, cmd, json),
         Command::Key(cmd) => oci::key(&home, cmd, json),
         Command::Trust(cmd) => oci::trust(&home, cmd, json),
-        Command::Completions { .. } | Command::Config(_) => unreachable!("handled before the library opens"),
+        Command::Completions { .. } | Command::Config(_) | Command::Store(_) => {
+            unreachable!("handled before the library opens")
+        }
     }
 }
 

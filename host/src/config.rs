@@ -6,6 +6,9 @@
 //!
 //! [memory]          # the embedding model of memory search (memory::model_setting)
 //! embed_model = "models/multilingual-e5-small-q4.bin"   # or "off"
+//!
+//! [store]           # where the system of record lives (store::StoreUrl)
+//! url = "postgres:///skillhost?host=/run/postgresql"    # or "local", the default
 //! ```
 //!
 //! A feature names its table in [`TABLES`] and reads it with [`ConfigFile::table`] into its own
@@ -23,7 +26,7 @@ use serde::de::{Deserialize, DeserializeOwned, DeserializeSeed, IgnoredAny, MapA
 pub const CONFIG_FILE: &str = "skillhost.toml";
 
 /// Every table a `skillhost.toml` may have, one per feature. A new feature adds its name here.
-pub const TABLES: &[&str] = &["provider", "memory"];
+pub const TABLES: &[&str] = &["provider", "memory", "store"];
 
 /// One sentence naming the file, the line where known, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -163,7 +166,7 @@ mod tests {
         let message = parse("[provider]\nkind = \"x\"\n\n[mcpp]\nport = 1\n").unwrap_err().0;
         assert_eq!(
             message,
-            "/h/skillhost.toml has an unknown table `mcpp` (line 4); the known tables are: [provider], [memory]"
+            "/h/skillhost.toml has an unknown table `mcpp` (line 4); the known tables are: [provider], [memory], [store]"
         );
         let message = parse("kind = \"openai\"\n").unwrap_err().0;
         assert!(message.contains("unknown table `kind` (line 1)"), "{message}");

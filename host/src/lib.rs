@@ -6,7 +6,8 @@
 //! [`capabilities`] that the skill declares and the user's [`policy`] grants. Skills reach
 //! long-term and session [`memory`] through host interfaces, never directly. Every call is
 //! recorded in the hash-chained [`audit`] log. The [`agent`] loop lets an LLM pick which
-//! skill to call next; [`mcp`] serves the skills to MCP clients.
+//! skill to call next; [`mcp`] serves the skills to MCP clients. The system of record is
+//! the home, or a PostgreSQL database shared by several hosts ([`store`]).
 //!
 //! What an embedder uses: [`library::Library`] (install, run, search, memory), the
 //! [`policy`] and [`capabilities`] it decides with, [`sandbox::Runtime`] for calls without
@@ -27,6 +28,7 @@ pub mod memory;
 pub mod oci;
 pub mod policy;
 pub mod sandbox;
+pub mod store;
 
 // The binary's command line, and helpers the test suites reach into.
 #[doc(hidden)]

@@ -80,9 +80,9 @@ pub fn require_installed(path: PathBuf, what: &str, needs: Needs) -> Option<Path
     None
 }
 
-/// The caller's variables that would change what a CLI test's `skillhost` does: log levels
-/// and the LLM provider settings (a developer's own key must not reach a test).
-const HOST_ENV: [&str; 8] = [
+/// The caller's variables that would change what a CLI test's `skillhost` does: log levels,
+/// the LLM provider settings (a developer's own key must not reach a test) and the store.
+const HOST_ENV: [&str; 9] = [
     "RUST_LOG",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -91,6 +91,7 @@ const HOST_ENV: [&str; 8] = [
     "SKILLHOST_PROVIDER",
     "SKILLHOST_MODEL",
     "SKILLHOST_DECISIONS",
+    "SKILLHOST_STORE",
 ];
 
 /// The skillhost binary as a user runs it, with `home` as its home (SKILLHOST_HOME) and none

@@ -79,6 +79,9 @@ impl AuditLog {
     /// Every entry that parses, in order, and the numbers of lines that do not. Does not
     /// verify the chain (see [`AuditLog::verify`]).
     pub fn read(&self) -> Result<AuditRead> {
+        if let Some(pg) = &self.pg {
+            return pg.read();
+        }
         let text = match std::fs::read(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(AuditRead::default()),
@@ -92,6 +95,9 @@ impl AuditLog {
     /// Like [`AuditLog::read`], with the readable entries of sealed segments first (oldest
     /// first): the whole history, across seals.
     pub fn read_history(&self) -> Result<AuditRead> {
+        if self.pg.is_some() {
+            return self.read(); // never sealed
+        }
         let mut sealed: Vec<PathBuf> = std::fs::read_dir(self.sealed_dir())
             .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect())
             .unwrap_or_default();
@@ -114,7 +120,10 @@ impl AuditLog {
 
     /// The entries of `session`, in order (sealed segments included); an error when it has none.
     pub fn show(&self, session: &str) -> Result<Vec<Map<String, Value>>> {
-        let entries = self.read_history()?.session(session);
+        let entries = match &self.pg {
+            Some(pg) => pg.session(session)?,
+            None => self.read_history()?.session(session),
+        };
         if entries.is_empty() {
             bail!("no audit entries for session `{session}`; `skillhost audit list` shows the sessions");
         }

@@ -38,6 +38,9 @@ impl AuditLog {
     /// provable: `verify` checks the sealed file against that hash. Refuses a log that
     /// verifies (nothing is damaged; a torn last line is repaired by the next append).
     pub fn seal(&self) -> Result<Sealed> {
+        if let Some(pg) = &self.pg {
+            return Err(super::postgres::no_seal(&pg.location()));
+        }
         if !self.path.exists() {
             bail!("there is no audit log at {} to seal", self.path.display());
         }

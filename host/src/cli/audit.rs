@@ -42,7 +42,7 @@ pub(super) fn run(lib: &Library, cmd: AuditCmd, json: bool) -> Result<ExitCode> 
             if json {
                 print_json(&sessions)?;
             } else if sessions.is_empty() {
-                println!("no audit entries yet in {}", log.path().display());
+                println!("no audit entries yet in {}", log.location());
             } else {
                 println!("{:<28} {:<24} {:<24} {:>7} {:<14} skills", "session", "first", "last", "entries", "final");
                 for s in &sessions {
@@ -72,14 +72,14 @@ pub(super) fn run(lib: &Library, cmd: AuditCmd, json: bool) -> Result<ExitCode> 
                 if json {
                     print_json(&json!({
                         "intact": sealed_ok,
-                        "path": log.path(),
+                        "path": log.location(),
                         "entries": v.entries,
                         "head": v.head,
                         "torn_tail": v.torn_tail,
                         "sealed": v.sealed,
                     }))?;
                 } else {
-                    println!("audit log intact: {} entries, head {} ({})", v.entries, v.head, log.path().display());
+                    println!("audit log intact: {} entries, head {} ({})", v.entries, v.head, log.location());
                     if let Some(s) = &v.sealed {
                         let what = match s.status {
                             SealStatus::Intact => "unchanged since it was sealed",
@@ -104,13 +104,19 @@ pub(super) fn run(lib: &Library, cmd: AuditCmd, json: bool) -> Result<ExitCode> 
             Err(VerifyError::Broken(b)) => {
                 if json {
                     print_json(
-                        &json!({ "intact": false, "path": log.path(), "line": b.line, "problem": b.problem, "message": b.message }),
+                        &json!({ "intact": false, "path": log.location(), "line": b.line, "problem": b.problem, "message": b.message }),
                     )?;
                 } else {
-                    eprintln!("audit log TAMPERED or damaged ({}): {}", log.path().display(), b.message);
-                    eprintln!(
-                        "  keep the file as evidence; `skillhost audit seal` sets it aside and starts a new verified segment"
-                    );
+                    eprintln!("audit log TAMPERED or damaged ({}): {}", log.location(), b.message);
+                    if log.is_postgres() {
+                        eprintln!(
+                            "  keep the rows as evidence (and a dump of the table); appends go on from the head row"
+                        );
+                    } else {
+                        eprintln!(
+                            "  keep the file as evidence; `skillhost audit seal` sets it aside and starts a new verified segment"
+                        );
+                    }
                 }
                 return Ok(ExitCode::from(1));
             }

@@ -130,6 +130,8 @@ pub struct Library {
     /// cache); `None` when the home cannot hold one.
     seal_key: OnceLock<Option<crate::fsutil::SealKey>>,
     audit: AuditLog,
+    /// The shared PostgreSQL store, when the host runs on one ([`Library::use_postgres`]).
+    postgres: Option<crate::store::PgStore>,
     counters: Counters,
     progress: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -169,6 +171,7 @@ impl Library {
             skills: loaded::SkillCache::default(),
             seal_key: OnceLock::new(),
             audit: AuditLog::in_home(root),
+            postgres: None,
             counters: Counters::default(),
             progress: Box::new(|_| {}),
         })
@@ -309,9 +312,24 @@ impl Library {
         Ok(self.memory()?)
     }
 
-    /// The hash-chained audit log of this home (see [`crate::audit`]).
+    /// The hash-chained audit log of this home (see [`crate::audit`]), or of the PostgreSQL
+    /// store the library uses.
     pub fn audit_log(&self) -> AuditLog {
         self.audit.clone()
+    }
+
+    /// Run on the shared PostgreSQL `store` (opened with [`crate::store::PgStore::open`],
+    /// which checked its schema): from now on the audit chain is the store's. Before the
+    /// first call. Features that keep their state in the store reach it with
+    /// [`Library::postgres`].
+    pub fn use_postgres(&mut self, store: crate::store::PgStore) {
+        self.audit = AuditLog::postgres(&store);
+        self.postgres = Some(store);
+    }
+
+    /// The PostgreSQL store this library runs on; `None` for the local home.
+    pub fn postgres(&self) -> Option<&crate::store::PgStore> {
+        self.postgres.as_ref()
     }
 
     fn skill_dir(&self, name: &str) -> PathBuf {

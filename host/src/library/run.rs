@@ -379,7 +379,7 @@ impl Library {
                 "`{}` ran (session {}), but its call could not be written to the audit log {}: {e:#}. Further calls are refused until the log is repaired; see `skillhost audit verify` and `skillhost audit seal`.",
                 report.skill,
                 report.session,
-                self.audit.path().display()
+                self.audit.location()
             )
         })
     }

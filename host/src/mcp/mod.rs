@@ -455,7 +455,7 @@ impl SkillhostMcp {
         self.server.metrics.call(tool, status, None);
         let started = std::time::Instant::now();
         if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
-            tracing::warn!(path = %self.server.lib.audit_log().path().display(), "cannot write the audit log: {e:#}");
+            tracing::warn!(log = %self.server.lib.audit_log().location(), "cannot write the audit log: {e:#}");
         }
         self.server.metrics.store_op(metrics::StoreOp::AuditAppend, started.elapsed());
     }

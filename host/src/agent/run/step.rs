@@ -541,7 +541,7 @@ impl<'a> Agent<'a> {
                  run `skillhost audit verify` (and `skillhost audit seal` if it reports damage), then resume with \
                  `skillhost run --resume {}`",
                 self.state.step,
-                log.path().display(),
+                log.location(),
                 self.state.session
             )
         })

@@ -1,0 +1,293 @@
+//! Where a host keeps its system of record: the local home (the default: redb, tantivy and
+//! files under `<home>`, one process at a time) or a PostgreSQL database that several
+//! interchangeable hosts share (`--store postgres://...`, or `[store] url` in skillhost.toml).
+//!
+//! Why a module of its own: the local home is owned by one process (redb and tantivy take file
+//! locks, the audit chain is a file), so N hosts behind a load balancer need one database they
+//! can all write. This module is the foundation every shared feature builds on: it parses and
+//! checks the store URL ([`StoreUrl`]), owns the connection pool and the async runtime it runs
+//! on ([`PgStore`], which sync and async code both call), and versions the schema
+//! ([`migrations`]): a host refuses to run on a schema newer than it knows, or older than it
+//! needs. Features keep their own tables and code (the audit chain: `crate::audit`, its
+//! migration 1); they reach the database through [`PgStore`].
+//!
+//! URLs are libpq-style and parsed by `tokio_postgres::Config`:
+//! `postgres:///skillhost?host=/run/postgresql` (a Unix socket directory),
+//! `postgres://skillhost@localhost:5432/skillhost`. Only Unix sockets and loopback are
+//! accepted without TLS, which is not built in yet: a URL asking for TLS (`sslmode=require`)
+//! is refused saying so, and so is a remote host unless the URL says `sslmode=disable`
+//! (plaintext on a network the operator trusts).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::{Result, anyhow, bail};
+use serde::Deserialize;
+use tokio_postgres::config::{Host, SslMode};
+
+pub mod migrations;
+mod postgres;
+
+pub use migrations::{MIGRATIONS, Migration, SchemaState, SchemaStatus};
+pub use postgres::PgStore;
+
+/// The `[store]` table of `<home>/skillhost.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreTable {
+    url: Option<String>,
+}
+
+/// Where the system of record lives.
+#[derive(Debug, Clone)]
+pub enum StoreUrl {
+    /// The home directory (the default).
+    Local,
+    /// A PostgreSQL database shared by every host given the same URL.
+    Postgres(PgUrl),
+}
+
+/// Where a [`StoreUrl`] came from (for messages and `store status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSource {
+    Default,
+    /// `--store` or `SKILLHOST_STORE`.
+    Flag,
+    /// `[store] url` in this file.
+    ConfigFile(std::path::PathBuf),
+}
+
+impl fmt::Display for StoreSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSource::Default => f.write_str("default"),
+            StoreSource::Flag => f.write_str("--store / SKILLHOST_STORE"),
+            StoreSource::ConfigFile(p) => write!(f, "[store] url in {}", p.display()),
+        }
+    }
+}
+
+/// A checked PostgreSQL URL: the connection settings, and a form to show that never contains
+/// the password.
+#[derive(Clone)]
+pub struct PgUrl {
+    config: Box<tokio_postgres::Config>,
+    shown: String,
+}
+
+impl fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl fmt::Display for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// Where libpq looks when a URL names no host (Debian's socket directory).
+pub const DEFAULT_SOCKET_DIR: &str = "/run/postgresql";
+
+const URL_FORMS: &str =
+    "postgres:///DBNAME?host=/run/postgresql (a Unix socket directory) or postgres://USER@localhost:5432/DBNAME";
+
+impl PgUrl {
+    /// The connection settings (host, port, user, database...).
+    pub fn config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+
+    fn parse(url: &str) -> Result<PgUrl> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| anyhow!("`{}` is not a valid PostgreSQL URL ({e}); write it as {URL_FORMS}", redact(url)))?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            config.host_path(DEFAULT_SOCKET_DIR);
+        }
+        let shown = show(&config);
+        match config.get_ssl_mode() {
+            SslMode::Require => bail!(
+                "{shown} asks for TLS (sslmode=require), which this skillhost does not support yet: connect over a Unix socket or loopback (for a remote server, through a local tunnel or pooler), or set sslmode=disable on a network you trust"
+            ),
+            SslMode::Disable => {}
+            _ => {
+                let remote: Vec<String> = config
+                    .get_hosts()
+                    .iter()
+                    .filter_map(|h| match h {
+                        Host::Tcp(name) if !is_loopback(name) => Some(name.clone()),
+                        _ => None,
+                    })
+                    .chain(config.get_hostaddrs().iter().filter(|a| !a.is_loopback()).map(IpAddr::to_string))
+                    .collect();
+                if !remote.is_empty() {
+                    bail!(
+                        "{shown}: the connection to {} would not be encrypted (TLS is not built into this skillhost yet): use a Unix socket or a loopback address (a local tunnel or pooler for a remote server), or add sslmode=disable to the URL to accept plaintext on a network you trust",
+                        remote.join(", ")
+                    );
+                }
+            }
+        }
+        config.application_name("skillhost");
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(10));
+        }
+        Ok(PgUrl { config: Box::new(config), shown })
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
+}
+
+/// `url` with anything between `://` and `@` (user and password) reduced to the user.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    match rest.split_once('@') {
+        Some((creds, tail)) if !creds.contains('/') => {
+            let user = creds.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{tail}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// `postgres://USER@HOSTS:PORT/DB` (or `postgres://USER@/DB?host=DIR` for a Unix socket)
+/// from the parsed settings: never the password.
+fn show(config: &tokio_postgres::Config) -> String {
+    let user = config.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    let ports = config.get_ports();
+    let port_of = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or_default();
+    let hosts = config.get_hosts();
+    if !hosts.is_empty() && hosts.iter().all(|h| matches!(h, Host::Unix(_))) {
+        let dirs: Vec<String> = hosts
+            .iter()
+            .filter_map(|h| if let Host::Unix(d) = h { Some(d.display().to_string()) } else { None })
+            .collect();
+        let port = if port_of(0) == 5432 { String::new() } else { format!("&port={}", port_of(0)) };
+        return format!("postgres://{user}/{db}?host={}{port}", dirs.join(","));
+    }
+    let hosts: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match h {
+            Host::Tcp(name) if name.contains(':') => format!("[{name}]:{}", port_of(i)),
+            Host::Tcp(name) => format!("{name}:{}", port_of(i)),
+            Host::Unix(dir) => format!("{}:{}", dir.display(), port_of(i)),
+        })
+        .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
+        .collect();
+    format!("postgres://{user}{}/{db}", hosts.join(","))
+}
+
+impl FromStr for StoreUrl {
+    type Err = anyhow::Error;
+
+    /// `local`, or a `postgres://` / `postgresql://` URL.
+    fn from_str(s: &str) -> Result<StoreUrl> {
+        let s = s.trim();
+        if s == "local" {
+            return Ok(StoreUrl::Local);
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(PgUrl::parse(s)?));
+        }
+        if s.starts_with("postgres:") || s.starts_with("postgresql:") {
+            bail!("`{}` is not a PostgreSQL URL: write it as {URL_FORMS}", redact(s));
+        }
+        bail!(
+            "unknown store `{}`: use `local` (the home directory, the default) or a PostgreSQL URL such as {URL_FORMS}",
+            redact(s)
+        )
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Local => f.write_str("local"),
+            StoreUrl::Postgres(url) => url.fmt(f),
+        }
+    }
+}
+
+impl StoreUrl {
+    /// The store in force: `flag` (`--store` / `SKILLHOST_STORE`) when given, else `[store] url`
+    /// in `<home>/skillhost.toml`, else the local home. A bad value is an error naming where it
+    /// came from.
+    pub fn resolve(flag: Option<&str>, home: &Path) -> Result<(StoreUrl, StoreSource)> {
+        if let Some(flag) = flag {
+            let url = flag.parse().map_err(|e: anyhow::Error| anyhow!("--store: {e:#}"))?;
+            return Ok((url, StoreSource::Flag));
+        }
+        let file = crate::config::ConfigFile::load(home).map_err(|e| anyhow!("{e}"))?;
+        let Some(url) = file.table::<StoreTable>("store").map_err(|e| anyhow!("{e}"))?.and_then(|t| t.url) else {
+            return Ok((StoreUrl::Local, StoreSource::Default));
+        };
+        let source = StoreSource::ConfigFile(file.path().to_path_buf());
+        let url = url
+            .parse()
+            .map_err(|e: anyhow::Error| anyhow!("`url` in the [store] table of {}: {e:#}", file.path().display()))?;
+        Ok((url, source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_and_postgres_urls_parse_and_others_are_refused_with_the_forms() {
+        assert!(matches!("local".parse::<StoreUrl>().unwrap(), StoreUrl::Local));
+        let StoreUrl::Postgres(url) = "postgres:///skillhost?host=/run/postgresql".parse::<StoreUrl>().unwrap() else {
+            panic!("not postgres")
+        };
+        assert_eq!(url.config().get_dbname(), Some("skillhost"));
+        assert_eq!(url.config().get_hosts(), &[Host::Unix("/run/postgresql".into())]);
+        // No host: Debian's socket directory, as libpq does.
+        let StoreUrl::Postgres(url) = "postgresql:///db".parse::<StoreUrl>().unwrap() else { panic!() };
+        assert_eq!(url.config().get_hosts(), &[Host::Unix(DEFAULT_SOCKET_DIR.into())]);
+        assert!(matches!("postgres://u@127.0.0.1:5433/db".parse::<StoreUrl>().unwrap(), StoreUrl::Postgres(_)));
+        assert!(matches!("postgres://u@[::1]/db".parse::<StoreUrl>().unwrap(), StoreUrl::Postgres(_)));
+
+        let e = "redis://x".parse::<StoreUrl>().unwrap_err().to_string();
+        assert!(e.contains("unknown store") && e.contains("postgres:///"), "{e}");
+        let e = "postgres://u@localhost/db?nonsense=1".parse::<StoreUrl>().unwrap_err().to_string();
+        assert!(e.contains("not a valid PostgreSQL URL"), "{e}");
+    }
+
+    #[test]
+    fn tls_and_remote_plaintext_are_refused_and_passwords_never_shown() {
+        let e = "postgres://u:hunter2@localhost/db?sslmode=require".parse::<StoreUrl>().unwrap_err().to_string();
+        assert!(e.contains("TLS") && e.contains("not support"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = "postgres://u:hunter2@db.example.com/db".parse::<StoreUrl>().unwrap_err().to_string();
+        assert!(e.contains("db.example.com") && e.contains("sslmode=disable"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let ok = "postgres://u:hunter2@db.example.com/db?sslmode=disable".parse::<StoreUrl>().unwrap();
+        assert_eq!(ok.to_string(), "postgres://u@db.example.com:5432/db");
+        let e = "postgres://u:hunter2@localhost/db?bogus".parse::<StoreUrl>().unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn the_config_file_is_read_and_the_flag_wins() {
+        let home = tempfile::tempdir().unwrap();
+        assert!(matches!(StoreUrl::resolve(None, home.path()).unwrap(), (StoreUrl::Local, StoreSource::Default)));
+        std::fs::write(home.path().join("skillhost.toml"), "[store]\nurl = \"postgres:///x?host=/tmp\"\n").unwrap();
+        let (url, source) = StoreUrl::resolve(None, home.path()).unwrap();
+        assert_eq!(url.to_string(), "postgres:///x?host=/tmp");
+        assert!(matches!(source, StoreSource::ConfigFile(_)));
+        assert!(matches!(StoreUrl::resolve(Some("local"), home.path()).unwrap(), (StoreUrl::Local, StoreSource::Flag)));
+        std::fs::write(home.path().join("skillhost.toml"), "[store]\nurl = \"mysql://x\"\n").unwrap();
+        let e = StoreUrl::resolve(None, home.path()).unwrap_err().to_string();
+        assert!(e.contains("[store]") && e.contains("skillhost.toml") && e.contains("unknown store"), "{e}");
+        std::fs::write(home.path().join("skillhost.toml"), "[store]\nuri = \"local\"\n").unwrap();
+        let e = StoreUrl::resolve(None, home.path()).unwrap_err().to_string();
+        assert!(e.contains("uri"), "{e}");
+    }
+}

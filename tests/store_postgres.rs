@@ -1,0 +1,383 @@
+//! The PostgreSQL store on a real server (tests/common/postgres.rs: a throwaway PostgreSQL
+//! per test binary, a database per test): schema migrations and the hosts' refusals, the one
+//! audit chain that several hosts (pools, threads, processes) append to, tampering found by
+//! `audit verify`, and a skill call's line landing in the database.
+
+mod common;
+#[path = "common/postgres.rs"]
+mod postgres;
+
+use std::collections::BTreeMap;
+
+use common::Env;
+use serde_json::Value;
+use skillhost::audit::{AuditLog, EntryKind, Problem, VerifyError, new_entry};
+use skillhost::store::{PgStore, SchemaState, StoreUrl};
+
+fn json_of(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// An entry whose `marker` names who wrote it.
+fn marked(session: &str, marker: &str) -> serde_json::Map<String, Value> {
+    let mut e = new_entry(EntryKind::Call, session);
+    e.insert("skill".into(), "writer".into());
+    e.insert("status".into(), "success".into());
+    e.insert("marker".into(), marker.into());
+    e
+}
+
+#[test]
+fn migrate_and_status_and_hosts_refuse_a_schema_they_do_not_run_on() {
+    let db = postgres::database();
+    let env = Env::new();
+    let url = db.url();
+
+    // Never migrated: a host refuses, saying what to run; status says behind (exit 1).
+    let out = env.skillhost().args(["--store", &url, "audit", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    let e = stderr_of(&out);
+    assert!(e.contains("no skillhost schema yet") && e.contains("skillhost store migrate"), "{e}");
+    let out = env.skillhost().args(["--store", &url, "--json", "store", "status"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let status = json_of(&out.stdout);
+    assert_eq!((status["version"].as_i64(), status["state"].as_str()), (Some(0), Some("behind")), "{status}");
+    assert_eq!(status["pending"].as_array().unwrap().len(), skillhost::store::MIGRATIONS.len());
+
+    // Migrate applies every migration once; again, nothing.
+    let known = skillhost::store::migrations::known_version();
+    let out = env.skillhost().args(["--store", &url, "--json", "store", "migrate"]).assert().success();
+    let applied = json_of(&out.get_output().stdout);
+    assert_eq!(applied["applied"].as_array().unwrap().len(), known as usize, "{applied}");
+    assert_eq!(applied["version"].as_i64(), Some(known as i64));
+    let out = env.skillhost().args(["--store", &url, "store", "migrate"]).assert().success();
+    assert!(String::from_utf8_lossy(&out.get_output().stdout).contains("nothing to apply"));
+    assert_eq!(db.psql("SELECT count(*) FROM skillhost_schema"), known.to_string());
+
+    // Current: status exit 0, the host runs (an empty chain verifies).
+    let out = env.skillhost().args(["--store", &url, "--json", "store", "status"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["state"], "current");
+    let out = env.skillhost().args(["--store", &url, "audit", "verify"]).assert().success();
+    let said = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(said.contains("intact: 0 entries") && said.contains("skillhost_audit"), "{said}");
+
+    // A newer skillhost migrated it: hosts of this build refuse, naming both versions, and so
+    // does migrate (nothing changed).
+    let newer = known + 1;
+    db.psql(&format!(
+        "INSERT INTO skillhost_schema (version, name, applied_by) VALUES ({newer}, 'from the future', 'test')"
+    ));
+    let out = env.skillhost().args(["--store", &url, "audit", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr_of(&out);
+    assert!(
+        e.contains(&format!("schema version {newer}, newer than the version {known}"))
+            && e.contains("Upgrade skillhost"),
+        "{e}"
+    );
+    let out = env.skillhost().args(["--store", &url, "store", "migrate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("nothing was changed"), "{}", stderr_of(&out));
+    let store = db.connect();
+    assert_eq!(store.schema_status().unwrap().state, SchemaState::Ahead);
+    assert!(PgStore::open(&db.store_url()).is_err());
+
+    // [store] url in skillhost.toml is read like the flag.
+    std::fs::write(env.home.path().join("skillhost.toml"), format!("[store]\nurl = \"{url}\"\n")).unwrap();
+    let out = env.skillhost().args(["--json", "store", "status"]).output().unwrap();
+    let status = json_of(&out.stdout);
+    assert_eq!((status["state"].as_str(), status["version"].as_i64()), (Some("ahead"), Some(newer as i64)), "{status}");
+    assert!(status["source"].as_str().unwrap().contains("skillhost.toml"), "{status}");
+}
+
+#[test]
+fn bad_urls_and_unreachable_servers_are_one_clear_error() {
+    let env = Env::new();
+    let cases: [(&str, &[&str]); 4] = [
+        ("mysql://localhost/x", &["unknown store", "postgres://"]),
+        ("postgres://u:secret@db.example.com/x", &["would not be encrypted", "sslmode=disable"]),
+        ("postgres://u:secret@localhost/x?sslmode=require", &["TLS", "not support"]),
+        (
+            "postgres://u@/x?host=/nonexistent-socket-dir",
+            &["cannot connect to", "/nonexistent-socket-dir", "pg_isready"],
+        ),
+    ];
+    for (url, wanted) in cases {
+        let out = env.skillhost().args(["--store", url, "audit", "list"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{url}: {}", stderr_of(&out));
+        let e = stderr_of(&out);
+        assert!(wanted.iter().all(|w| e.contains(w)), "{url}: {e}");
+        assert!(!e.contains("secret") && !e.contains("panicked"), "{url}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    }
+    // A database that does not exist on a running server.
+    let server = postgres::server();
+    let url = format!("postgres://{}@/no_such_db?host={}", postgres::USER, server.socket_dir.display());
+    let out = env.skillhost().args(["--store", &url, "store", "status"]).output().unwrap();
+    let e = stderr_of(&out);
+    assert!(e.contains("no_such_db") && e.contains("does not exist") && e.contains("createdb"), "{e}");
+}
+
+#[test]
+fn three_hosts_from_many_threads_and_two_processes_append_one_linear_chain() {
+    const THREADS: usize = 4;
+    const EACH: usize = 40;
+    let db = postgres::database();
+    db.migrated();
+    // Three hosts: three pools, three writers, each appended to from several threads.
+    let hosts: Vec<AuditLog> = (0..3).map(|_| AuditLog::postgres(&db.connect())).collect();
+    // And two skillhost processes calling a skill over and over meanwhile.
+    let env = Env::new();
+    let dir = env.probe_as("probe", "");
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    let url = db.url();
+    let processes: Vec<_> = (0..2)
+        .map(|p| {
+            let (home, workspace, url) =
+                (env.home.path().to_path_buf(), env.workspace.path().to_path_buf(), url.clone());
+            std::thread::spawn(move || {
+                for i in 0..4 {
+                    let out = common::skillhost_command(&home)
+                        .arg("--workspace")
+                        .arg(&workspace)
+                        .args(["--store", &url, "skill", "run", "probe", "--session", &format!("proc{p}-{i}")])
+                        .args(["-p", "mode=noop"])
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "process {p} run {i}: {}", String::from_utf8_lossy(&out.stderr));
+                }
+            })
+        })
+        .collect();
+    let threads: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(h, log)| {
+            (0..THREADS).map(move |t| {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    (0..EACH)
+                        .map(|i| log.append(marked(&format!("h{h}t{t}"), &format!("h{h}t{t}i{i}"))).unwrap().seq)
+                        .collect::<Vec<u64>>()
+                })
+            })
+        })
+        .collect();
+    let mut seqs: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    for p in processes {
+        p.join().unwrap();
+    }
+    let lines = 3 * THREADS * EACH + 8;
+    // Every append got its own seq.
+    seqs.sort();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 3 * THREADS * EACH);
+
+    // One linear chain: contiguous seq, each line chained to the one before, all verified by
+    // any host, and by the CLI.
+    for log in &hosts {
+        let v = log.verify().unwrap();
+        assert_eq!(v.entries, lines as u64);
+    }
+    assert_eq!(
+        db.psql("SELECT min(seq) || ' ' || max(seq) || ' ' || count(*) FROM skillhost_audit"),
+        format!("1 {lines} {lines}")
+    );
+    assert_eq!(db.psql("SELECT seq || ' ' || hash FROM skillhost_audit_head"), {
+        let v = hosts[0].verify().unwrap();
+        format!("{lines} {}", v.head)
+    });
+    let out = env.skillhost().args(["--store", &url, "--json", "audit", "verify"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)["entries"].as_u64(), Some(lines as u64));
+
+    // Every appended line is there exactly once, in its writer's order.
+    let read = hosts[1].read().unwrap();
+    assert!(read.unreadable.is_empty());
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &read.entries {
+        if let Some(m) = e.get("marker").and_then(Value::as_str) {
+            *count.entry(m.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(count.len(), 3 * THREADS * EACH);
+    assert!(count.values().all(|n| *n == 1), "a line twice: {count:?}");
+    let ordered: Vec<String> =
+        hosts[2].show("h1t2").unwrap().iter().map(|e| e["marker"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ordered, (0..EACH).map(|i| format!("h1t2i{i}")).collect::<Vec<_>>());
+    let calls = read.entries.iter().filter(|e| e["skill"] == "probe").count();
+    assert_eq!(calls, 8, "each process call is one line");
+    // Each row's host is recorded (outside the hashed line): 3 pools of this process + 8 processes.
+    let writers: usize = db.psql("SELECT count(DISTINCT host) FROM skillhost_audit").parse().unwrap();
+    assert_eq!(writers, 1 + 8, "one test process (three pools) and eight skillhost processes");
+}
+
+#[test]
+fn a_host_group_commits_concurrent_appends_and_answers_only_after_commit() {
+    let db = postgres::database();
+    db.migrated();
+    let log = AuditLog::postgres(&db.connect());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let appended: Vec<u64> = rt.block_on(async {
+        let tasks: Vec<_> = (0..300)
+            .map(|i| {
+                let log = log.clone();
+                tokio::spawn(async move { log.append_async(marked("gc", &format!("m{i}"))).await.unwrap().seq })
+            })
+            .collect();
+        let mut seqs = Vec::new();
+        for t in tasks {
+            let seq = t.await.unwrap();
+            seqs.push(seq);
+        }
+        seqs
+    });
+    // Answered means committed: every answered seq is visible to another connection now.
+    let max = *appended.iter().max().unwrap();
+    assert_eq!(db.psql("SELECT count(*) FROM skillhost_audit"), "300");
+    assert_eq!(max, 300);
+    let batches = log.syncs();
+    assert!((1..100).contains(&batches), "300 queued appends went into {batches} transactions");
+    assert_eq!(log.verify().unwrap().entries, 300);
+}
+
+#[test]
+fn tampered_rows_are_found_by_verify_and_the_log_is_append_only() {
+    let db = postgres::database();
+    db.migrated();
+    let log = AuditLog::postgres(&db.connect());
+    for i in 0..6 {
+        log.append(marked("t", &format!("m{i}"))).unwrap();
+    }
+    assert_eq!(log.verify().unwrap().entries, 6);
+
+    // The trigger refuses edits and deletes from anyone who does not disable it first.
+    let e = db.try_psql("UPDATE skillhost_audit SET line = replace(line, 'm2', 'mX') WHERE seq = 3").unwrap_err();
+    assert!(e.contains("append-only"), "{e}");
+    assert!(db.try_psql("DELETE FROM skillhost_audit WHERE seq = 6").unwrap_err().contains("append-only"));
+
+    // Someone with the rights to disable it edits line 3: named, as an edit.
+    db.psql("ALTER TABLE skillhost_audit DISABLE TRIGGER skillhost_audit_append_only");
+    db.psql("UPDATE skillhost_audit SET line = replace(line, '\"m2\"', '\"mX\"') WHERE seq = 3");
+    match log.verify() {
+        Err(VerifyError::Broken(b)) => {
+            assert_eq!((b.line, b.problem), (3, Problem::HashMismatch), "{}", b.message);
+        }
+        other => panic!("expected a break, got {other:?}"),
+    }
+    let env = Env::new();
+    let out = env.skillhost().args(["--store", &db.url(), "audit", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("TAMPERED") && stderr_of(&out).contains("line 3"), "{}", stderr_of(&out));
+    db.psql("UPDATE skillhost_audit SET line = replace(line, '\"mX\"', '\"m2\"') WHERE seq = 3");
+    assert_eq!(log.verify().unwrap().entries, 6, "restored");
+
+    // A deleted middle line: the next one no longer follows.
+    let saved = db.psql("SELECT line FROM skillhost_audit WHERE seq = 4");
+    db.psql("DELETE FROM skillhost_audit WHERE seq = 4");
+    match log.verify() {
+        Err(VerifyError::Broken(b)) => assert_eq!((b.line, b.problem), (4, Problem::PrevMismatch), "{}", b.message),
+        other => panic!("expected a break, got {other:?}"),
+    }
+    // Appends go on regardless (they chain to the head row), and the damage stays named.
+    log.append(marked("t", "after")).unwrap();
+    assert!(matches!(log.verify(), Err(VerifyError::Broken(b)) if b.line == 4));
+    let _ = saved;
+
+    // Lines cut off the end, which a file cannot show: the head row still records them.
+    let db2 = postgres::database();
+    db2.migrated();
+    let log2 = AuditLog::postgres(&db2.connect());
+    for i in 0..4 {
+        log2.append(marked("t", &format!("m{i}"))).unwrap();
+    }
+    db2.psql("ALTER TABLE skillhost_audit DISABLE TRIGGER skillhost_audit_append_only");
+    db2.psql("DELETE FROM skillhost_audit WHERE seq = 4");
+    match log2.verify() {
+        Err(VerifyError::Broken(b)) => {
+            assert_eq!(b.problem, Problem::HeadMismatch, "{}", b.message);
+            assert!(b.message.contains("1 line(s) were deleted from the end"), "{}", b.message);
+        }
+        other => panic!("expected a break, got {other:?}"),
+    }
+    // A seal means nothing here: refused, saying why.
+    let e = log2.seal().unwrap_err().to_string();
+    assert!(e.contains("needs no seal"), "{e}");
+}
+
+#[test]
+fn a_skill_run_on_the_postgres_store_writes_its_call_line_there() {
+    let db = postgres::database();
+    db.migrated();
+    let env = Env::new();
+    let dir = env.probe_as("probe", "");
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    let url = db.url();
+    env.skillhost()
+        .args(["--store", &url, "skill", "run", "probe", "--session", "pg-run", "-p", "mode=echo", "-p", "arg=hello"])
+        .assert()
+        .success();
+    // The line is in the database, not in the home.
+    assert!(!env.home.path().join("audit/audit.jsonl").exists(), "nothing written to the home's log");
+    let line: Value = serde_json::from_str(&db.psql("SELECT line FROM skillhost_audit WHERE seq = 1")).unwrap();
+    assert_eq!(
+        (line["kind"].as_str(), line["skill"].as_str(), line["session"].as_str()),
+        (Some("call"), Some("probe"), Some("pg-run"))
+    );
+    assert_eq!(line["status"], "success");
+    assert_eq!(db.psql("SELECT session FROM skillhost_audit WHERE seq = 1"), "pg-run");
+
+    // `audit show`, `list` and `verify` read it back from the store; without --store, the
+    // home's (empty) log.
+    let out = env.skillhost().args(["--store", &url, "--json", "audit", "show", "pg-run"]).assert().success();
+    let shown = json_of(&out.get_output().stdout);
+    assert_eq!(shown.as_array().unwrap().len(), 1);
+    assert_eq!(shown[0]["hash"].as_str().map(str::len), Some(64));
+    let out = env.skillhost().args(["--store", &url, "--json", "audit", "list"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout)[0]["session"], "pg-run");
+    env.skillhost().args(["--store", &url, "audit", "verify"]).assert().success();
+    let out = env.skillhost().args(["--json", "audit", "list"]).assert().success();
+    assert_eq!(json_of(&out.get_output().stdout), serde_json::json!([]));
+
+    // SKILLHOST_STORE works as the flag does; a refusal is a line too.
+    env.skillhost()
+        .env("SKILLHOST_STORE", &url)
+        .args(["skill", "run", "probe", "--session", "pg-run", "-p", "mode=bogus"])
+        .assert()
+        .code(3);
+    assert_eq!(db.psql("SELECT count(*) FROM skillhost_audit WHERE session = 'pg-run'"), "2");
+}
+
+#[test]
+fn the_store_url_parses_libpq_style_and_the_bridge_serves_sync_and_async_callers() {
+    let db = postgres::database();
+    let StoreUrl::Postgres(url) = db.url().parse::<StoreUrl>().unwrap() else { panic!("not postgres") };
+    assert_eq!(url.config().get_dbname(), Some(db.name.as_str()));
+    assert_eq!(url.config().get_user(), Some(postgres::USER));
+    // connect() makes a connection: a live server answers.
+    let store = PgStore::connect(&url).unwrap();
+    assert_eq!(store.schema_status().unwrap().version, 0);
+    assert!(store.migrate().unwrap().len() == skillhost::store::MIGRATIONS.len());
+    assert!(store.migrate().unwrap().is_empty());
+    // block_on from inside another runtime's task (a current-thread runtime, as the CLI's)
+    // and run() from async code both reach the database.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let n: i64 = rt.block_on(async {
+        let blocking = store.block_on({
+            let s = store.clone();
+            async move { Ok(s.client().await?.query_one("SELECT 41::int8", &[]).await?.get::<_, i64>(0)) }
+        });
+        let awaited = store
+            .run(|s| async move { Ok(s.client().await?.query_one("SELECT 1::int8", &[]).await?.get::<_, i64>(0)) })
+            .await;
+        blocking.unwrap() + awaited.unwrap()
+    });
+    assert_eq!(n, 42);
+    drop(rt);
+    // The last handle may drop inside an async task without panicking.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move { drop(store) });
+}
