@@ -392,7 +392,7 @@ fn open_library(cli: &Cli) -> Result<Library> {
     // A shared store: refuse to run on a schema this build does not know or that needs
     // `skillhost store migrate`, before anything is done.
     if let (crate::store::StoreUrl::Postgres(url), _) = crate::store::StoreUrl::resolve(cli.store.as_deref(), &home)? {
-        lib.use_postgres(crate::store::PgStore::open(&url)?);
+        lib.use_postgres(crate::store::PgStore::open(&url)?)?;
     }
     let quiet = cli.json;
     lib.on_progress(move |msg| {
@@ -422,7 +422,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let mut lib = open_library(&cli)?;
     let home = home_of(&cli)?;
     let json = cli.json;
-    match cli.command {
+    // On a shared store, a command that changes the home runs holding the store's home lock
+    // and shares what it changed (see `store::HomeSync`).
+    let sync = lib.home_sync().cloned().filter(|_| changes_home(&cli.command));
+    let dispatch = move || match cli.command {
         Command::Run(args) => run::run(&mut lib, &home, args, json),
         Command::Skill(cmd) => skill(&lib, cmd, json),
         Command::Policy(cmd) => policy(&lib, cmd, json),
@@ -437,6 +440,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Completions { .. } | Command::Config(_) | Command::Store(_) => {
             unreachable!("handled before the library opens")
         }
+    };
+    match sync {
+        Some(sync) => sync.change(dispatch),
+        None => dispatch(),
+    }
+}
+
+/// Whether `command` may change what a shared store's hosts share: installed skills, grants,
+/// trusted keys, secrets, agent profiles.
+fn changes_home(command: &Command) -> bool {
+    match command {
+        Command::Skill(c) => matches!(
+            c,
+            SkillCmd::Install { .. }
+                | SkillCmd::Update { .. }
+                | SkillCmd::Remove { .. }
+                | SkillCmd::Import { .. }
+                | SkillCmd::Rollback { .. }
+        ),
+        Command::Policy(c) => !matches!(c, PolicyCmd::Show { .. }),
+        Command::Secret(_) | Command::Trust(_) | Command::Agent(_) => true,
+        _ => false,
     }
 }
 

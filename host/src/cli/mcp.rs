@@ -96,6 +96,11 @@ fn read_token(args: &McpArgs) -> Result<Option<String>> {
 
 pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> {
     let lib = lib.with_guest_memory_budget(args.memory_budget_mb).with_call_slots(args.max_calls);
+    // On a shared store, skills installed and grants changed on any host apply here within
+    // a fraction of a second (the next call revalidates against the pulled files).
+    if let Some(sync) = lib.home_sync() {
+        sync.follow(|| true)?;
+    }
     let mut options = ServerOptions::new(home.to_path_buf());
     options.memory = args.memory;
     options.queue_wait = std::time::Duration::from_secs(args.call_wait_secs);

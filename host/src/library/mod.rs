@@ -132,6 +132,8 @@ pub struct Library {
     audit: AuditLog,
     /// The shared PostgreSQL store, when the host runs on one ([`Library::use_postgres`]).
     postgres: Option<crate::store::PgStore>,
+    /// This home as a copy of the store's shared home (skills, grants, trust, secrets).
+    home_sync: Option<crate::store::HomeSync>,
     counters: Counters,
     progress: Box<dyn Fn(&str) + Send + Sync>,
 }
@@ -172,6 +174,7 @@ impl Library {
             seal_key: OnceLock::new(),
             audit: AuditLog::in_home(root),
             postgres: None,
+            home_sync: None,
             counters: Counters::default(),
             progress: Box::new(|_| {}),
         })
@@ -303,9 +306,30 @@ impl Library {
                 config.busy_wait = std::time::Duration::from_millis(ms);
             }
             self.counters.memory_opens.fetch_add(1, Ordering::Relaxed);
-            Ok(Arc::new(Memory::open(&self.root.join("memory"), config)?))
+            let dir = match &self.postgres {
+                Some(pg) => self.memory_replica(pg, &mut config)?,
+                None => self.root.join("memory"),
+            };
+            Ok(Arc::new(Memory::open(&dir, config)?))
         })
         .cloned()
+    }
+
+    /// On a PostgreSQL store, this host's memory is a replica of the store's memory log
+    /// (see `memory/replica.rs`), kept under `cache/`: the directory for it, and `config`
+    /// set to replicate. The model and fusion are the home's, as a local store reads them.
+    fn memory_replica(&self, pg: &crate::store::PgStore, config: &mut MemoryConfig) -> Result<PathBuf> {
+        let log = crate::store::PgMemoryLog::open(pg)?;
+        let dir = self.root.join("cache").join("memory-replica").join(log.id());
+        config.embed_model = match crate::memory::model_setting(&self.root)?.path {
+            Some(path) => crate::memory::EmbedModelChoice::File(path),
+            None => crate::memory::EmbedModelChoice::Off,
+        };
+        if let Some(choice) = crate::memory::fusion_setting(&self.root)? {
+            config.fusion = choice.params();
+        }
+        config.replication = Some(crate::memory::Replication(Arc::new(log)));
+        Ok(dir)
     }
 
     pub fn store(&self) -> Result<Arc<dyn MemoryStore>> {
@@ -322,9 +346,21 @@ impl Library {
     /// which checked its schema): from now on the audit chain is the store's. Before the
     /// first call. Features that keep their state in the store reach it with
     /// [`Library::postgres`].
-    pub fn use_postgres(&mut self, store: crate::store::PgStore) {
+    ///
+    /// The home becomes a copy of the store's shared home (see [`crate::store::HomeSync`]):
+    /// brought up to date here, and by whoever changes it through [`Library::home_sync`].
+    pub fn use_postgres(&mut self, store: crate::store::PgStore) -> Result<()> {
+        let sync = crate::store::HomeSync::new(&store, &self.root)?;
+        sync.pull()?;
         self.audit = AuditLog::postgres(&store);
+        self.home_sync = Some(sync);
         self.postgres = Some(store);
+        Ok(())
+    }
+
+    /// How this home follows the store's shared home; `None` for the local home.
+    pub fn home_sync(&self) -> Option<&crate::store::HomeSync> {
+        self.home_sync.as_ref()
     }
 
     /// The PostgreSQL store this library runs on; `None` for the local home.

@@ -38,7 +38,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "the audit chain (skillhost_audit, skillhost_audit_head)",
         sql: crate::audit::PG_SCHEMA,
     },
-    // Migration 2 goes here (the memory tables).
+    Migration {
+        version: 2,
+        name: "the memory log (skillhost_memory_log, skillhost_memory_head)",
+        sql: super::memory_log::PG_SCHEMA,
+    },
+    Migration {
+        version: 3,
+        name: "the shared home: skills, grants, trust, secrets (skillhost_home_units, skillhost_home_head)",
+        sql: super::home_sync::PG_SCHEMA,
+    },
 ];
 
 /// `pg_advisory_xact_lock` key serializing migrations: "skillhos" in ASCII.

@@ -9,7 +9,9 @@
 //! on ([`PgStore`], which sync and async code both call), and versions the schema
 //! ([`migrations`]): a host refuses to run on a schema newer than it knows, or older than it
 //! needs. Features keep their own tables and code (the audit chain: `crate::audit`, its
-//! migration 1); they reach the database through [`PgStore`].
+//! migration 1; the memory log every host's memory replays: [`PgMemoryLog`], migration 2;
+//! the skills, grants, trust and sealed secrets every host's home is a copy of:
+//! [`HomeSync`], migration 3); they reach the database through [`PgStore`].
 //!
 //! URLs are libpq-style and parsed by `tokio_postgres::Config`:
 //! `postgres:///skillhost?host=/run/postgresql` (a Unix socket directory),
@@ -27,9 +29,13 @@ use anyhow::{Result, anyhow, bail};
 use serde::Deserialize;
 use tokio_postgres::config::{Host, SslMode};
 
+pub mod home_sync;
+mod memory_log;
 pub mod migrations;
 mod postgres;
 
+pub use home_sync::HomeSync;
+pub use memory_log::PgMemoryLog;
 pub use migrations::{MIGRATIONS, Migration, SchemaState, SchemaStatus};
 pub use postgres::PgStore;
 

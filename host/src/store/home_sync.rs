@@ -1,0 +1,482 @@
+//! A home's shared state in PostgreSQL (migration 3): the installed skills and their
+//! history, the agent profiles, the policy and its grants, the trusted keys, and the
+//! secrets' values, for every host of a store to run with.
+//!
+//! # Units, not rows
+//!
+//! The library, the policy and the secret store already keep their state as files with
+//! careful rules (a skill directory swapped in with two renames, `install.json` as its
+//! record, the policy re-read when its file changes). Rather than a second implementation
+//! of each over SQL, the store holds that state as *units*: a skill's directory
+//! (`skills/NAME`, `history/NAME`, `agents/NAME`) or one file (`policy.toml`, `trust.toml`,
+//! `secrets.json`), each a versioned blob. Every host keeps its home as a copy it can
+//! rebuild:
+//! - a command that may change the home ([`HomeSync::change`]) takes the head row `FOR
+//!   UPDATE`, brings the home up to date, runs, then uploads the units it changed under the
+//!   next version and commits: two hosts granting at once cannot lose either grant;
+//! - every other host picks the new units up ([`HomeSync::pull`]: before each command, and
+//!   every [`FOLLOW_EVERY`] in a server), writing a directory unit as the local install
+//!   does (staged, then swapped in), so a call never sees half a skill. The library's
+//!   per-call revalidation then serves the new version on the next call.
+//!
+//! Compiled code stays a per-host cache keyed by the component's hash: a host compiles a
+//! skill it pulled on first use.
+//!
+//! # Secrets
+//!
+//! `secrets.json` is never stored in the clear: it is sealed with ChaCha20-Poly1305 under a
+//! 32-byte key each host reads from `SKILLHOST_STORE_KEY_FILE` (a file holding 64 hex
+//! digits) or `SKILLHOST_STORE_KEY` (the hex itself), with the unit's name as associated
+//! data. A host without the key refuses to upload or apply secrets and says how to give it
+//! one; a wrong key fails to open them, saying so.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use deadpool_postgres::Object;
+use serde::{Deserialize, Serialize};
+
+use super::PgStore;
+use crate::fsutil::{ScratchName, swap_dir, write_atomic};
+
+/// How often a server's follower looks for units other hosts changed.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// Migration 3: the units and the head (the last version).
+pub const PG_SCHEMA: &str = "
+CREATE TABLE skillhost_home_units (
+    unit text PRIMARY KEY,
+    version bigint NOT NULL CHECK (version >= 1),
+    digest text,
+    content bytea,
+    host text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now(),
+    CHECK ((digest IS NULL) = (content IS NULL))
+);
+CREATE INDEX skillhost_home_units_by_version ON skillhost_home_units (version);
+CREATE TABLE skillhost_home_head (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version bigint NOT NULL
+);
+INSERT INTO skillhost_home_head (version) VALUES (0);
+";
+
+/// The directories whose entries are units, and the files that are.
+const DIR_UNITS: &[&str] = &["skills", "history", "agents"];
+const FILE_UNITS: &[&str] = &["policy.toml", "trust.toml", "secrets.json"];
+/// The unit sealed with the store key.
+const SECRET_UNIT: &str = "secrets.json";
+
+/// What this host last pulled: the head version, and each unit's digest as applied here.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Pulled {
+    version: u64,
+    digests: BTreeMap<String, String>,
+}
+
+/// One host's link between its home and the store's units.
+#[derive(Clone)]
+pub struct HomeSync {
+    store: PgStore,
+    home: PathBuf,
+    key: Option<ring::aead::LessSafeKey>,
+    /// Held while pulling or changing: one at a time in this process.
+    busy: std::sync::Arc<std::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for HomeSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HomeSync({})", self.home.display())
+    }
+}
+
+/// A unit's content as bytes: its files (relative paths, sorted) and their bytes.
+fn encode_unit(files: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (path, bytes) in files {
+        out.extend_from_slice(&(path.len() as u32).to_be_bytes());
+        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+fn decode_unit(unit: &str, mut bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>> {
+    let damaged = || {
+        anyhow!("the store's copy of {unit} is damaged (cut short); install or set it again from a host that has it")
+    };
+    let mut files = BTreeMap::new();
+    while !bytes.is_empty() {
+        let (len, rest) = bytes.split_first_chunk::<4>().ok_or_else(damaged)?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let (path, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
+        let (len, rest) = rest.split_first_chunk::<8>().ok_or_else(damaged)?;
+        let len = usize::try_from(u64::from_be_bytes(*len)).map_err(|_| damaged())?;
+        let (content, rest) = rest.split_at_checked(len).ok_or_else(damaged)?;
+        let path = std::str::from_utf8(path).map_err(|_| damaged())?;
+        // Only plain relative names inside the unit: a damaged or hostile row must not write
+        // outside it.
+        let safe =
+            !path.is_empty() && Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !safe {
+            bail!("the store's copy of {unit} names a file `{path}` outside it; refusing to apply it");
+        }
+        files.insert(path.to_string(), content.to_vec());
+        bytes = rest;
+    }
+    Ok(files)
+}
+
+/// Is `name` an entry of a unit directory (not a scratch or hidden name)?
+fn is_unit_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// The files under `dir`, by path relative to it.
+fn read_tree(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for entry in std::fs::read_dir(dir.join(&rel)).with_context(|| format!("cannot read {}", dir.display()))? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let rel = rel.join(&name);
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                stack.push(rel);
+            } else if kind.is_file() {
+                let path = rel.to_str().ok_or_else(|| anyhow!("{} is not UTF-8", rel.display()))?.to_string();
+                files.insert(path, std::fs::read(entry.path())?);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Every unit of `home` and its content (bytes before sealing).
+fn scan(home: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+    let mut units = BTreeMap::new();
+    for dir in DIR_UNITS {
+        let Ok(entries) = std::fs::read_dir(home.join(dir)) else { continue };
+        for entry in entries {
+            let entry = entry?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+            if entry.file_type()?.is_dir() && is_unit_name(&name) {
+                units.insert(format!("{dir}/{name}"), encode_unit(&read_tree(&entry.path())?));
+            }
+        }
+    }
+    for file in FILE_UNITS {
+        match std::fs::read(home.join(file)) {
+            Ok(bytes) => {
+                units.insert(file.to_string(), bytes);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", home.join(file).display())),
+        }
+    }
+    Ok(units)
+}
+
+/// The store key from the environment, if one is given.
+fn store_key() -> Result<Option<ring::aead::LessSafeKey>> {
+    let hex_key = match (std::env::var("SKILLHOST_STORE_KEY_FILE"), std::env::var("SKILLHOST_STORE_KEY")) {
+        (Ok(file), _) => std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read the store key file {file} (SKILLHOST_STORE_KEY_FILE)"))?,
+        (_, Ok(key)) => key,
+        _ => return Ok(None),
+    };
+    let bytes = hex::decode(hex_key.trim())
+        .ok()
+        .filter(|b| b.len() == 32)
+        .ok_or_else(|| anyhow!("the store key must be 64 hex digits (32 random bytes: `openssl rand -hex 32`)"))?;
+    let key = ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, &bytes)
+        .map_err(|_| anyhow!("cannot use the store key"))?;
+    Ok(Some(ring::aead::LessSafeKey::new(key)))
+}
+
+const NO_KEY: &str = "the secrets are kept in the shared store sealed with a key every host must have: set SKILLHOST_STORE_KEY_FILE to a file holding 64 hex digits (`openssl rand -hex 32`), the same on every host";
+
+impl HomeSync {
+    pub fn new(store: &PgStore, home: &Path) -> Result<HomeSync> {
+        Ok(HomeSync { store: store.clone(), home: home.to_path_buf(), key: store_key()?, busy: Default::default() })
+    }
+
+    fn state_path(&self) -> PathBuf {
+        self.home.join("cache").join("home-sync.json")
+    }
+
+    fn load_state(&self) -> Pulled {
+        std::fs::read(self.state_path()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    fn save_state(&self, state: &Pulled) -> Result<()> {
+        std::fs::create_dir_all(self.home.join("cache"))?;
+        write_atomic(&self.state_path(), &serde_json::to_vec(state)?)
+    }
+
+    fn seal(&self, unit: &str, plain: Vec<u8>) -> Result<Vec<u8>> {
+        if unit != SECRET_UNIT {
+            return Ok(plain);
+        }
+        let key = self.key.as_ref().ok_or_else(|| anyhow!("cannot share the secrets: {NO_KEY}"))?;
+        let mut nonce = [0u8; 12];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| anyhow!("no randomness for sealing the secrets"))?;
+        let mut sealed = plain;
+        key.seal_in_place_append_tag(
+            ring::aead::Nonce::assume_unique_for_key(nonce),
+            ring::aead::Aad::from(unit.as_bytes()),
+            &mut sealed,
+        )
+        .map_err(|_| anyhow!("cannot seal the secrets"))?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        Ok(out)
+    }
+
+    fn open_sealed(&self, unit: &str, stored: Vec<u8>) -> Result<Vec<u8>> {
+        if unit != SECRET_UNIT {
+            return Ok(stored);
+        }
+        let key = self.key.as_ref().ok_or_else(|| anyhow!("cannot read the shared secrets: {NO_KEY}"))?;
+        let (nonce, sealed) = stored
+            .split_first_chunk::<12>()
+            .ok_or_else(|| anyhow!("the store's sealed secrets are damaged (too short)"))?;
+        let mut sealed = sealed.to_vec();
+        let plain = key
+            .open_in_place(
+                ring::aead::Nonce::assume_unique_for_key(*nonce),
+                ring::aead::Aad::from(unit.as_bytes()),
+                &mut sealed,
+            )
+            .map_err(|_| {
+                anyhow!("cannot open the store's secrets with this host's key: it is not the key they were sealed with (every host needs the same SKILLHOST_STORE_KEY_FILE)")
+            })?;
+        Ok(plain.to_vec())
+    }
+
+    /// Write `unit` (or remove it: `None`) into the home, a directory staged then swapped in.
+    fn apply(&self, unit: &str, content: Option<Vec<u8>>) -> Result<()> {
+        let target = self.home.join(unit);
+        let Some((parent_name, name)) = unit.split_once('/') else {
+            return match content {
+                Some(bytes) => write_atomic(&target, &bytes),
+                None => match std::fs::remove_file(&target) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                    _ => Ok(()),
+                },
+            };
+        };
+        if !DIR_UNITS.contains(&parent_name) || !is_unit_name(name) {
+            bail!("the store holds a unit `{unit}` this host does not know; upgrade it");
+        }
+        let parent = self.home.join(parent_name);
+        std::fs::create_dir_all(&parent)?;
+        let aside = ScratchName::new_path(&parent, "old", name);
+        match content {
+            Some(bytes) => {
+                let staging = ScratchName::new_path(&parent, "staging", name);
+                let written = (|| -> Result<()> {
+                    for (rel, data) in decode_unit(unit, &bytes)? {
+                        let path = staging.join(&rel);
+                        if let Some(dir) = path.parent() {
+                            std::fs::create_dir_all(dir)?;
+                        }
+                        write_atomic(&path, &data)?;
+                    }
+                    std::fs::create_dir_all(&staging)?;
+                    Ok(())
+                })();
+                if let Err(e) = written {
+                    let _ = std::fs::remove_dir_all(&staging);
+                    return Err(e);
+                }
+                if swap_dir(&target, &staging, &aside)? {
+                    let _ = std::fs::remove_dir_all(&aside);
+                }
+            }
+            None => {
+                if target.exists() {
+                    std::fs::rename(&target, &aside)?;
+                    let _ = std::fs::remove_dir_all(&aside);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply the units changed since `state.version`, read with `client`.
+    async fn pull_with(&self, client: &Object, state: &mut Pulled) -> Result<()> {
+        let rows = client
+            .query(
+                "SELECT unit, version, digest, content FROM skillhost_home_units WHERE version > $1 ORDER BY version",
+                &[&(state.version as i64)],
+            )
+            .await
+            .map_err(|e| self.store.error("cannot read the shared home of", &e))?;
+        for row in rows {
+            let unit: String = row.get(0);
+            let version = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+            let digest: Option<String> = row.get(2);
+            if state.digests.get(&unit) != digest.as_ref() {
+                let content = row.get::<_, Option<Vec<u8>>>(3).map(|c| self.open_sealed(&unit, c)).transpose()?;
+                self.apply(&unit, content).with_context(|| format!("cannot apply {unit} from the shared store"))?;
+                match digest {
+                    Some(d) => state.digests.insert(unit, d),
+                    None => state.digests.remove(&unit),
+                };
+            }
+            state.version = state.version.max(version);
+        }
+        Ok(())
+    }
+
+    /// Bring this home up to what the store holds.
+    pub fn pull(&self) -> Result<()> {
+        let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.load_state();
+        let this = self.clone();
+        let state = self.store.block_on(async move {
+            let client = this.store.client().await?;
+            let head = client
+                .query_one("SELECT version FROM skillhost_home_head", &[])
+                .await
+                .map_err(|e| this.store.error("cannot read the shared home of", &e))?;
+            if u64::try_from(head.get::<_, i64>(0)).unwrap_or(0) > state.version {
+                this.pull_with(&client, &mut state).await?;
+            }
+            Ok(state)
+        })?;
+        self.save_state(&state)
+    }
+
+    /// Run `change` on an up-to-date home while holding the store's home lock, then share
+    /// what it changed (see the module doc). `change`'s error is returned after whatever it
+    /// changed before failing is shared too.
+    pub fn change<T>(&self, change: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.load_state();
+        let this = self.clone();
+        let (client, pulled) = self.store.block_on(async move {
+            let client = this.store.client().await?;
+            let locked = async {
+                client.batch_execute("BEGIN").await?;
+                client.query_one("SELECT version FROM skillhost_home_head FOR UPDATE", &[]).await
+            }
+            .await;
+            let head = match locked {
+                Ok(row) => u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
+                Err(e) => {
+                    drop(Object::take(client));
+                    return Err(this.store.error("cannot lock the shared home of", &e));
+                }
+            };
+            if let Err(e) = this.pull_with(&client, &mut state).await {
+                drop(Object::take(client));
+                return Err(e);
+            }
+            state.version = state.version.max(head);
+            Ok((client, state))
+        })?;
+        let mut state = pulled;
+        let outcome = change();
+        let shared = self.push(client, &mut state);
+        self.save_state(&state)?;
+        match (outcome, shared) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => {
+                Err(e.context("the change was made on this host but could not be shared with the others; run it again"))
+            }
+        }
+    }
+
+    /// Upload the units that differ from `state`, under the next version, and commit.
+    fn push(&self, client: Object, state: &mut Pulled) -> Result<()> {
+        let units = scan(&self.home)?;
+        let mut changed: Vec<(String, Option<(String, Vec<u8>)>)> = Vec::new();
+        for (unit, plain) in units.iter() {
+            let digest = crate::text::sha256_hex(plain);
+            if state.digests.get(unit) != Some(&digest) {
+                changed.push((unit.clone(), Some((digest, self.seal(unit, plain.clone())?))));
+            }
+        }
+        for unit in state.digests.keys() {
+            if !units.contains_key(unit) {
+                changed.push((unit.clone(), None));
+            }
+        }
+        let version = state.version + 1;
+        let host = self.store.host_id().to_string();
+        let to_send = changed.clone();
+        let pg = self.store.clone();
+        self.store.block_on(async move {
+            let sent = async {
+                if !to_send.is_empty() {
+                    let upsert = client
+                        .prepare(
+                            "INSERT INTO skillhost_home_units (unit, version, digest, content, host) VALUES ($1, $2, $3, $4, $5)
+                             ON CONFLICT (unit) DO UPDATE SET version = $2, digest = $3, content = $4, host = $5, written_at = now()",
+                        )
+                        .await?;
+                    for (unit, content) in &to_send {
+                        let (digest, bytes) = match content {
+                            Some((d, b)) => (Some(d.as_str()), Some(b.as_slice())),
+                            None => (None, None),
+                        };
+                        client.execute(&upsert, &[unit, &(version as i64), &digest, &bytes, &host]).await?;
+                    }
+                    client.execute("UPDATE skillhost_home_head SET version = $1", &[&(version as i64)]).await?;
+                }
+                client.batch_execute("COMMIT").await
+            }
+            .await;
+            match sent {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    drop(Object::take(client));
+                    Err(pg.error("cannot share the change with", &e))
+                }
+            }
+        })?;
+        if !changed.is_empty() {
+            state.version = version;
+            for (unit, content) in changed {
+                match content {
+                    Some((digest, _)) => state.digests.insert(unit, digest),
+                    None => state.digests.remove(&unit),
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Pull every [`FOLLOW_EVERY`] on a thread of its own, for as long as `alive` says.
+    pub fn follow(&self, alive: impl Fn() -> bool + Send + 'static) -> Result<()> {
+        let this = self.clone();
+        std::thread::Builder::new()
+            .name("home-follower".into())
+            .spawn(move || {
+                let mut failing = false;
+                while alive() {
+                    std::thread::sleep(FOLLOW_EVERY);
+                    match this.pull() {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            tracing::warn!("cannot follow the shared home: {e:#}; retrying");
+                            failing = true;
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .context("cannot start the shared home's follower thread")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! Several hosts on one PostgreSQL store (issue 33): each host has a home of its own (its
+//! caches), and skills, grants, secrets, memory and the audit chain are shared. Every host
+//! here is the real `skillhost` binary, as an operator runs it, on a real PostgreSQL 15
+//! started by the fixture on a Unix socket.
+
+#[path = "mcp/client.rs"]
+mod client;
+mod common;
+#[path = "common/postgres.rs"]
+mod postgres;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use client::{HttpServer, rpc};
+use common::{Env, skillhost};
+use postgres::{Database, database};
+use serde_json::{Value, json};
+
+/// One host: a home of its own, the shared store, the same store key.
+struct Host {
+    home: tempfile::TempDir,
+    url: String,
+    key_file: std::path::PathBuf,
+}
+
+impl Host {
+    fn new(db: &Database, key_file: &Path) -> Host {
+        Host { home: tempfile::tempdir().unwrap(), url: db.url(), key_file: key_file.to_path_buf() }
+    }
+
+    fn cmd(&self) -> assert_cmd::Command {
+        let mut c = skillhost(self.home.path());
+        c.env("SKILLHOST_STORE", &self.url).env("SKILLHOST_STORE_KEY_FILE", &self.key_file);
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+}
+
+fn key_file(dir: &Path, hex: &str) -> std::path::PathBuf {
+    let path = dir.join("store.key");
+    std::fs::write(&path, hex).unwrap();
+    path
+}
+
+const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const SECRET: &str = "sk-live-7f3a9c2e55b1d0c4";
+
+#[test]
+fn two_hosts_share_skills_grants_secrets_memory_and_one_audit_chain() {
+    let db = database();
+    let env = Env::new();
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path(), KEY);
+    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
+    a.ok(&["store", "migrate"]);
+
+    // Installed and granted on A; B runs it without installing anything.
+    let dir = env.probe_as("echoer", "capabilities:\n  session: true\n");
+    a.ok(&["skill", "install", dir.to_str().unwrap()]);
+    let listed = b.json(&["skill", "list"]);
+    assert!(listed.to_string().contains("echoer"), "B does not see A's install: {listed}");
+    let ran = b.json(&["skill", "run", "echoer", "-p", "mode=echo", "-p", "arg=from B"]);
+    assert!(ran["result"]["ok"]["output"].as_str().is_some_and(|o| o.ends_with("|from B")), "{ran}");
+    assert!(ran["compile"]["compiled"].is_object(), "B compiled the component itself (its own cache): {ran}");
+    assert_eq!(ran["not_granted"], serde_json::json!(["session"]), "{ran}");
+    b.ok(&["policy", "grant", "echoer", "session"]);
+    let ran = a.json(&["skill", "run", "echoer", "-p", "mode=noop"]);
+    assert_eq!(ran["not_granted"], serde_json::json!([]), "A runs with B's grant: {ran}");
+
+    // A secret set on A is B's too, and PostgreSQL never holds its value in the clear.
+    a.cmd().args(["secret", "set", "API_TOKEN"]).write_stdin(format!("{SECRET}\n")).assert().success();
+    assert!(b.ok(&["secret", "list"]).contains("API_TOKEN"));
+    let stored = db.psql("SELECT encode(content, 'escape') FROM skillhost_home_units WHERE unit = 'secrets.json'");
+    assert!(!stored.is_empty() && !stored.contains(SECRET), "the secret is stored in the clear: {stored}");
+    // A host with another key cannot open them, and says why.
+    let other_keys = tempfile::tempdir().unwrap();
+    let wrong = key_file(other_keys.path(), &"ab".repeat(32));
+    let c = Host::new(&db, &wrong);
+    let out = c.cmd().args(["secret", "list"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not the key they were sealed with"), "{err}");
+
+    // A memory written on A is found on B, with the same id.
+    let added = a.json(&["memory", "add", "The release pipeline needs approval from two maintainers"]);
+    let id = added["record"]["id"].as_u64().unwrap_or_else(|| panic!("{added}"));
+    let found = b.json(&["memory", "search", "release approval maintainers"]);
+    assert_eq!(found[0]["record"]["id"], id, "{found}");
+
+    // One audit chain for both hosts: A's and B's calls, verified whole.
+    let verified = b.ok(&["audit", "verify"]);
+    assert!(verified.contains("audit log intact: 2 entries"), "{verified}");
+    let calls = db.psql("SELECT count(*) FROM skillhost_audit WHERE line LIKE '%\"skill\":\"echoer\"%'");
+    assert_eq!(calls.trim(), "2", "one audit line per call, from both hosts");
+}
+
+#[test]
+fn servers_on_two_hosts_serve_what_either_host_installs_and_remembers() {
+    let db = database();
+    let env = Env::new();
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path(), KEY);
+    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
+    a.ok(&["store", "migrate"]);
+    let store_env = [("SKILLHOST_STORE", a.url.as_str()), ("SKILLHOST_STORE_KEY_FILE", key.to_str().unwrap())];
+    let server_a = HttpServer::start(a.home.path(), &["--memory", "write"], &store_env);
+    let server_b = HttpServer::start(b.home.path(), &["--memory", "write"], &store_env);
+
+    // Installed on A's host while both serve: B serves it within a second.
+    let dir = env.probe_as("latecomer", "");
+    a.ok(&["skill", "install", dir.to_str().unwrap()]);
+    let call = json!({ "name": "latecomer", "arguments": { "mode": "echo", "arg": "hi" } });
+    let started = Instant::now();
+    loop {
+        let answer = rpc(server_b.addr, "tools/call", call.clone(), &[]).json();
+        if answer["result"]["isError"] == false {
+            assert!(answer.to_string().contains("hi"), "{answer}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "B does not serve A's install after 1 s: {answer}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A memory added through B's server is found through A's within a second.
+    let added = rpc(
+        server_b.addr,
+        "tools/call",
+        json!({ "name": "memory_add", "arguments": { "content": "The staging database is rebuilt every Sunday night" } }),
+        &[],
+    )
+    .json();
+    assert_eq!(added["result"]["isError"], false, "{added}");
+    let search = json!({ "name": "memory_search", "arguments": { "query": "when is the staging database rebuilt" } });
+    let started = Instant::now();
+    loop {
+        let found = rpc(server_a.addr, "tools/call", search.clone(), &[]).json();
+        if found.to_string().contains("rebuilt every Sunday") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "A does not find B's memory after 1 s: {found}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop((server_a, server_b));
+    // Both servers' calls are lines of the one chain, which verifies.
+    a.ok(&["audit", "verify"]);
+    let lines = db.psql("SELECT count(*) FROM skillhost_audit WHERE line LIKE '%\"transport\":\"http\"%'");
+    assert!(lines.trim().parse::<u32>().unwrap() >= 3, "{lines}");
+}
