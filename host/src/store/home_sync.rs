@@ -69,6 +69,9 @@ const FILE_UNITS: &[&str] = &["policy.toml", "trust.toml", "secrets.json"];
 /// The unit sealed with the store key.
 const SECRET_UNIT: &str = "secrets.json";
 
+/// A unit as uploaded: its digest (of the plain content) and its stored bytes.
+type Sealed = (String, Vec<u8>);
+
 /// What this host last pulled: the head version, and each unit's digest as applied here.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Pulled {
@@ -400,7 +403,7 @@ impl HomeSync {
     /// Upload the units that differ from `state`, under the next version, and commit.
     fn push(&self, client: Object, state: &mut Pulled) -> Result<()> {
         let units = scan(&self.home)?;
-        let mut changed: Vec<(String, Option<(String, Vec<u8>)>)> = Vec::new();
+        let mut changed: Vec<(String, Option<Sealed>)> = Vec::new();
         for (unit, plain) in units.iter() {
             let digest = crate::text::sha256_hex(plain);
             if state.digests.get(unit) != Some(&digest) {
