@@ -37,10 +37,11 @@ use super::MemoryStore;
 use super::daily::DailyEntry;
 use super::index::DailyHit;
 use super::lock::{self, StoreLock};
+use super::log::Replication;
 use super::ops::{self, Op, Request};
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
 use super::remote::{self, CallError, Client, Server, guarded};
-use super::replica::{Replica, Replication};
+use super::replica::{self, Replica};
 use super::sessions::AgentSessions;
 use super::store::{Clock, MemoryConfig, Store, damaged, panic_message, system_now_ms};
 use super::view::MemoryView;
@@ -49,6 +50,8 @@ use super::writes::{CompactReport, ImportReport, MaintainReport};
 /// The owner's half: the open store and the server that lets other processes use it.
 struct Owner {
     store: Arc<Store>,
+    /// The shared log the store is a replica of (several hosts on one PostgreSQL).
+    replica: Option<Arc<Replica>>,
     server: Option<Server>,
 }
 
@@ -127,10 +130,10 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
             });
             // A replica catches up with the shared log before it serves anyone.
             let opened = checked.and(opened).map(Arc::new).and_then(|store| match &config.replication {
-                Some(Replication(log)) => Replica::attach(&store, log.clone()).map(|()| store),
-                None => Ok(store),
+                Some(Replication(log)) => Replica::attach(&store, log.clone()).map(|r| (store, Some(r))),
+                None => Ok((store, None)),
             });
-            let store = match opened {
+            let (store, replica) = match opened {
                 Ok(s) => s,
                 Err(e) => {
                     if listener.is_some() {
@@ -140,10 +143,10 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
                 }
             };
             let server = match listener {
-                Some(l) => Some(Server::start(l, socket, store.clone())?),
+                Some(l) => Some(Server::start(l, socket, store.clone(), replica.clone())?),
                 None => None,
             };
-            return Ok(Backend::Owner(Owner { store, server }));
+            return Ok(Backend::Owner(Owner { store, replica, server }));
         }
         let why = match Client::connect(&socket, config.busy_wait) {
             Ok(c) => {
@@ -214,9 +217,9 @@ impl Memory {
                 let state = self.state.read().map_err(|_| anyhow!("memory handle poisoned"))?;
                 match &state.backend {
                     Backend::Owner(o) => {
-                        let store = o.store.clone();
+                        let (store, replica) = (o.store.clone(), o.replica.clone());
                         drop(state);
-                        return guarded(&store, |s| ops::run_op(op, s));
+                        return guarded(&store, |s| replica::run(replica.as_deref(), s, op));
                     }
                     Backend::Client(c) => (c.clone(), state.epoch),
                 }

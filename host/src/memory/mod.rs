@@ -35,6 +35,7 @@ mod index;
 mod index_dir;
 mod instructions;
 mod lock;
+mod log;
 mod merge;
 mod ops;
 mod reads;
@@ -57,11 +58,12 @@ pub use handle::{Memory, SemanticStats};
 pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use instructions::{instruction_like, prompt_content};
+pub use log::{HeldHead, LoggedOp, MemoryLog, Replication};
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
-pub use replica::{FOLLOW_EVERY, HeldHead, LoggedOp, MemoryLog, Replication};
+pub use replica::FOLLOW_EVERY;
 pub use settings::{FusionChoice, ModelSetting, ModelSource, fusion_setting, model_setting};
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;

@@ -8,7 +8,7 @@
 //!
 //! The wire format is `{"op": "snake_case_name", ...fields}`, as it was before the table.
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -122,29 +122,6 @@ memory_ops! {
     write SessionSet { session: String, key: String, value: String } -> () =
         |s| s.session_set(&session, &key, &value);
     read SessionKeys { session: String } -> Vec<String> = |s| s.session_keys(&session);
-}
-
-impl Request {
-    /// Serve a request from another process: a write of a replicated store goes through
-    /// its shared log (see `replica.rs`).
-    pub fn execute(self, store: &Store) -> Result<Value> {
-        match store.replica.get() {
-            Some(replica) if !self.is_read() => replica.write(store, self),
-            _ => self.serve(store),
-        }
-    }
-}
-
-/// Run `op` on the store this process owns: a write of a replicated store goes through its
-/// shared log (see `replica.rs`).
-pub(super) fn run_op<O: Op>(op: O, store: &Store) -> Result<O::Output> {
-    match store.replica.get() {
-        Some(replica) if !O::READ => {
-            let answer = replica.write(store, op.into())?;
-            serde_json::from_value(answer).context("a replicated memory write gave an unexpected answer")
-        }
-        _ => op.run(store),
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use anyhow::{Context as _, Result, anyhow};
 use serde_json::{Value, json};
 
 use super::ops::{Hello, Request};
+use super::replica::Replica;
 use super::store::{Store, classify, damaged, panic_message};
 
 /// Largest frame either side accepts (an `import` of a big export is the largest).
@@ -97,14 +98,19 @@ pub(super) fn bind(path: &Path) -> Result<UnixListener> {
 }
 
 impl Server {
-    pub fn start(listener: UnixListener, path: PathBuf, store: Arc<Store>) -> Result<Server> {
+    pub fn start(
+        listener: UnixListener,
+        path: PathBuf,
+        store: Arc<Store>,
+        replica: Option<Arc<Replica>>,
+    ) -> Result<Server> {
         let stop = Arc::new(AtomicBool::new(false));
         let connections: OpenConnections = Arc::new(Mutex::new(Vec::new()));
         let accepting = listener.try_clone().context("cannot serve the memory store")?;
         let (stop2, conns2) = (stop.clone(), connections.clone());
         let accept = std::thread::Builder::new()
             .name("memory-owner".into())
-            .spawn(move || accept_loop(accepting, store, stop2, conns2))
+            .spawn(move || accept_loop(accepting, store, replica, stop2, conns2))
             .context("cannot start the memory store server")?;
         Ok(Server { path, listener, stop, accept: Some(accept), connections })
     }
@@ -131,7 +137,13 @@ impl Server {
     }
 }
 
-fn accept_loop(listener: UnixListener, store: Arc<Store>, stop: Arc<AtomicBool>, connections: OpenConnections) {
+fn accept_loop(
+    listener: UnixListener,
+    store: Arc<Store>,
+    replica: Option<Arc<Replica>>,
+    stop: Arc<AtomicBool>,
+    connections: OpenConnections,
+) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     for stream in listener.incoming() {
@@ -152,19 +164,20 @@ fn accept_loop(listener: UnixListener, store: Arc<Store>, stop: Arc<AtomicBool>,
             continue;
         }
         let Ok(handle) = stream.try_clone() else { continue };
-        let store = store.clone();
-        if let Ok(t) =
-            std::thread::Builder::new().name("memory-client".into()).spawn(move || handle_connection(stream, &store))
+        let (store, replica) = (store.clone(), replica.clone());
+        if let Ok(t) = std::thread::Builder::new()
+            .name("memory-client".into())
+            .spawn(move || handle_connection(stream, &store, replica.as_deref()))
         {
             conns.push((handle, t));
         }
     }
 }
 
-fn handle_connection(mut stream: UnixStream, store: &Store) {
+fn handle_connection(mut stream: UnixStream, store: &Store, replica: Option<&Replica>) {
     while let Ok(Some(frame)) = read_frame(&mut stream) {
         let answer = match serde_json::from_slice::<Request>(&frame) {
-            Ok(req) => guarded(store, |s| req.execute(s)),
+            Ok(req) => guarded(store, |s| super::replica::serve(replica, s, req)),
             Err(e) => Err(anyhow!("not a memory request: {e}")),
         };
         let body = match answer {

@@ -41,17 +41,16 @@
 //! within that (the issue asks for 1 s). A write first catches up, so it never decides
 //! against stale state.
 
-use std::cell::Cell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ops::Request;
+use super::log::{APPLIED, APPLYING, LoggedOp, MemoryLog, Replaying};
+use super::ops::{Op, Request};
 use super::store::Store;
 
 /// How often a replica's follower looks for writes of other hosts.
@@ -62,83 +61,6 @@ const CATCH_UP_BATCH: usize = 500;
 
 /// The file that marks a replica diverged: the next open rebuilds it.
 const DIVERGED_MARK: &str = "replica.diverged";
-
-/// One write operation as the log holds it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoggedOp {
-    /// Its place in the log: 1, 2, 3, ... with no gaps.
-    pub seq: u64,
-    /// The time it ran at (ms since the epoch); replays run at this time too.
-    pub at_ms: u64,
-    /// The embedding model of the host that wrote it (`None`: lexical only).
-    pub model: Option<String>,
-    /// The operation, in the wire format of `ops.rs` (`{"op": "add", ...}`).
-    pub op: Value,
-}
-
-/// The shared, ordered log of memory writes (PostgreSQL's `memory_log`, or an in-process
-/// one in tests).
-pub trait MemoryLog: Send + Sync + 'static {
-    /// The last op's seq (0: empty).
-    fn head(&self) -> Result<u64>;
-    /// Up to `limit` ops after `after`, in order.
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>>;
-    /// Hold the head for one write: no other writer appends until the returned value is
-    /// appended to or dropped (dropped: nothing is appended).
-    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
-    /// Where the log lives, for messages.
-    fn describe(&self) -> String;
-}
-
-/// The log's head, held for one write.
-pub trait HeldHead {
-    /// The last op's seq and time.
-    fn seq(&self) -> u64;
-    fn at_ms(&self) -> u64;
-    /// The ops after `after` (all of them: the head is held, so they are final).
-    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>>;
-    /// Append `op` (whose seq is `seq() + 1`) and release the head; `Ok` only once the
-    /// append is durable.
-    fn append(self: Box<Self>, op: &LoggedOp) -> Result<()>;
-}
-
-/// The memory log a [`MemoryConfig`](super::MemoryConfig) replicates through; `Debug` so the
-/// config stays printable.
-#[derive(Clone)]
-pub struct Replication(pub Arc<dyn MemoryLog>);
-
-impl std::fmt::Debug for Replication {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Replication({})", self.0.describe())
-    }
-}
-
-thread_local! {
-    /// The op this thread is applying: its seq and time (see [`replaying`]).
-    static REPLAYING: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
-}
-
-/// The op (seq, time) this thread is applying to a replica, if any: the store's clock reads
-/// its time, and each commit records its seq.
-pub(super) fn replaying() -> Option<(u64, u64)> {
-    REPLAYING.with(Cell::get)
-}
-
-/// Sets [`REPLAYING`] for as long as it lives (also through a panic).
-struct Replaying;
-
-impl Replaying {
-    fn start(seq: u64, at_ms: u64) -> Replaying {
-        REPLAYING.with(|r| r.set(Some((seq, at_ms))));
-        Replaying
-    }
-}
-
-impl Drop for Replaying {
-    fn drop(&mut self) {
-        REPLAYING.with(|r| r.set(None));
-    }
-}
 
 /// A store's link to the log it replicates.
 pub(super) struct Replica {
@@ -179,7 +101,7 @@ impl Replica {
     }
 
     /// Attach `log` to the freshly opened `store`: catch up, then follow in the background.
-    pub(super) fn attach(store: &Arc<Store>, log: Arc<dyn MemoryLog>) -> Result<()> {
+    pub(super) fn attach(store: &Arc<Store>, log: Arc<dyn MemoryLog>) -> Result<Arc<Replica>> {
         let applied = store.replica_marks()?.1;
         let replica = Arc::new(Replica {
             log,
@@ -188,15 +110,12 @@ impl Replica {
             stop: AtomicBool::new(false),
         });
         replica.catch_up(store)?;
-        if store.replica.set(replica.clone()).is_err() {
-            bail!("the memory store is already replicated");
-        }
-        let weak = Arc::downgrade(store);
+        let (store_ref, replica_ref) = (Arc::downgrade(store), Arc::downgrade(&replica));
         std::thread::Builder::new()
             .name("memory-follower".into())
-            .spawn(move || follow(weak))
+            .spawn(move || follow(store_ref, replica_ref))
             .context("cannot start the memory replica's follower thread")?;
-        Ok(())
+        Ok(replica)
     }
 
     fn check(&self) -> Result<()> {
@@ -306,13 +225,32 @@ impl Replica {
     }
 }
 
+/// Run `op` on the store this process owns: a write of a replicated store goes through its
+/// shared log.
+pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Result<O::Output> {
+    match replica {
+        Some(replica) if !O::READ => {
+            let answer = replica.write(store, op.into())?;
+            serde_json::from_value(answer).context("a replicated memory write gave an unexpected answer")
+        }
+        _ => op.run(store),
+    }
+}
+
+/// Serve `request` from another process, as [`run`] does.
+pub(super) fn serve(replica: Option<&Replica>, store: &Store, request: Request) -> Result<Value> {
+    match replica {
+        Some(replica) if !request.is_read() => replica.write(store, request),
+        _ => request.serve(store),
+    }
+}
+
 /// Catch the replica of `store` up every [`FOLLOW_EVERY`] until the store closes.
-fn follow(store: Weak<Store>) {
+fn follow(store: Weak<Store>, replica: Weak<Replica>) {
     let mut failing = false;
     loop {
         std::thread::sleep(FOLLOW_EVERY);
-        let Some(store) = store.upgrade() else { return };
-        let Some(replica) = store.replica.get() else { return };
+        let (Some(store), Some(replica)) = (store.upgrade(), replica.upgrade()) else { return };
         if replica.stop.load(Ordering::Relaxed) || replica.check().is_err() {
             return;
         }
@@ -352,16 +290,13 @@ fn read_marks(path: &Path) -> Result<(u64, u64)> {
     Ok((get(APPLYING)?, get(APPLIED)?))
 }
 
-/// The meta keys of a replica's position.
-pub(super) const APPLYING: &str = "replica_applying";
-pub(super) const APPLIED: &str = "replica_seq";
-
 #[cfg(test)]
 mod tests {
     use std::sync::MutexGuard;
     use std::time::Instant;
 
     use super::*;
+    use crate::memory::log::{HeldHead, Replication};
     use crate::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
 
     /// An in-process log: what PostgreSQL's `memory_log` is to several hosts.

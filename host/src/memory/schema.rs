@@ -219,8 +219,8 @@ impl<'a> Txn<'a> {
     /// Commit; returns the write guard so that the caller's index update stays in order.
     pub(super) fn commit(self) -> Result<Option<WriteGuard<'a>>> {
         // A replayed (or replicated) op's commits say which op they belong to.
-        if let Some((seq, _)) = super::replica::replaying() {
-            self.set_meta(super::replica::APPLYING, seq)?;
+        if let Some((seq, _)) = super::log::replaying() {
+            self.set_meta(super::log::APPLYING, seq)?;
         }
         let Txn { txn, cache, changes, guard } = self;
         txn.commit().context("cannot commit to the memory store")?;

@@ -69,7 +69,7 @@ pub struct MemoryConfig {
     pub fusion: FusionParams,
     /// The shared log of writes this store is a replica of (several hosts on one
     /// PostgreSQL; see `replica.rs`); `None`: this home's store is the system of record.
-    pub replication: Option<super::replica::Replication>,
+    pub replication: Option<super::log::Replication>,
 }
 
 /// Where the embedding model comes from.
@@ -183,8 +183,6 @@ pub(super) struct Store {
     /// An index update failed: rebuild on the next write rather than patch.
     index_dirty: std::sync::atomic::AtomicBool,
     write_lock: Mutex<()>,
-    /// The shared log this store is a replica of (many hosts, one PostgreSQL), if any.
-    pub(super) replica: std::sync::OnceLock<Arc<super::replica::Replica>>,
     _lock: StoreLock,
 }
 
@@ -262,7 +260,6 @@ impl Store {
             daily_fingerprint,
             index_dirty: std::sync::atomic::AtomicBool::new(false),
             write_lock: Mutex::new(()),
-            replica: std::sync::OnceLock::new(),
             _lock: lock,
         };
         if !fresh {
@@ -286,7 +283,7 @@ impl Store {
 
     pub fn now_ms(&self) -> u64 {
         // An op replayed from the shared log runs at the time it was written.
-        if let Some((_, at_ms)) = super::replica::replaying() {
+        if let Some((_, at_ms)) = super::log::replaying() {
             return at_ms;
         }
         match self.clock.read() {
@@ -301,7 +298,7 @@ impl Store {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
         let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
-        Ok((get(super::replica::APPLYING)?, get(super::replica::APPLIED)?))
+        Ok((get(super::log::APPLYING)?, get(super::log::APPLIED)?))
     }
 
     /// Record that log op `seq` is applied whole. Not synced: a machine crash that loses
@@ -309,7 +306,7 @@ impl Store {
     pub(super) fn set_replica_applied(&self, seq: u64) -> Result<()> {
         let mut txn = self.begin()?;
         txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
-        txn.set_meta(super::replica::APPLIED, seq)?;
+        txn.set_meta(super::log::APPLIED, seq)?;
         txn.commit()?;
         Ok(())
     }

@@ -1,0 +1,94 @@
+//! The shared, ordered log of memory writes a replica follows (see `replica.rs`): its
+//! interface ([`MemoryLog`], implemented over PostgreSQL in `crate::store` and in-process in
+//! tests), and the mark an op being applied leaves on this thread, which the store's clock
+//! and its commits read. A module of its own below `store.rs` and `schema.rs`, so that they
+//! can read the mark without knowing the replica that sets it.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One write operation as the log holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedOp {
+    /// Its place in the log: 1, 2, 3, ... with no gaps.
+    pub seq: u64,
+    /// The time it ran at (ms since the epoch); replays run at this time too.
+    pub at_ms: u64,
+    /// The embedding model of the host that wrote it (`None`: lexical only).
+    pub model: Option<String>,
+    /// The operation, in the wire format of `ops.rs` (`{"op": "add", ...}`).
+    pub op: Value,
+}
+
+/// The shared, ordered log of memory writes (PostgreSQL's `memory_log`, or an in-process
+/// one in tests).
+pub trait MemoryLog: Send + Sync + 'static {
+    /// The last op's seq (0: empty).
+    fn head(&self) -> Result<u64>;
+    /// Up to `limit` ops after `after`, in order.
+    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>>;
+    /// Hold the head for one write: no other writer appends until the returned value is
+    /// appended to or dropped (dropped: nothing is appended).
+    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
+    /// Where the log lives, for messages.
+    fn describe(&self) -> String;
+}
+
+/// The log's head, held for one write.
+pub trait HeldHead {
+    /// The last op's seq and time.
+    fn seq(&self) -> u64;
+    fn at_ms(&self) -> u64;
+    /// The ops after `after` (all of them: the head is held, so they are final).
+    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>>;
+    /// Append `op` (whose seq is `seq() + 1`) and release the head; `Ok` only once the
+    /// append is durable.
+    fn append(self: Box<Self>, op: &LoggedOp) -> Result<()>;
+}
+
+/// The memory log a [`MemoryConfig`](super::MemoryConfig) replicates through; `Debug` so the
+/// config stays printable.
+#[derive(Clone)]
+pub struct Replication(pub Arc<dyn MemoryLog>);
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Replication({})", self.0.describe())
+    }
+}
+
+thread_local! {
+    /// The op this thread is applying: its seq and time (see [`replaying`]).
+    static REPLAYING: Cell<Option<(u64, u64)>> = const { Cell::new(None) };
+}
+
+/// The op (seq, time) this thread is applying to a replica, if any: the store's clock reads
+/// its time, and each commit records its seq.
+pub(super) fn replaying() -> Option<(u64, u64)> {
+    REPLAYING.with(Cell::get)
+}
+
+/// Sets [`REPLAYING`] for as long as it lives (also through a panic).
+pub(super) struct Replaying;
+
+impl Replaying {
+    pub(super) fn start(seq: u64, at_ms: u64) -> Replaying {
+        REPLAYING.with(|r| r.set(Some((seq, at_ms))));
+        Replaying
+    }
+}
+
+impl Drop for Replaying {
+    fn drop(&mut self) {
+        REPLAYING.with(|r| r.set(None));
+    }
+}
+
+/// The meta keys of a replica's position: the last log op that committed here, and the
+/// last one applied whole.
+pub(super) const APPLYING: &str = "replica_applying";
+pub(super) const APPLIED: &str = "replica_seq";
