@@ -505,7 +505,7 @@ fn a_dropped_http_request_stops_its_guest() {
         .expect("no audit line with status cancelled after the client went away");
     eprintln!("dropped request audited {} ms after the disconnect", took.as_millis());
     assert!(took < Duration::from_millis(300), "stopping took {took:?}");
-    assert_eq!(line["transport"], Value::Null, "skill lines name the transport in the session: {line}");
+    assert_eq!(line["transport"], "http", "skill lines name the transport, as MCP lines do: {line}");
     assert!(line["session"].as_str().unwrap().starts_with("mcp-http-"), "{line}");
     let cpu = cpu_over(server.pid(), Duration::from_millis(400));
     assert!(cpu < 60, "the server still burns CPU after the disconnect: {cpu} ms in 400 ms");
