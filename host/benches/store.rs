@@ -11,6 +11,14 @@
 //! returns (the CLI's default; a server's background sync would be faster and less durable).
 //! Both chains are verified after each run; each figure is the median of 3 interleaved runs.
 //! On 2 shared cores this measures overhead, not scaling.
+//!
+//! Then latency, local home vs PostgreSQL store in the same run (issue 33's target: a skill
+//! call on PostgreSQL within 2x of local): p50/p99 of a trivial skill call through the
+//! Library (the probe's `noop`, with its audit line: an fsynced file append vs a committed
+//! row), of a memory add (local redb commit vs a log append under the head lock plus the
+//! local replica's commit), and of a memory search over a few hundred records (both answer
+//! from a local index: the replica is caught up before the searches). One block of figures
+//! with ratios PostgreSQL/local, for the note.
 
 #[path = "../../tests/common/postgres.rs"]
 mod postgres;
@@ -18,6 +26,8 @@ mod postgres;
 use std::time::{Duration, Instant};
 
 use skillhost::audit::{AuditLog, EntryKind, new_entry};
+use skillhost::library::{Library, RunOptions};
+use skillhost::memory::{MemoryKind, NewRecord, Provenance, SearchFilter};
 
 /// Threads appending per host.
 const APPENDERS: usize = 16;
@@ -156,9 +166,142 @@ fn row(label: &str, f: &Figure, baseline: Option<&Figure>) {
     );
 }
 
+/// Records added (and timed) before the searches.
+const RECORDS: usize = 300;
+const CALLS: usize = 1000;
+const SEARCHES: usize = 300;
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() - 1) as f64 * p).round() as usize]
+}
+
+fn timed(n: usize, mut f: impl FnMut(usize)) -> Vec<Duration> {
+    (0..n)
+        .map(|i| {
+            let t = Instant::now();
+            f(i);
+            t.elapsed()
+        })
+        .collect()
+}
+
+/// p50/p99 of a skill call, a memory add and a memory search on `lib`.
+struct Latency {
+    call: Vec<Duration>,
+    add: Vec<Duration>,
+    search: Vec<Duration>,
+    semantic: bool,
+}
+
+const SUBJECTS: [&str; 12] = [
+    "kettle", "router", "garden", "invoice", "piano", "bicycle", "laptop", "window", "printer", "boiler", "tractor",
+    "compiler",
+];
+const FACTS: [&str; 5] = ["is blue", "needs repair", "belongs to Ann", "was bought in May", "stays in the attic"];
+
+fn latency(lib: &Library, probe: &std::path::Path) -> Latency {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let install = || lib.install(probe, &|_| Ok(None)).map(|_| ());
+    match lib.home_sync() {
+        Some(sync) => sync.change(install).unwrap(),
+        None => install().unwrap(),
+    }
+    let opts = RunOptions { session: "bench".into(), ..Default::default() };
+    let call = || {
+        rt.block_on(lib.run("probe", serde_json::json!({"mode": "noop"}), &opts)).unwrap();
+    };
+    for _ in 0..100 {
+        call();
+    }
+    let call = timed(CALLS, |_| call());
+    let memory = lib.memory().unwrap();
+    let add = timed(RECORDS, |i| {
+        let content = format!(
+            "The {} number {i} {} according to note {}",
+            SUBJECTS[i % SUBJECTS.len()],
+            FACTS[i % FACTS.len()],
+            i * 7919
+        );
+        memory
+            .add(NewRecord {
+                namespace: "default".into(),
+                kind: MemoryKind::Fact,
+                content,
+                priority: 3,
+                tags: vec![],
+                provenance: Provenance {
+                    skill: "user".into(),
+                    skill_hash: String::new(),
+                    session: "bench".into(),
+                    step: 0,
+                },
+            })
+            .unwrap();
+    });
+    let search = timed(SEARCHES, |i| {
+        let q = format!("which {} {}", SUBJECTS[i % SUBJECTS.len()], FACTS[(i / 3) % FACTS.len()]);
+        assert!(!memory.search(&q, &SearchFilter::default(), 5).unwrap().is_empty(), "{q}");
+    });
+    Latency { call, add, search, semantic: memory.semantic_stats().is_some() }
+}
+
+fn latency_block() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let probe = repo.join("target/skills/probe");
+    assert!(probe.join("skill.wasm").exists(), "run `just build-skills` first (no {})", probe.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let local_lib = Library::open(&tmp.path().join("local"), Some(tmp.path()), None).unwrap();
+    let mut local = latency(&local_lib, &probe);
+    drop(local_lib);
+    let db = postgres::database();
+    let mut pg_lib = Library::open(&tmp.path().join("pg-host"), Some(tmp.path()), None).unwrap();
+    pg_lib.use_postgres(db.migrated()).unwrap();
+    let mut pg = latency(&pg_lib, &probe);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "\nlatency, local home vs PostgreSQL store (Unix socket, fsync on), one process, one caller; memory semantic search: {}",
+        if local.semantic && pg.semantic { "on" } else { "off (lexical only)" }
+    );
+    println!(
+        "{:<44} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}",
+        "", "local p50", "local p99", "pg p50", "pg p99", "p50 x", "p99 x"
+    );
+    let rows: [(&str, &mut Vec<Duration>, &mut Vec<Duration>); 3] = [
+        ("skill call via Library (noop + audit line)", &mut local.call, &mut pg.call),
+        ("memory add", &mut local.add, &mut pg.add),
+        ("memory search (300 records, top 5)", &mut local.search, &mut pg.search),
+    ];
+    let mut call_ratio = 0.0;
+    for (label, l, p) in rows {
+        let (l50, l99, p50, p99) = (percentile(l, 0.5), percentile(l, 0.99), percentile(p, 0.5), percentile(p, 0.99));
+        let r50 = p50.as_secs_f64() / l50.as_secs_f64();
+        if call_ratio == 0.0 {
+            call_ratio = r50;
+        }
+        println!(
+            "{label:<44} {:>8.3}ms {:>8.3}ms {:>8.3}ms {:>8.3}ms {:>7.2}x {:>7.2}x",
+            ms(l50),
+            ms(l99),
+            ms(p50),
+            ms(p99),
+            r50,
+            p99.as_secs_f64() / l99.as_secs_f64()
+        );
+    }
+    println!(
+        "target: a skill call on PostgreSQL within 2x of local (p50): {} ({call_ratio:.2}x)",
+        if call_ratio <= 2.0 { "met" } else { "NOT met" }
+    );
+}
+
 fn main() {
     if let Ok(url) = std::env::var(CHILD) {
         child(&url);
+        return;
+    }
+    if std::env::var_os("SKILLHOST_BENCH_LATENCY_ONLY").is_some() {
+        latency_block();
         return;
     }
     // `cargo bench` passes `--bench`; nothing else is taken.
@@ -192,4 +335,5 @@ fn main() {
         "\ntarget: >= {target:.0} lines/s from 3 hosts: {} ({worst:.0} lines/s, the lower of the two 3-host figures)",
         if worst >= target { "met" } else { "NOT met" }
     );
+    latency_block();
 }

@@ -490,6 +490,54 @@ impl AuditLog {
         let sealed = walk.first_seal.map(|seal| self.check_sealed(&seal));
         Ok(Verified { entries: walk.entries, head: walk.head, torn_tail: walk.torn_tail, sealed })
     }
+
+    /// Write every line of this chain, verbatim and in order (one snapshot), each followed
+    /// by a newline, to `out`: what the file of a local home holds (`skillhost store
+    /// export`). Returns how many lines.
+    pub fn export_lines(&self, out: &mut dyn std::io::Write) -> Result<u64> {
+        match &self.pg {
+            Some(pg) => pg.export_lines(out),
+            None => {
+                let mut file = match File::open(&self.path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                    Err(e) => return Err(e).with_context(|| format!("cannot read {}", self.path.display())),
+                };
+                let copied = std::io::copy(&mut file, out)?;
+                Ok(if copied == 0 { 0 } else { self.verify().map(|v| v.entries).unwrap_or(0) })
+            }
+        }
+    }
+
+    /// Load the local log `file` into the chain of the PostgreSQL `store`, which must be
+    /// empty: the lines verbatim, in order, so their hashes (and the head a user kept) still
+    /// hold and `audit verify` on the store passes (`skillhost store import`). Refuses a log
+    /// that does not verify or ends in a torn line, saying what to do.
+    pub fn import_file(store: &crate::store::PgStore, file: &Path) -> Result<Verified> {
+        let local = AuditLog::new(file);
+        let verified = local.verify().map_err(|e| {
+            anyhow!("the audit log {} does not verify ({e}); nothing was imported: fix or seal it first (`skillhost --home HOME audit seal`), then import", file.display())
+        })?;
+        if let Some(torn) = &verified.torn_tail {
+            bail!(
+                "the audit log {} ends in an incomplete line ({torn}); nothing was imported: run one skill call on that home (the append discards it) or `skillhost --home HOME audit seal`, then import",
+                file.display()
+            );
+        }
+        let lines: Vec<String> = match std::fs::read_to_string(file) {
+            Ok(text) => text.lines().map(str::to_string).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+        };
+        if lines.len() as u64 != verified.entries {
+            bail!(
+                "the audit log {} changed while it was imported; stop the processes using that home and import again",
+                file.display()
+            );
+        }
+        postgres::import_lines(store, lines, &verified.head)?;
+        Ok(verified)
+    }
 }
 
 #[cfg(test)]

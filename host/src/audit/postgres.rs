@@ -285,6 +285,76 @@ impl PgChain {
     }
 }
 
+impl PgChain {
+    /// See [`AuditLog::export_lines`](super::AuditLog::export_lines).
+    pub(super) fn export_lines(&self, out: &mut dyn std::io::Write) -> Result<u64> {
+        let mut lines = self.lines()?;
+        let mut n = 0u64;
+        while let Some(line) = lines.next_line()? {
+            out.write_all(line.as_bytes())?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// Rows per INSERT when importing a file's lines.
+const IMPORT_ROWS: usize = 2048;
+
+/// Insert `lines` (a verified file's, in order, ending at `head`) into the empty chain of
+/// `store`, in one transaction that holds the head row: all or nothing.
+pub(super) fn import_lines(store: &PgStore, lines: Vec<String>, head: &str) -> Result<()> {
+    let mut rows: (Vec<i64>, Vec<String>, Vec<String>, Vec<String>) = Default::default();
+    for (i, line) in lines.iter().enumerate() {
+        let entry: Map<String, Value> = serde_json::from_str(line).map_err(|e| anyhow!("audit line {}: {e}", i + 1))?;
+        let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        rows.0.push(i as i64 + 1);
+        rows.1.push(text("prev"));
+        rows.2.push(text("hash"));
+        rows.3.push(text("session"));
+    }
+    let (count, head) = (lines.len() as i64, head.to_string());
+    let pg = store.clone();
+    store.block_on(async move {
+        let mut client = pg.client().await?;
+        let failed = |e: tokio_postgres::Error| pg.error("cannot import the audit log into", &e);
+        let tx = client.transaction().await.map_err(failed)?;
+        let (seq, _): (i64, String) = {
+            let row = tx.query_one(LOCK_HEAD, &[]).await.map_err(failed)?;
+            (row.get(0), row.get(1))
+        };
+        if seq != 0 {
+            anyhow::bail!(
+                "the audit chain of {} already holds {seq} line(s): a home's log is imported only into an empty chain (a new, freshly migrated database), so that its hashes still hold",
+                pg.url()
+            );
+        }
+        let insert = tx
+            .prepare(
+                "INSERT INTO skillhost_audit (seq, prev_hash, hash, session, host, line)
+                 SELECT s, p, h, se, $5, l FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $6::text[]) AS t(s, p, h, se, l)",
+            )
+            .await
+            .map_err(failed)?;
+        let host = format!("{} (import)", pg.host_id());
+        for start in (0..lines.len()).step_by(IMPORT_ROWS) {
+            let end = (start + IMPORT_ROWS).min(lines.len());
+            tx.execute(
+                &insert,
+                &[&&rows.0[start..end], &&rows.1[start..end], &&rows.2[start..end], &&rows.3[start..end], &host, &&lines[start..end]],
+            )
+            .await
+            .map_err(failed)?;
+        }
+        tx.execute("UPDATE skillhost_audit_head SET seq = $1, hash = $2 WHERE id = 1", &[&count, &head])
+            .await
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        Ok(())
+    })
+}
+
 /// Open the snapshot, send the head, then send pages until the end (an empty page).
 async fn produce(
     store: &PgStore,

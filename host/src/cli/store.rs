@@ -1,8 +1,10 @@
-//! `skillhost store migrate | status`: the schema of the shared PostgreSQL store. These run
-//! before (and without) a library: a host refuses to open on a schema that is not current,
-//! and these are how it becomes current.
+//! `skillhost store migrate | status | import | export`: the schema of the shared PostgreSQL
+//! store, and moving a home into it and back. These run before (and without) the command's
+//! library: a host refuses to open on a schema that is not current, and migrate is how it
+//! becomes current; import and export open what they need themselves
+//! (`crate::store::transfer`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -21,6 +23,21 @@ pub(super) enum StoreCmd {
     /// The store in force, its schema version and the version this skillhost knows.
     /// Exit 1 when the hosts would refuse it (migrate, or upgrade skillhost).
     Status,
+    /// Move a local home (skills, history, agents, policy, trust, secrets, the audit log,
+    /// memory) into the PostgreSQL store, which must be empty (freshly migrated). Secrets are
+    /// sealed with the store key (SKILLHOST_STORE_KEY_FILE). The home is only read.
+    Import {
+        /// The skillhost home to import (e.g. ~/.local/share/skillhost).
+        #[arg(long, value_name = "HOME_DIR")]
+        from: PathBuf,
+    },
+    /// Write the PostgreSQL store's skills, policy, trust, secrets, audit log and memory
+    /// into a new local home: DIR must not exist or be empty.
+    Export {
+        /// The directory to make a home of.
+        #[arg(long, value_name = "HOME_DIR")]
+        to: PathBuf,
+    },
 }
 
 pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -> Result<ExitCode> {
@@ -28,6 +45,27 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
     let StoreUrl::Postgres(pg) = &url else {
         return local(home, &source, cmd, json);
     };
+    if let StoreCmd::Import { from } | StoreCmd::Export { to: from } = cmd {
+        let store = PgStore::open(pg)?;
+        let (report, verb) = match cmd {
+            StoreCmd::Import { .. } => (crate::store::transfer::import(&store, home, from)?, "imported"),
+            _ => (crate::store::transfer::export(&store, home, from)?, "exported"),
+        };
+        if json {
+            print_json(&json!({ "store": url.to_string(), verb: report }))?;
+        } else {
+            let (prep, dir) = if verb == "imported" { ("from", "into") } else { ("to", "from") };
+            println!("{verb} {prep} {} {dir} {url}:", report.home.display());
+            println!("  shared home: {} unit(s) (skills, history, agents, policy, trust, secrets)", report.units.len());
+            println!("  audit log: {} line(s), head {}", report.audit_lines, report.audit_head);
+            let m = &report.memory;
+            println!(
+                "  memory: {} record(s), {} archived, {} working-memory key(s), {} daily note(s)",
+                m.records, m.archive, m.session_keys, m.daily_notes
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = PgStore::connect(pg)?;
     match cmd {
         StoreCmd::Migrate => {
@@ -78,6 +116,7 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
             }
             Ok(if problem.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
+        StoreCmd::Import { .. } | StoreCmd::Export { .. } => unreachable!("handled above"),
     }
 }
 
@@ -85,6 +124,9 @@ fn local(home: &Path, source: &StoreSource, cmd: &StoreCmd, json: bool) -> Resul
     let what = match cmd {
         StoreCmd::Migrate => "nothing to migrate (its stores migrate themselves when opened)",
         StoreCmd::Status => "the home's own files",
+        StoreCmd::Import { .. } | StoreCmd::Export { .. } => anyhow::bail!(
+            "store import and export move a home into a PostgreSQL store and back: name the store with --store postgres://... (or [store] url in skillhost.toml); a local home is copied with its directory"
+        ),
     };
     if json {
         print_json(&json!({ "store": "local", "source": source.to_string(), "home": home }))?;

@@ -397,6 +397,17 @@ impl Memory {
         self.run(ops::Archive {})
     }
 
+    /// The whole store, consistent (see `snapshot.rs`).
+    pub fn snapshot(&self) -> Result<super::MemorySnapshot> {
+        self.run(ops::TakeSnapshot {})
+    }
+
+    /// Load a whole store into this one, which must be empty (on a shared log: whose log
+    /// must be empty); ids, times and the archive are kept as they are.
+    pub fn load_snapshot(&self, snapshot: super::MemorySnapshot) -> Result<super::SnapshotReport> {
+        self.run(ops::LoadSnapshot { snapshot })
+    }
+
     /// Deprecate every live record that `skill` wrote (only version `hash_prefix`, if
     /// given): the response to poisoned memory. Returns the ids.
     pub fn quarantine(&self, skill: &str, hash_prefix: Option<&str>) -> Result<Vec<u64>> {

@@ -18,7 +18,8 @@
 //! embeddings), `hybrid.rs` (BM25 + cosine fusion), `merge.rs` (same-fact and update
 //! rules), `statement.rs` (what a record states: numbers, negations), `sessions.rs`,
 //! `view.rs`, `index.rs`,
-//! `daily.rs`, `lock.rs`.
+//! `daily.rs`, `lock.rs`, `snapshot.rs` (a whole store as one value, for
+//! `skillhost store import/export`).
 //!
 //! The sandbox talks only to the [`MemoryStore`] trait (search, insert, session working
 //! memory); the CLI and the agent loop use [`Memory`] directly for the view, compaction,
@@ -46,6 +47,7 @@ mod schema;
 mod script;
 mod sessions;
 mod settings;
+mod snapshot;
 mod statement;
 mod store;
 mod tokens;
@@ -65,6 +67,7 @@ pub use records::{
 };
 pub use replica::FOLLOW_EVERY;
 pub use settings::{FusionChoice, ModelSetting, ModelSource, fusion_setting, model_setting};
+pub use snapshot::{MemorySnapshot, SNAPSHOT_FORMAT, SnapshotReport};
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};
 pub use tokens::count_tokens;
 pub use view::{MemoryView, ViewSection};

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::daily::DailyEntry;
 use super::index::DailyHit;
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
+use super::snapshot::{MemorySnapshot, SnapshotReport};
 use super::store::Store;
 use super::view::MemoryView;
 use super::writes::{CompactReport, ImportReport, MaintainReport};
@@ -122,6 +123,10 @@ memory_ops! {
     write SessionSet { session: String, key: String, value: String } -> () =
         |s| s.session_set(&session, &key, &value);
     read SessionKeys { session: String } -> Vec<String> = |s| s.session_keys(&session);
+    /// The whole store, for `skillhost store import/export` (see `snapshot.rs`).
+    read TakeSnapshot {} -> MemorySnapshot = |s| s.snapshot();
+    /// Load a whole store into an empty one; on a shared log, only as its first op.
+    write LoadSnapshot { snapshot: MemorySnapshot } -> SnapshotReport = |s| s.load_snapshot(snapshot);
 }
 
 #[cfg(test)]

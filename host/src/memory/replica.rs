@@ -191,6 +191,13 @@ impl Replica {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut head = self.log.lock_head()?;
+        if matches!(request, Request::LoadSnapshot(_)) && head.seq() != 0 {
+            bail!(
+                "{} already holds {} memory write(s): a memory snapshot is loaded only as the first op of an empty log (import into a new, freshly migrated database)",
+                self.log.describe(),
+                head.seq()
+            );
+        }
         for op in head.read_after(*applied)? {
             self.apply(store, &mut applied, &op)?;
         }

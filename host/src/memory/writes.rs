@@ -595,6 +595,18 @@ impl Store {
         }
         let _written = self.write_guard();
         let entry = self.daily.append(self.now_ms(), text)?;
+        if super::replica::replaying().is_some() {
+            // A note is a file, not a row: commit a count of them so that the shared log sees
+            // that this op changed the store and logs it (replicas append the same line).
+            let txn = super::schema::Txn {
+                txn: self.db.begin_write().context("cannot start a memory store transaction")?,
+                cache: None,
+                changes: std::cell::RefCell::new(Vec::new()),
+                guard: None,
+            };
+            txn.set_meta("daily_notes_written", txn.meta("daily_notes_written")? + 1)?;
+            txn.commit()?;
+        }
         self.refresh_daily_fingerprint()?;
         self.reindex(&[], &[], std::slice::from_ref(&entry))?;
         Ok(entry)

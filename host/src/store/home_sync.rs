@@ -460,6 +460,82 @@ impl HomeSync {
         Ok(())
     }
 
+    /// `skillhost store import`: upload every unit of this home, as version 1, into a store
+    /// whose shared home is empty (refused otherwise, saying why). What was uploaded is not
+    /// recorded in this home: the home imported from does not become a copy of the store.
+    /// Returns the units' names.
+    pub fn import_home(&self) -> Result<Vec<String>> {
+        let mut sealed: Vec<(String, String, Vec<u8>)> = Vec::new();
+        for (unit, plain) in scan(&self.home)? {
+            let digest = crate::text::sha256_hex(&plain);
+            let bytes = self.seal(&unit, plain)?;
+            sealed.push((unit, digest, bytes));
+        }
+        let names = sealed.iter().map(|(u, ..)| u.clone()).collect();
+        let pg = self.store.clone();
+        self.store.block_on(async move {
+            let mut client = pg.client().await?;
+            let failed = |e: tokio_postgres::Error| pg.error("cannot import the home into", &e);
+            let tx = client.transaction().await.map_err(failed)?;
+            let version: i64 =
+                tx.query_one("SELECT version FROM skillhost_home_head FOR UPDATE", &[]).await.map_err(failed)?.get(0);
+            let units: i64 =
+                tx.query_one("SELECT count(*) FROM skillhost_home_units", &[]).await.map_err(failed)?.get(0);
+            if version != 0 || units != 0 {
+                bail!(
+                    "the shared home of {} already holds {units} unit(s) at version {version}: a home is imported only into an empty store (a new, freshly migrated database)",
+                    pg.url()
+                );
+            }
+            let insert = tx
+                .prepare("INSERT INTO skillhost_home_units (unit, version, digest, content, host) VALUES ($1, 1, $2, $3, $4)")
+                .await
+                .map_err(failed)?;
+            let host = format!("{} (import)", pg.host_id());
+            for (unit, digest, bytes) in &sealed {
+                tx.execute(&insert, &[unit, digest, bytes, &host]).await.map_err(failed)?;
+            }
+            if !sealed.is_empty() {
+                tx.execute("UPDATE skillhost_home_head SET version = 1", &[]).await.map_err(failed)?;
+            }
+            tx.commit().await.map_err(failed)?;
+            Ok(())
+        })?;
+        Ok(names)
+    }
+
+    /// `skillhost store export`: write every unit the store holds into this home (the
+    /// secrets opened with the store key), as a pull would, without recording a pull: the
+    /// exported home is a home of its own. Returns the units' names.
+    pub fn export_home(&self) -> Result<Vec<String>> {
+        let pg = self.store.clone();
+        let rows: Vec<(String, Vec<u8>)> = self.store.block_on(async move {
+            let client = pg.client().await?;
+            let rows = client
+                .query("SELECT unit, content FROM skillhost_home_units WHERE content IS NOT NULL ORDER BY unit", &[])
+                .await
+                .map_err(|e| pg.error("cannot read the shared home of", &e))?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })?;
+        std::fs::create_dir_all(&self.home).with_context(|| format!("cannot create {}", self.home.display()))?;
+        let mut names = Vec::new();
+        for (unit, stored) in rows {
+            let plain = self.open_sealed(&unit, stored)?;
+            self.apply(&unit, Some(plain))
+                .with_context(|| format!("cannot write {unit} into {}", self.home.display()))?;
+            names.push(unit);
+        }
+        Ok(names)
+    }
+
+    /// Would [`HomeSync::import_home`] need the store key (the home has secrets) and lack it?
+    pub fn check_can_import(&self) -> Result<()> {
+        if self.key.is_none() && self.home.join(SECRET_UNIT).exists() {
+            bail!("{} has secrets, and {NO_KEY}", self.home.display());
+        }
+        Ok(())
+    }
+
     /// Pull every [`FOLLOW_EVERY`] on a thread of its own, for as long as `alive` says.
     pub fn follow(&self, alive: impl Fn() -> bool + Send + 'static) -> Result<()> {
         let this = self.clone();

@@ -11,7 +11,8 @@
 //! needs. Features keep their own tables and code (the audit chain: `crate::audit`, its
 //! migration 1; the memory log every host's memory replays: [`PgMemoryLog`], migration 2;
 //! the skills, grants, trust and sealed secrets every host's home is a copy of:
-//! [`HomeSync`], migration 3); they reach the database through [`PgStore`].
+//! [`HomeSync`], migration 3); they reach the database through [`PgStore`]. [`transfer`]
+//! moves a local home into an empty store and back (`skillhost store import/export`).
 //!
 //! URLs are libpq-style and parsed by `tokio_postgres::Config`:
 //! `postgres:///skillhost?host=/run/postgresql` (a Unix socket directory),
@@ -33,6 +34,7 @@ pub mod home_sync;
 mod memory_log;
 pub mod migrations;
 mod postgres;
+pub mod transfer;
 
 pub use home_sync::HomeSync;
 pub use memory_log::PgMemoryLog;
