@@ -163,3 +163,33 @@ fn servers_on_two_hosts_serve_what_either_host_installs_and_remembers() {
     let lines = db.psql("SELECT count(*) FROM skillhost_audit WHERE line LIKE '%\"transport\":\"http\"%'");
     assert!(lines.trim().parse::<u32>().unwrap() >= 3, "{lines}");
 }
+
+#[test]
+fn readyz_follows_the_store_a_schema_it_does_not_know_or_a_dropped_database_is_not_ready() {
+    let db = database();
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path(), KEY);
+    let a = Host::new(&db, &key);
+    a.ok(&["store", "migrate"]);
+    let store_env = [("SKILLHOST_STORE", a.url.as_str()), ("SKILLHOST_STORE_KEY_FILE", key.to_str().unwrap())];
+    let server = HttpServer::start(a.home.path(), &["--stateless"], &store_env);
+    let readyz = || {
+        let r = client::http(server.addr, "GET", "/readyz", &[], b"");
+        (r.status, r.json())
+    };
+    assert_eq!(readyz(), (200, json!({ "status": "ready" })));
+
+    // Migrated by a newer skillhost under the running host: not ready, until it is undone.
+    let newer: i64 = db.psql("SELECT max(version) + 1 FROM skillhost_schema").parse().unwrap();
+    db.psql(&format!(
+        "INSERT INTO skillhost_schema (version, name, applied_by) VALUES ({newer}, 'from the future', 'test')"
+    ));
+    assert_eq!(readyz(), (503, json!({ "status": "not-ready", "reason": "store schema not current" })));
+    db.psql(&format!("DELETE FROM skillhost_schema WHERE version = {newer}"));
+    assert_eq!(readyz(), (200, json!({ "status": "ready" })));
+
+    // The database dropped under it: not ready, and still alive.
+    postgres::server().psql("postgres", &format!("DROP DATABASE {} WITH (FORCE)", db.name));
+    assert_eq!(readyz(), (503, json!({ "status": "not-ready", "reason": "store unreachable" })));
+    assert_eq!(client::http(server.addr, "GET", "/healthz", &[], b"").status, 200);
+}

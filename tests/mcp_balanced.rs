@@ -12,110 +12,17 @@
 #[path = "mcp/client.rs"]
 mod client;
 mod common;
+#[path = "common/haproxy.rs"]
+mod haproxy;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use client::{HttpServer, cli, example_home, rpc};
+use haproxy::Haproxy;
 use serde_json::{Value, json};
-
-/// The haproxy config as tested (and shown in the README): round robin, readiness checks,
-/// a refused connection or a drain's 503 retried on the other host.
-fn haproxy_config(listen: SocketAddr, hosts: &[SocketAddr]) -> String {
-    let mut cfg = format!(
-        "global
-    maxconn 256
-    log stderr format raw local0 info
-
-defaults
-    mode http
-    log global
-    option httplog
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    # A host that refuses the connection (drained) or answers the drain's 503 before reading
-    # the request is tried again, on another host.
-    # (A retry needs the whole request at hand: buffer it before picking a host.)
-    retries 3
-    option redispatch 1
-    retry-on conn-failure empty-response 503
-    option http-buffer-request
-
-frontend mcp
-    bind {listen}
-    default_backend skillhost
-
-backend skillhost
-    balance roundrobin
-    option httpchk
-    http-check send meth GET uri /readyz
-    http-check expect status 200
-"
-    );
-    for (i, host) in hosts.iter().enumerate() {
-        cfg.push_str(&format!("    server host{i} {host} check inter 200ms fall 2 rise 2\n"));
-    }
-    cfg
-}
-
-struct Haproxy {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Haproxy {
-    fn binary() -> PathBuf {
-        let found = ["/usr/sbin/haproxy", "/usr/bin/haproxy", "/usr/local/sbin/haproxy"].map(PathBuf::from);
-        found.into_iter().find(|p| p.exists()).unwrap_or_else(|| {
-            panic!("haproxy is not installed: run `bash .ci/haproxy` (or `just test`, which runs it)")
-        })
-    }
-
-    fn start(hosts: &[SocketAddr]) -> Haproxy {
-        let dir = tempfile::tempdir().unwrap();
-        // A free loopback port: taken from the kernel, released for haproxy to bind.
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let cfg = dir.path().join("haproxy.cfg");
-        std::fs::write(&cfg, haproxy_config(addr, hosts)).unwrap();
-        let check = Command::new(Self::binary()).arg("-c").arg("-f").arg(&cfg).output().unwrap();
-        assert!(check.status.success(), "haproxy -c: {}", String::from_utf8_lossy(&check.stderr));
-        let log = std::fs::File::create(dir.path().join("haproxy.log")).unwrap();
-        let child = Command::new(Self::binary())
-            .arg("-f")
-            .arg(&cfg)
-            .arg("-db")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut h = Haproxy { child, addr, _dir: dir };
-        let started = Instant::now();
-        while TcpStream::connect(addr).is_err() {
-            if let Some(status) = h.child.try_wait().unwrap() {
-                panic!("haproxy exited ({status}): {}", h.log());
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "haproxy did not listen: {}", h.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        h
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("haproxy.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn audit_lines(home: &Path) -> Vec<Value> {
     std::fs::read_to_string(home.join("audit/audit.jsonl"))
@@ -202,16 +109,8 @@ fn calls_alternate_between_two_hosts_and_a_drained_host_costs_the_clients_nothin
     let mut expected: Vec<String> = (0..results.len()).map(|i| format!("drain-{i}")).collect();
     expected.sort();
     assert_eq!(audited, expected, "every answered call has exactly one audit line");
-    // haproxy's log says how many of them it had to send again (the last of the five
-    // connection counts, `+N` when redispatched): the drain was crossed, not dodged.
-    let retried = lb
-        .log()
-        .lines()
-        .filter(|l| {
-            let counts = l.split_whitespace().find(|t| t.matches('/').count() == 4 && t.starts_with(char::is_numeric));
-            counts.and_then(|c| c.rsplit('/').next()).is_some_and(|r| r != "0")
-        })
-        .count();
+    // haproxy's log says how many of them it had to send again: the drain was crossed, not dodged.
+    let retried = lb.retried();
     eprintln!("{} calls through haproxy while host A drained, none failed; haproxy retried {retried}", results.len());
     assert!(retried >= 1, "no call met the drain (none was retried): the test did not cross it\n{}", lb.log());
     cli(a_env.home.path(), &["audit", "verify"]);

@@ -289,6 +289,17 @@ impl Library {
         self
     }
 
+    /// Before a clean exit of a process that keeps its library to the end (a server): if
+    /// the memory is open and a replica of the shared store's log, stop it where an op ends
+    /// and record that durably ([`Memory::stop_replication`]), so the next start need not
+    /// rebuild it. Memory writes are refused afterwards.
+    pub fn stop_memory_replication(&self) -> Result<()> {
+        match self.store.get() {
+            Some(memory) => memory.stop_replication(),
+            None => Ok(()),
+        }
+    }
+
     /// The memory system of this home, opened on first use (it locks the store against
     /// other processes for as long as this library lives).
     pub fn memory(&self) -> Result<Arc<Memory>> {

@@ -275,9 +275,12 @@ impl McpServer {
         }
     }
 
-    /// Before a clean exit: every audit line written is synced.
+    /// Before a clean exit: every audit line written is synced, and a memory replica of the
+    /// shared store records where it stands (else the next start rebuilds it from the log).
     pub fn finish(&self) -> Result<()> {
-        self.lib.audit_log().flush()
+        let replica = self.lib.stop_memory_replication();
+        self.lib.audit_log().flush()?;
+        replica
     }
 
     fn namespace(&self) -> &str {

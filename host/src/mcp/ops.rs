@@ -4,9 +4,9 @@
 //! - `GET /healthz`: 200 while the process serves HTTP at all (liveness: restart me if not).
 //! - `GET /readyz`: 200 when this host can take calls: not draining, and the [`Readiness`]
 //!   check passes (for a local home, [`HomeReadiness`]: skills readable, the sandbox runtime
-//!   made, the memory store open, the audit log appendable and writable). 503 with a short
-//!   JSON reason otherwise. The check is a trait so another backend (PostgreSQL: "store
-//!   reachable, schema current") plugs in its own.
+//!   made, the memory store open, the audit log appendable and writable; on a PostgreSQL
+//!   store also: it answers and its schema is current). 503 with a short JSON reason
+//!   otherwise. The check is a trait so another backend can plug in its own.
 //! - Both are open, without the bearer token: load balancers and orchestrators probe without
 //!   credentials, and the answers carry no information beyond up / ready / a fixed reason
 //!   word (the details, which may name paths, go to the server's log, once per change).
@@ -92,11 +92,21 @@ impl HomeReadiness {
 
     /// The checks, blocking (file system and store access).
     fn check_now(lib: &Library) -> Result<(), NotReady> {
+        // On a PostgreSQL store: it answers, and its schema is the one this build knows (a
+        // database migrated by a newer skillhost, or dropped, takes no calls from this host).
+        if let Some(pg) = lib.postgres() {
+            let status = pg.schema_status().map_err(|e| NotReady::new("store unreachable", format!("{e:#}")))?;
+            status.check(pg).map_err(|e| NotReady::new("store schema not current", format!("{e:#}")))?;
+        }
         lib.names().map_err(|e| NotReady::new("skills unreadable", format!("{e:#}")))?;
         lib.runtime().map_err(|e| NotReady::new("sandbox unavailable", format!("{e:#}")))?;
         lib.memory().map_err(|e| NotReady::new("store unreachable", format!("{e:#}")))?;
         let audit = lib.audit_log();
         audit.check_appendable().map_err(|e| NotReady::new("audit log damaged", format!("{e:#}")))?;
+        if lib.postgres().is_some() {
+            // The chain is the store's (checked above), not a file of this home.
+            return Ok(());
+        }
         // Appendable is about the chain; the file (or, before the first line, its directory,
         // made as the first append would) must also take a write. Opening for append and an
         // unnamed temporary file write nothing that stays.

@@ -62,6 +62,12 @@ impl Drop for Owner {
         if let Some(mut s) = self.server.take() {
             s.stop();
         }
+        // A replica stops where an op ends, and says so durably (see `Replica::stop`).
+        if let Some(replica) = &self.replica
+            && let Err(e) = replica.stop(&self.store)
+        {
+            tracing::warn!("cannot record where the memory replica stands: {e:#}; it is rebuilt on the next start");
+        }
     }
 }
 
@@ -195,6 +201,22 @@ impl Memory {
         }
         self.clock = Some(clock);
         self
+    }
+
+    /// Before a process that owns a replicated store exits without dropping it (a server):
+    /// stop following the shared log once the op in progress is whole, and record durably
+    /// where the replica stands, so that the next start goes on from there instead of
+    /// rebuilding it. Memory writes are refused from then on; a client handle or an
+    /// unreplicated store has nothing to stop.
+    pub fn stop_replication(&self) -> Result<()> {
+        let state = self.state.read().map_err(|_| anyhow!("the memory handle is poisoned"))?;
+        match &state.backend {
+            Backend::Owner(o) => match &o.replica {
+                Some(replica) => replica.stop(&o.store),
+                None => Ok(()),
+            },
+            Backend::Client(_) => Ok(()),
+        }
     }
 
     /// Whether this handle owns the store (else it is a client of the process that does).

@@ -145,6 +145,9 @@ impl Replica {
                 return Ok(());
             }
             for op in &ops {
+                if self.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
                 self.apply(store, &mut applied, op)?;
             }
         }
@@ -181,7 +184,7 @@ impl Replica {
                 self.diverge(store, format!("op {} changed nothing here, unlike where it was written", logged.seq))
             );
         }
-        store.set_replica_applied(logged.seq)?;
+        store.set_replica_applied(logged.seq, false)?;
         *applied = logged.seq;
         Ok(())
     }
@@ -190,6 +193,9 @@ impl Replica {
     pub(super) fn write(&self, store: &Store, request: Request) -> Result<Value> {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.stop.load(Ordering::SeqCst) {
+            bail!("this host's memory replica is closed (the host is shutting down); the write was not made");
+        }
         let mut head = self.log.lock_head()?;
         if matches!(request, Request::LoadSnapshot(_)) && head.seq() != 0 {
             bail!(
@@ -220,9 +226,30 @@ impl Replica {
                 "this memory write may or may not have been recorded ({e:#}): check (e.g. `skillhost memory search`) before retrying. {diverged:#}"
             );
         }
-        store.set_replica_applied(seq)?;
+        store.set_replica_applied(seq, false)?;
         *applied = seq;
         answer
+    }
+
+    /// Stop following and writing through the log once the op in progress (the follower's
+    /// or a writer's) is whole, and record where the replica stands durably. Without it a
+    /// host that exits cleanly leaves `replica_seq` unsynced (or an op half applied by the
+    /// follower) and its next start reads "stopped inside a write" and rebuilds the whole
+    /// replica from the log. Later writes are refused; reads go on.
+    pub(super) fn stop(&self, store: &Store) -> Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        let applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.diverged.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some() {
+            // Rebuilt on the next open anyway (the mark file says so).
+            return Ok(());
+        }
+        let (applying, _) = store.replica_marks()?;
+        if applying > *applied {
+            // An op this replica began and did not finish (a write the log refused): leave the
+            // marks as they are, so that the next open rebuilds.
+            return Ok(());
+        }
+        store.set_replica_applied(*applied, true)
     }
 
     /// The log head is ahead of this replica.
@@ -484,5 +511,32 @@ mod tests {
         a.add(record("fourth fact")).unwrap();
         let b = host(b_dir.path(), &log);
         assert_eq!(contents(&a), contents(&b));
+    }
+    #[test]
+    fn a_replica_stopped_cleanly_stops_between_ops_and_resumes_there_without_a_rebuild() {
+        let log = Arc::new(VecLog::default());
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = host(a_dir.path(), &log);
+        let b = host(b_dir.path(), &log);
+        for i in 0..40 {
+            a.add(record(&format!("gadget{i} sits on shelf{i} in room{i}"))).unwrap();
+        }
+        // Stopped while its follower may be catching up: it stops where an op ends.
+        std::thread::sleep(FOLLOW_EVERY + Duration::from_millis(30));
+        b.stop_replication().unwrap();
+        let seen = contents(&b);
+        let err = b.add(record("a write after the stop")).unwrap_err().to_string();
+        assert!(err.contains("shutting down") && err.contains("not made"), "{err}");
+        // It follows no more, and nothing it began is left half done.
+        a.add(record("gadget99 sits on shelf99 in room99")).unwrap();
+        std::thread::sleep(FOLLOW_EVERY * 2);
+        assert_eq!(contents(&b), seen, "the follower applied ops after the stop");
+        drop(b);
+        let (applying, applied) = read_marks(&b_dir.path().join("store.redb")).unwrap();
+        assert!(applying <= applied, "stopped inside op {applying} (applied: {applied}): the next start rebuilds");
+        assert_eq!(applied as usize, seen.len(), "replica_seq is where the replica stood");
+        // Reopened, it goes on from there: the same records as A, the ids A gave.
+        let b = host(b_dir.path(), &log);
+        assert_eq!(contents(&b), contents(&a));
     }
 }

@@ -301,11 +301,14 @@ impl Store {
         Ok((get(super::log::APPLYING)?, get(super::log::APPLIED)?))
     }
 
-    /// Record that log op `seq` is applied whole. Not synced: a machine crash that loses
-    /// it leaves `replica_applying` ahead, and the replica is rebuilt (never trusted).
-    pub(super) fn set_replica_applied(&self, seq: u64) -> Result<()> {
+    /// Record that log op `seq` is applied whole. Not synced unless `durable`: a crash that
+    /// loses it leaves `replica_applying` ahead, and the replica is rebuilt (never trusted).
+    /// A clean stop records it `durable` ([`super::replica::Replica::stop`]).
+    pub(super) fn set_replica_applied(&self, seq: u64, durable: bool) -> Result<()> {
         let mut txn = self.begin()?;
-        txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
+        if !durable {
+            txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
+        }
         txn.set_meta(super::log::APPLIED, seq)?;
         txn.commit()?;
         Ok(())

@@ -595,7 +595,7 @@ impl Store {
         }
         let _written = self.write_guard();
         let entry = self.daily.append(self.now_ms(), text)?;
-        if super::replica::replaying().is_some() {
+        if super::log::replaying().is_some() {
             // A note is a file, not a row: commit a count of them so that the shared log sees
             // that this op changed the store and logs it (replicas append the same line).
             let txn = super::schema::Txn {
