@@ -305,9 +305,13 @@ impl HomeSync {
                 }
             }
             None => {
-                if target.exists() {
-                    std::fs::rename(&target, &aside)?;
-                    let _ = std::fs::remove_dir_all(&aside);
+                // Renamed aside first (no check-then-act: a unit already gone is fine).
+                match std::fs::rename(&target, &aside) {
+                    Ok(()) => {
+                        let _ = std::fs::remove_dir_all(&aside);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e).with_context(|| format!("cannot remove {}", target.display())),
                 }
             }
         }
@@ -345,18 +349,23 @@ impl HomeSync {
         let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut state = self.load_state();
         let this = self.clone();
-        let state = self.store.block_on(async move {
+        let pulled = self.store.block_on(async move {
             let client = this.store.client().await?;
             let head = client
                 .query_one("SELECT version FROM skillhost_home_head", &[])
                 .await
                 .map_err(|e| this.store.error("cannot read the shared home of", &e))?;
-            if u64::try_from(head.get::<_, i64>(0)).unwrap_or(0) > state.version {
-                this.pull_with(&client, &mut state).await?;
+            if u64::try_from(head.get::<_, i64>(0)).unwrap_or(0) <= state.version {
+                return Ok(None);
             }
-            Ok(state)
+            this.pull_with(&client, &mut state).await?;
+            Ok(Some(state))
         })?;
-        self.save_state(&state)
+        // A follower pulls every 0.2 s: the state file is written only when something came.
+        match pulled {
+            Some(state) => self.save_state(&state),
+            None => Ok(()),
+        }
     }
 
     /// Run `change` on an up-to-date home while holding the store's home lock, then share
