@@ -35,14 +35,24 @@ build:
 demo: build-skills build
     bash examples/log-analysis/demo.sh
 
-# All tests: unit tests and the integration tests in tests/, through the real runtime. First
-# installs what they need (.ci/test-needs: guest toolchains, MCP clients, embedding model;
+# The test binaries that touch the store (the home's skills, grants, secrets, memory, audit
+# chain, paused runs): `just test` runs them a second time with every test home on a
+# PostgreSQL database of its own (SKILLHOST_TEST_STORE=postgres, tests/common/mod.rs).
+# tests/audit.rs pins the file log's own format and damage (the PostgreSQL chain's are
+# tests/store_postgres.rs); the memory tests drive the engine every replica runs.
+store_tests := "cli library secrets agent agent_skills agent_profiles service mcp mcp_guard mcp_ops"
+
+# All tests: unit tests and the integration tests in tests/, through the real runtime, then
+# the store-touching ones again on PostgreSQL (`store_tests`). First installs what they need
+# (.ci/test-needs: guest toolchains, MCP clients, embedding model, PostgreSQL, haproxy;
 # cached in target/) or fails naming what is missing; SKILLHOST_SKIP_GUESTS=1,
 # SKILLHOST_SKIP_MCP_CLIENTS=1 or SKILLHOST_SKIP_EMBED_MODEL=1 leaves a group out, said again
 # at the end.
 test: build-skills
     bash .ci/test-needs
-    status=0; cargo test --release || status=$?; bash .ci/test-needs --summary; exit $status
+    status=0; cargo test --release || status=$?; \
+    SKILLHOST_TEST_STORE=postgres cargo test --release --no-fail-fast $(for t in {{store_tests}}; do printf -- '--test %s ' "$t"; done) || status=$?; \
+    bash .ci/test-needs --summary; exit $status
 
 # Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines;
 # audit appends/s from 3 hosts on PostgreSQL against the file log. Prints ratios.

@@ -360,7 +360,9 @@ fn cli_require_more_then_resume() {
     std::fs::write(&d2, json!({"decide": [reply("use COM3")]}).to_string()).unwrap();
     let cmd = || {
         let mut c = Command::cargo_bin("skillhost").unwrap();
-        c.env("SKILLHOST_HOME", env.home.path()).current_dir(env.workspace.path());
+        c.env("SKILLHOST_HOME", env.home.path())
+            .envs(common::store_env(env.home.path()))
+            .current_dir(env.workspace.path());
         c
     };
     let out = cmd().args(["run", "--decisions"]).arg(&d1).arg("find the port").assert().code(3);
@@ -422,6 +424,7 @@ fn provider_down_is_one_clear_error() {
     let out = Command::cargo_bin("skillhost")
         .unwrap()
         .env("SKILLHOST_HOME", env.home.path())
+        .envs(common::store_env(env.home.path()))
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")
@@ -442,6 +445,7 @@ fn provider_down_is_one_clear_error() {
     let out = Command::cargo_bin("skillhost")
         .unwrap()
         .env("SKILLHOST_HOME", env.home.path())
+        .envs(common::store_env(env.home.path()))
         .current_dir(env.workspace.path())
         .args(["--json", "run", "--resume", &id, "--decisions"])
         .arg(&decisions)
@@ -455,6 +459,7 @@ fn provider_down_is_one_clear_error() {
     let out = Command::cargo_bin("skillhost")
         .unwrap()
         .env("SKILLHOST_HOME", bare.home.path())
+        .envs(common::store_env(bare.home.path()))
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")
@@ -571,7 +576,9 @@ async fn guardrail_marks_an_uncited_conclusion() {
 
 #[tokio::test]
 async fn a_damaged_audit_log_stops_the_run_which_resumes_after_the_seal() {
-    let env = common::Env::new();
+    // The file log damaged by hand: the local backend's own failure (PostgreSQL's chain
+    // refuses any change to a written line; tests/store_postgres.rs pins that).
+    let env = common::Env::local();
     let lib = probe_home(&env);
     let log = lib.audit_log();
     std::fs::create_dir_all(log.path().parent().unwrap()).unwrap();
@@ -834,6 +841,7 @@ async fn ctrl_c_on_a_terminal_saves_the_session_and_resume_continues_in_its_work
     let mut child = std::process::Command::new("script")
         .args(["-qefc", &command, "/dev/null"])
         .env("SKILLHOST_HOME", env.home.path())
+        .envs(common::store_env(env.home.path()))
         .env("OPENAI_BASE_URL", format!("{}/v1", server.base))
         .env_remove("OPENAI_API_KEY")
         .env_remove("SKILLHOST_PROVIDER")
@@ -930,6 +938,7 @@ async fn on_a_terminal_the_reply_appears_while_it_arrives() {
     let mut child = std::process::Command::new("script")
         .args(["-qefc", &command, "/dev/null"])
         .env("SKILLHOST_HOME", env.home.path())
+        .envs(common::store_env(env.home.path()))
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("SKILLHOST_PROVIDER")

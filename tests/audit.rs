@@ -243,6 +243,7 @@ fn concurrent_processes_keep_one_chain() {
         .map(|i| {
             std::process::Command::new(&bin)
                 .env("SKILLHOST_HOME", env.home.path())
+                .envs(common::store_env(env.home.path()))
                 .arg("--workspace")
                 .arg(env.workspace.path())
                 .args(["skill", "run", "probe", "--session", &format!("p{i}"), "-p", "mode=noop"])

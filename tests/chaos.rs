@@ -21,8 +21,6 @@ mod client;
 mod common;
 #[path = "common/haproxy.rs"]
 mod haproxy;
-#[path = "common/postgres.rs"]
-mod postgres;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -436,7 +434,7 @@ fn python() -> PathBuf {
 fn three_hosts_on_one_store_lose_nothing_answered_when_one_is_killed_and_one_drained() {
     let test_started = Instant::now();
     let py = python();
-    let db = postgres::database();
+    let db = common::postgres::database();
     let url = db.url();
     let keys = tempfile::tempdir().unwrap();
     let key_file = keys.path().join("store.key");

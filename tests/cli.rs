@@ -268,6 +268,7 @@ fn concurrent_grants_are_not_lost() {
         .map(|n| {
             std::process::Command::new(assert_cmd::cargo::cargo_bin("skillhost"))
                 .env("SKILLHOST_HOME", env.home.path())
+                .envs(common::store_env(env.home.path()))
                 .args(["policy", "grant", "p", &format!("env={n}")])
                 .stdout(std::process::Stdio::null())
                 .spawn()
@@ -306,6 +307,7 @@ fn on_tty(env: &Env, args: &str, answer: &str) -> String {
     let out = std::process::Command::new("script")
         .args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"])
         .env("SKILLHOST_HOME", env.home.path())
+        .envs(common::store_env(env.home.path()))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -364,7 +366,7 @@ fn workspace_precedence_flag_then_user_policy_then_cwd() {
     }
     let read = |cwd: &std::path::Path, flag: Option<&std::path::Path>| {
         let mut c = Command::cargo_bin("skillhost").unwrap();
-        c.env("SKILLHOST_HOME", env.home.path()).current_dir(cwd);
+        c.env("SKILLHOST_HOME", env.home.path()).envs(common::store_env(env.home.path())).current_dir(cwd);
         if let Some(f) = flag {
             c.arg("--workspace").arg(f);
         }
@@ -1028,4 +1030,33 @@ fn verbosity_and_rust_log_choose_the_diagnostics_on_stderr_and_stdout_stays_clea
     let warned = stderr_of(&out);
     assert!(out.status.success(), "{warned}");
     assert!(warned.contains("warning: ") && warned.contains("memory search is lexical only"), "{warned}");
+}
+
+/// `SKILLHOST_TEST_STORE` (tests/common/mod.rs) really moves this suite's homes: on
+/// `postgres` every command of a test home runs on its own migrated database (its calls'
+/// audit lines land there, not in the home's file), on the default the home's own files.
+#[test]
+fn the_suite_runs_on_the_backend_skillhost_test_store_names() {
+    let env = Env::new();
+    let status: serde_json::Value = serde_json::from_slice(
+        &env.skillhost().args(["--json", "store", "status"]).assert().success().get_output().stdout,
+    )
+    .unwrap();
+    let dir = env.probe_as("probe", "");
+    env.skillhost().args(["skill", "install"]).arg(&dir).arg("--yes").assert().success();
+    env.skillhost().args(["skill", "run", "probe", "-p", "mode=noop"]).assert().success();
+    let file_log = env.home.path().join("audit").join("audit.jsonl");
+    match common::test_store() {
+        common::TestStore::Local => {
+            assert_eq!(status["store"], "local", "{status}");
+            assert_eq!(std::fs::read_to_string(&file_log).unwrap().lines().count(), 1);
+        }
+        common::TestStore::Postgres => {
+            assert!(status["store"].as_str().is_some_and(|s| s.starts_with("postgres://")), "{status}");
+            assert_eq!(status["state"], "current", "{status}");
+            let db = common::database_for(env.home.path()).unwrap();
+            assert_eq!(db.psql("SELECT count(*) FROM skillhost_audit"), "1");
+            assert!(!file_log.exists(), "a call on PostgreSQL wrote the home's file log");
+        }
+    }
 }

@@ -6,15 +6,13 @@
 #[path = "mcp/client.rs"]
 mod client;
 mod common;
-#[path = "common/postgres.rs"]
-mod postgres;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use client::{HttpServer, rpc};
+use common::postgres::{Database, database};
 use common::{Env, skillhost};
-use postgres::{Database, database};
 use serde_json::{Value, json};
 
 /// One host: a home of its own, the shared store, the same store key.
@@ -189,7 +187,42 @@ fn readyz_follows_the_store_a_schema_it_does_not_know_or_a_dropped_database_is_n
     assert_eq!(readyz(), (200, json!({ "status": "ready" })));
 
     // The database dropped under it: not ready, and still alive.
-    postgres::server().psql("postgres", &format!("DROP DATABASE {} WITH (FORCE)", db.name));
+    common::postgres::server().psql("postgres", &format!("DROP DATABASE {} WITH (FORCE)", db.name));
     assert_eq!(readyz(), (503, json!({ "status": "not-ready", "reason": "store unreachable" })));
     assert_eq!(client::http(server.addr, "GET", "/healthz", &[], b"").status, 200);
+}
+
+#[test]
+fn a_run_paused_on_one_host_resumes_on_another() {
+    let db = database();
+    let keys = tempfile::tempdir().unwrap();
+    let key = key_file(keys.path(), KEY);
+    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
+    a.ok(&["store", "migrate"]);
+    let d1 = keys.path().join("d1.json");
+    let d2 = keys.path().join("d2.json");
+    std::fs::write(&d1, r#"{"decide": [{"next_action": "require_more", "message": "Which port?"}]}"#).unwrap();
+    std::fs::write(&d2, r#"{"decide": [{"next_action": "reply", "message": "use COM3"}]}"#).unwrap();
+
+    let out = a.cmd().args(["run", "--decisions"]).arg(&d1).arg("find the port").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let id = stderr.split("skillhost run --resume ").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    // Saved in the store, not in A's replica (derived state, wiped when it is rebuilt).
+    assert_eq!(db.psql(&format!("SELECT count(*) FROM skillhost_agent_sessions WHERE id = '{id}'")), "1");
+    assert!(!a.home.path().join("memory").join("sessions").exists());
+
+    let done = b.json(&["run", "--decisions", d2.to_str().unwrap(), "--resume", &id, "COM3"]);
+    assert_eq!((done["status"].as_str(), done["answer"].as_str()), (Some("answered"), Some("use COM3")), "{done}");
+    assert_eq!(done["session"], id.as_str(), "{done}");
+    // Finished on B: A cannot resume it again.
+    let out = a.cmd().args(["run", "--decisions"]).arg(&d2).args(["--resume", &id, "again"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already finished"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And the run's steps from both hosts are one chain.
+    assert!(b.ok(&["audit", "verify"]).contains("audit log intact"));
 }

@@ -4,10 +4,8 @@
 //! tests/cluster.rs (a write on one host found on another within a second).
 
 mod common;
-#[path = "common/postgres.rs"]
-mod postgres;
 
-use postgres::database;
+use common::postgres::database;
 
 /// Search on a shared store is the local backend's search: the labelled set (tests/memory_eval,
 /// with the embedding model) loaded through the memory log on one host and replayed on

@@ -113,7 +113,12 @@ fn killing_an_install_midway_leaves_a_runnable_skill() {
     let v2 = version_dir(&env, "tool", "0.2.0", "limits:\n  memory_mb: 32\n");
     let bin = assert_cmd::cargo::cargo_bin("skillhost");
     let cli = |args: &[&str]| {
-        std::process::Command::new(&bin).env("SKILLHOST_HOME", env.home.path()).args(args).output().unwrap()
+        std::process::Command::new(&bin)
+            .env("SKILLHOST_HOME", env.home.path())
+            .envs(common::store_env(env.home.path()))
+            .args(args)
+            .output()
+            .unwrap()
     };
     // The first install compiles; later ones reuse the compile cache and take a few ms, so
     // the kill points spread over what a whole install of v2 takes here (timed once).
@@ -130,6 +135,7 @@ fn killing_an_install_midway_leaves_a_runnable_skill() {
         let delay = std::time::Duration::from_micros((seed >> 33) % whole_us);
         let mut child = std::process::Command::new(&bin)
             .env("SKILLHOST_HOME", env.home.path())
+            .envs(common::store_env(env.home.path()))
             .args(["skill", "install", src.to_str().unwrap()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

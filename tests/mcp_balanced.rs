@@ -25,11 +25,7 @@ use haproxy::Haproxy;
 use serde_json::{Value, json};
 
 fn audit_lines(home: &Path) -> Vec<Value> {
-    std::fs::read_to_string(home.join("audit/audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::audit_entries(home)
 }
 
 fn skill_calls(home: &Path, skill: &str) -> Vec<Value> {

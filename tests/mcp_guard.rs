@@ -11,10 +11,10 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use client::{HttpServer, StdioClient, bin, rpc, start_rpc, workspace};
+use client::{HttpServer, StdioClient, rpc, start_rpc, workspace};
 use common::Env;
 use serde_json::{Value, json};
 use skillhost::library::{Library, RunOptions};
@@ -22,11 +22,7 @@ use skillhost::policy::Grant;
 use skillhost::sandbox::CallError;
 
 fn audit_lines(home: &Path) -> Vec<Value> {
-    std::fs::read_to_string(home.join("audit/audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::audit_entries(home)
 }
 
 fn wait_for_line(home: &Path, within: Duration, matches: impl Fn(&Value) -> bool) -> Option<Value> {
@@ -59,7 +55,7 @@ fn install_probe(env: &Env, lib: &Library, name: &str, front: &str) -> PathBuf {
 /// default limit would have it); its address.
 fn http_server_with_nofile(home: &Path, nofile: u64) -> (std::process::Child, SocketAddr) {
     use std::os::unix::process::CommandExt as _;
-    let mut cmd = Command::new(bin());
+    let mut cmd = common::skillhost_command(home);
     cmd.arg("--home")
         .arg(home)
         .arg("--workspace")
@@ -216,9 +212,7 @@ fn a_request_refused_for_its_token_closes_its_connection() {
 #[test]
 fn guest_memory_is_admitted_against_a_host_budget() {
     let env = Env::new();
-    let lib = std::sync::Arc::new(
-        Library::open(env.home.path(), Some(env.workspace.path()), None).unwrap().with_guest_memory_budget(100),
-    );
+    let lib = std::sync::Arc::new(env.library().with_guest_memory_budget(100));
     let holder = "limits:\n  memory_mb: 64\n  wall_time_ms: 6000\n";
     install_probe(&env, &lib, "holder", &format!("description: holds memory\n{holder}"));
     install_probe(&env, &lib, "quick", "description: quick\nlimits:\n  memory_mb: 64\n  wall_time_ms: 700\n");
@@ -269,7 +263,7 @@ fn guest_memory_is_admitted_against_a_host_budget() {
 #[test]
 fn a_busy_refusal_and_a_memory_add_under_memory_read_are_audited() {
     let env = Env::new();
-    let lib = Library::open(env.home.path(), Some(env.workspace.path()), None).unwrap();
+    let lib = env.library();
     install_probe(&env, &lib, "slow", "description: sleeps\n");
     drop(lib);
     let server = HttpServer::start(env.home.path(), &["--max-calls", "1", "--call-wait-secs", "0"], &[]);
@@ -311,11 +305,11 @@ fn a_busy_refusal_and_a_memory_add_under_memory_read_are_audited() {
 #[test]
 fn client_supplied_fields_are_bounded_in_audit_lines() {
     let env = Env::new();
-    let lib = Library::open(env.home.path(), Some(env.workspace.path()), None).unwrap();
+    let lib = env.library();
     install_probe(&env, &lib, "echoer", "description: echoes\n");
     drop(lib);
     let before = audit_lines(env.home.path()).len();
-    let mut child = Command::new(bin())
+    let mut child = common::skillhost_command(env.home.path())
         .arg("--home")
         .arg(env.home.path())
         .arg("--workspace")
@@ -352,7 +346,7 @@ fn client_supplied_fields_are_bounded_in_audit_lines() {
     }
     drop(stdin);
     let _ = child.wait();
-    let text = std::fs::read_to_string(env.home.path().join("audit/audit.jsonl")).unwrap();
+    let text = common::audit_text(env.home.path());
     let new: Vec<&str> = text.lines().skip(before).collect();
     assert_eq!(new.len(), 3, "{new:?}");
     for line in &new {
@@ -396,7 +390,7 @@ fn active_strings(v: &Value, out: &mut Vec<String>) {
 #[test]
 fn served_skill_text_is_inert_and_instruction_like_text_is_quoted() {
     let env = Env::new();
-    let lib = Library::open(env.home.path(), Some(env.workspace.path()), None).unwrap();
+    let lib = env.library();
     install_probe(
         &env,
         &lib,
@@ -450,7 +444,7 @@ fn served_skill_text_is_inert_and_instruction_like_text_is_quoted() {
 #[test]
 fn a_skill_md_edited_under_a_running_server_is_not_served() {
     let env = Env::new();
-    let lib = Library::open(env.home.path(), Some(env.workspace.path()), None).unwrap();
+    let lib = env.library();
     install_probe(&env, &lib, "honest", "description: Counts lines\n");
     install_probe(&env, &lib, "bystander", "description: Stays as installed\n");
     drop(lib);

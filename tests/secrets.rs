@@ -127,11 +127,19 @@ fn manifest(server: &CaptureServer, secret_host: &str) -> String {
     )
 }
 
-/// The audit log and the memory store files: neither may hold a value in any form.
+/// The audit log (and, on PostgreSQL, the shared memory log): neither may hold a value in
+/// any form.
 fn assert_nowhere_on_disk(env: &Env, value: &str) {
-    let audit = std::fs::read_to_string(env.home.path().join("audit").join("audit.jsonl")).unwrap();
+    let audit = common::audit_text(env.home.path());
+    assert!(!audit.is_empty(), "no audit line was written");
     for form in forms(value) {
         assert!(!audit.contains(&form), "the audit log holds {form}");
+    }
+    if let Some(db) = common::database_for(env.home.path()) {
+        let ops = db.psql("SELECT coalesce(string_agg(op, E'\\n' ORDER BY seq), '') FROM skillhost_memory_log");
+        for form in forms(value) {
+            assert!(!ops.contains(&form), "the shared memory log holds {form}");
+        }
     }
 }
 

@@ -4,8 +4,6 @@
 //! `audit verify`, and a skill call's line landing in the database.
 
 mod common;
-#[path = "common/postgres.rs"]
-mod postgres;
 
 use std::collections::BTreeMap;
 
@@ -33,7 +31,7 @@ fn marked(session: &str, marker: &str) -> serde_json::Map<String, Value> {
 
 #[test]
 fn migrate_and_status_and_hosts_refuse_a_schema_they_do_not_run_on() {
-    let db = postgres::database();
+    let db = common::postgres::database();
     let env = Env::new();
     let url = db.url();
 
@@ -115,8 +113,8 @@ fn bad_urls_and_unreachable_servers_are_one_clear_error() {
         assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
     }
     // A database that does not exist on a running server.
-    let server = postgres::server();
-    let url = format!("postgres://{}@/no_such_db?host={}", postgres::USER, server.socket_dir.display());
+    let server = common::postgres::server();
+    let url = format!("postgres://{}@/no_such_db?host={}", common::postgres::USER, server.socket_dir.display());
     let out = env.skillhost().args(["--store", &url, "store", "status"]).output().unwrap();
     let e = stderr_of(&out);
     assert!(e.contains("no_such_db") && e.contains("does not exist") && e.contains("createdb"), "{e}");
@@ -126,7 +124,7 @@ fn bad_urls_and_unreachable_servers_are_one_clear_error() {
 fn three_hosts_from_many_threads_and_two_processes_append_one_linear_chain() {
     const THREADS: usize = 4;
     const EACH: usize = 40;
-    let db = postgres::database();
+    let db = common::postgres::database();
     db.migrated();
     // Three hosts: three pools, three writers, each appended to from several threads.
     let hosts: Vec<AuditLog> = (0..3).map(|_| AuditLog::postgres(&db.connect())).collect();
@@ -217,7 +215,7 @@ fn three_hosts_from_many_threads_and_two_processes_append_one_linear_chain() {
 
 #[test]
 fn a_host_group_commits_concurrent_appends_and_answers_only_after_commit() {
-    let db = postgres::database();
+    let db = common::postgres::database();
     db.migrated();
     let log = AuditLog::postgres(&db.connect());
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -246,7 +244,7 @@ fn a_host_group_commits_concurrent_appends_and_answers_only_after_commit() {
 
 #[test]
 fn tampered_rows_are_found_by_verify_and_the_log_is_append_only() {
-    let db = postgres::database();
+    let db = common::postgres::database();
     db.migrated();
     let log = AuditLog::postgres(&db.connect());
     for i in 0..6 {
@@ -288,7 +286,7 @@ fn tampered_rows_are_found_by_verify_and_the_log_is_append_only() {
     let _ = saved;
 
     // Lines cut off the end, which a file cannot show: the head row still records them.
-    let db2 = postgres::database();
+    let db2 = common::postgres::database();
     db2.migrated();
     let log2 = AuditLog::postgres(&db2.connect());
     for i in 0..4 {
@@ -310,7 +308,7 @@ fn tampered_rows_are_found_by_verify_and_the_log_is_append_only() {
 
 #[test]
 fn a_skill_run_on_the_postgres_store_writes_its_call_line_there() {
-    let db = postgres::database();
+    let db = common::postgres::database();
     db.migrated();
     let env = Env::new();
     let dir = env.probe_as("probe", "");
@@ -353,10 +351,10 @@ fn a_skill_run_on_the_postgres_store_writes_its_call_line_there() {
 
 #[test]
 fn the_store_url_parses_libpq_style_and_the_bridge_serves_sync_and_async_callers() {
-    let db = postgres::database();
+    let db = common::postgres::database();
     let StoreUrl::Postgres(url) = db.url().parse::<StoreUrl>().unwrap() else { panic!("not postgres") };
     assert_eq!(url.config().get_dbname(), Some(db.name.as_str()));
-    assert_eq!(url.config().get_user(), Some(postgres::USER));
+    assert_eq!(url.config().get_user(), Some(common::postgres::USER));
     // connect() makes a connection: a live server answers.
     let store = PgStore::connect(&url).unwrap();
     assert_eq!(store.schema_status().unwrap().version, 0);

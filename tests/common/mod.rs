@@ -82,7 +82,7 @@ pub fn require_installed(path: PathBuf, what: &str, needs: Needs) -> Option<Path
 
 /// The caller's variables that would change what a CLI test's `skillhost` does: log levels,
 /// the LLM provider settings (a developer's own key must not reach a test) and the store.
-const HOST_ENV: [&str; 9] = [
+const HOST_ENV: [&str; 11] = [
     "RUST_LOG",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -92,18 +92,120 @@ const HOST_ENV: [&str; 9] = [
     "SKILLHOST_MODEL",
     "SKILLHOST_DECISIONS",
     "SKILLHOST_STORE",
+    "SKILLHOST_STORE_KEY",
+    "SKILLHOST_STORE_KEY_FILE",
 ];
+
+/// `home`'s audit chain as JSON values, in order ([`audit_text`]).
+pub fn audit_entries(home: &Path) -> Vec<Value> {
+    audit_text(home).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
 
 /// The skillhost binary as a user runs it, with `home` as its home (SKILLHOST_HOME) and none
 /// of [`HOST_ENV`]: the one start of every CLI test (`std::process::Command` for tests that
-/// spawn and hold the child; [`skillhost`] for the asserting one).
+/// spawn and hold the child; [`skillhost`] for the asserting one). Under
+/// `SKILLHOST_TEST_STORE=postgres` the home's system of record is its own PostgreSQL
+/// database (see [`TestStore`]).
 pub fn skillhost_command(home: &Path) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_skillhost"));
     c.env("SKILLHOST_HOME", home);
     for var in HOST_ENV {
         c.env_remove(var);
     }
+    if let Some(url) = store_for(home) {
+        c.env("SKILLHOST_STORE", url).env("SKILLHOST_STORE_KEY", TEST_STORE_KEY);
+    }
     c
+}
+
+/// Which backend the store-touching tests run on: `SKILLHOST_TEST_STORE` unset or `local`,
+/// the embedded default (redb and files in the home); `postgres`, every home a test makes
+/// through [`skillhost_command`] or [`Env::library`] gets a PostgreSQL database of its own
+/// (on the test binary's server, `postgres.rs`), migrated, as `store migrate` leaves it, so
+/// the same test runs against the shared backend. `just test` runs the store-touching test
+/// binaries both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestStore {
+    Local,
+    Postgres,
+}
+
+pub fn test_store() -> TestStore {
+    match std::env::var("SKILLHOST_TEST_STORE").as_deref() {
+        Err(_) | Ok("") | Ok("local") => TestStore::Local,
+        Ok("postgres") => TestStore::Postgres,
+        Ok(other) => panic!("SKILLHOST_TEST_STORE must be `local` or `postgres`, not `{other}`"),
+    }
+}
+
+/// The store key every test home on PostgreSQL seals its secrets with (64 hex digits).
+pub const TEST_STORE_KEY: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+
+/// The homes of this test binary on PostgreSQL (their databases), and those a test keeps
+/// on the local backend whatever [`test_store`] says ([`Env::local`]).
+#[derive(Default)]
+struct TestHomes {
+    databases: std::collections::HashMap<PathBuf, String>,
+    local: std::collections::HashSet<PathBuf>,
+}
+
+fn test_homes() -> std::sync::MutexGuard<'static, TestHomes> {
+    static HOMES: std::sync::OnceLock<std::sync::Mutex<TestHomes>> = std::sync::OnceLock::new();
+    HOMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn home_key(home: &Path) -> PathBuf {
+    std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf())
+}
+
+/// Under [`TestStore::Postgres`], `home`'s database (made and migrated on its first use,
+/// then the same for every process the test starts on that home); `None` on the local
+/// backend.
+pub fn database_for(home: &Path) -> Option<postgres::Database> {
+    if test_store() == TestStore::Local {
+        return None;
+    }
+    let key = home_key(home);
+    let mut homes = test_homes();
+    if homes.local.contains(&key) {
+        return None;
+    }
+    let name = homes.databases.entry(key).or_insert_with(|| {
+        let db = postgres::database();
+        db.migrated();
+        db.name
+    });
+    Some(postgres::Database { name: name.clone() })
+}
+
+/// [`database_for`]'s store URL.
+pub fn store_for(home: &Path) -> Option<String> {
+    database_for(home).map(|db| db.url())
+}
+
+/// The variables a `skillhost` started on `home` by hand (through `script`, `sh`...) needs
+/// to reach the same store as [`skillhost_command`]'s: none on the local backend.
+pub fn store_env(home: &Path) -> Vec<(&'static str, String)> {
+    match store_for(home) {
+        Some(url) => vec![("SKILLHOST_STORE", url), ("SKILLHOST_STORE_KEY", TEST_STORE_KEY.to_string())],
+        None => vec![],
+    }
+}
+
+/// `home`'s database if a process or library of this test already put it on PostgreSQL.
+fn database_in_use(home: &Path) -> Option<postgres::Database> {
+    let name = test_homes().databases.get(&home_key(home)).cloned()?;
+    Some(postgres::Database { name })
+}
+
+/// Every line of `home`'s audit chain as stored, wherever it is: the rows of its PostgreSQL
+/// database in order, once the home runs there; else the file log's `audit/audit.jsonl` (a
+/// test may open a `Library` of its own on the local backend).
+pub fn audit_text(home: &Path) -> String {
+    match database_in_use(home) {
+        Some(db) => db.psql("SELECT coalesce(string_agg(line, E'\\n' ORDER BY seq), '') FROM skillhost_audit"),
+        None => std::fs::read_to_string(home.join("audit").join("audit.jsonl")).unwrap_or_default(),
+    }
 }
 
 /// [`skillhost_command`] as an `assert_cmd` command.
@@ -139,8 +241,22 @@ impl Env {
         }
     }
 
+    /// An env whose home stays on the local backend under any [`test_store`]: for a test
+    /// of the local backend's own files (the file audit log damaged by hand...).
+    pub fn local() -> Env {
+        let env = Env::new();
+        test_homes().local.insert(home_key(env.home.path()));
+        env
+    }
+
+    /// The library of this env's home, on the backend [`test_store`] names.
     pub fn library(&self) -> Library {
-        Library::open(self.home.path(), Some(self.workspace.path()), None).unwrap()
+        let mut lib = Library::open(self.home.path(), Some(self.workspace.path()), None).unwrap();
+        if let Some(url) = store_for(self.home.path()) {
+            let skillhost::store::StoreUrl::Postgres(url) = url.parse().unwrap() else { unreachable!() };
+            lib.use_postgres(skillhost::store::PgStore::open(&url).unwrap()).unwrap();
+        }
+        lib
     }
 
     /// A skill dir named `name` with the probe component and a manifest whose front matter
@@ -219,6 +335,7 @@ impl TestServer {
 
 pub mod memory_eval;
 pub mod memory_store;
+pub mod postgres;
 
 /// The embedding model the memory tests use: `$SKILLHOST_EMBED_MODEL`, else the copy
 /// `.ci/run` caches under target/models/ (`skillhost memory model install --to` puts it there).

@@ -108,7 +108,7 @@ impl Server {
         );
         // Short socket path: a Unix socket path is limited to ~107 bytes.
         let options = format!(
-            "-c listen_addresses='' -k {} -c fsync=on -c max_connections=200 -c shared_buffers=32MB",
+            "-c listen_addresses='' -k {} -c fsync=on -c max_connections=400 -c shared_buffers=32MB",
             socket_dir.display()
         );
         let out = server

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,8 +24,14 @@ pub fn workspace() -> std::path::PathBuf {
 
 /// `skillhost --home HOME --workspace WS ARGS...`, checked.
 pub fn cli(home: &Path, args: &[&str]) -> String {
-    let out =
-        Command::new(bin()).arg("--home").arg(home).arg("--workspace").arg(workspace()).args(args).output().unwrap();
+    let out = crate::common::skillhost_command(home)
+        .arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(workspace())
+        .args(args)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "skillhost {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -50,7 +56,7 @@ pub struct StdioClient {
 
 impl StdioClient {
     pub fn start(home: &Path, args: &[&str]) -> StdioClient {
-        let mut child = Command::new(bin())
+        let mut child = crate::common::skillhost_command(home)
             .arg("--home")
             .arg(home)
             .arg("--workspace")
@@ -171,7 +177,7 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub fn start(home: &Path, args: &[&str], env: &[(&str, &str)]) -> HttpServer {
-        let mut cmd = Command::new(bin());
+        let mut cmd = crate::common::skillhost_command(home);
         cmd.arg("--home")
             .arg(home)
             .arg("--workspace")

@@ -109,7 +109,7 @@ pub async fn run(
 
 /// The saved state of session `id`.
 pub fn load_session(library: &Library, id: &str) -> Result<AgentState> {
-    let value = library.memory()?.agent_session(id)?.ok_or_else(|| {
+    let value = library.agent_session(id)?.ok_or_else(|| {
         anyhow!("no agent session `{id}`; the id is printed when a run pauses (`skillhost audit list` shows sessions)")
     })?;
     serde_json::from_value(value).map_err(|e| anyhow!("agent session `{id}` cannot be read ({e}); start a new run"))

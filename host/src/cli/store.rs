@@ -63,6 +63,7 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
                 "  memory: {} record(s), {} archived, {} working-memory key(s), {} daily note(s)",
                 m.records, m.archive, m.session_keys, m.daily_notes
             );
+            println!("  paused agent runs: {}", report.agent_sessions);
         }
         return Ok(ExitCode::SUCCESS);
     }

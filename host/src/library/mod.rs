@@ -374,6 +374,25 @@ impl Library {
         self.home_sync.as_ref()
     }
 
+    /// The saved state of the paused agent run `id`: on the local home a file of the
+    /// memory directory (its store opened first, which moves an old store's sessions out);
+    /// on PostgreSQL a row every host reads, so a run paused on one host resumes on another.
+    pub fn agent_session(&self, id: &str) -> Result<Option<serde_json::Value>> {
+        match &self.postgres {
+            Some(pg) => crate::store::agent_sessions::get(pg, id),
+            None => self.memory()?.agent_session(id),
+        }
+    }
+
+    /// Save the state of the agent run `id` (after each of its steps); see
+    /// [`Library::agent_session`].
+    pub fn save_agent_session(&self, id: &str, state: &serde_json::Value) -> Result<()> {
+        match &self.postgres {
+            Some(pg) => crate::store::agent_sessions::save(pg, id, state),
+            None => self.memory()?.save_agent_session(id, state),
+        }
+    }
+
     /// The PostgreSQL store this library runs on; `None` for the local home.
     pub fn postgres(&self) -> Option<&crate::store::PgStore> {
         self.postgres.as_ref()

@@ -46,6 +46,7 @@ mod replica;
 mod schema;
 mod script;
 mod sessions;
+pub use sessions::AgentSessions;
 mod settings;
 mod snapshot;
 mod statement;

@@ -16,8 +16,32 @@ use super::schema::AGENT_SESSIONS;
 const MAX_ID_BYTES: usize = 80;
 
 /// The session files of one home.
-pub(super) struct AgentSessions {
+pub struct AgentSessions {
     dir: PathBuf,
+}
+
+/// The id a session file name stands for ([`file_name`] undone); `None` for a name that
+/// no id gives (a stray file, a temporary one).
+fn id_of(name: &str) -> Option<String> {
+    let stem = name.strip_suffix(".json")?.as_bytes();
+    let mut id = Vec::with_capacity(stem.len());
+    let mut i = 0;
+    while i < stem.len() {
+        match stem[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(stem.get(i + 1..i + 3)?).ok()?;
+                id.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' => {
+                id.push(b);
+                i += 1;
+            }
+            _ => return None,
+        }
+    }
+    let id = String::from_utf8(id).ok()?;
+    (file_name(&id).ok()? == name).then_some(id)
 }
 
 /// `id` as a file name: letters, digits, `-` and `_` as they are, every other byte as `%XX`
@@ -52,6 +76,26 @@ impl AgentSessions {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot read agent session {}", path.display())),
         }
+    }
+
+    /// Every saved session, by id (for `store import`); files that name no session are
+    /// left alone.
+    pub fn all(&self) -> Result<Vec<(String, serde_json::Value)>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", self.dir.display())),
+        };
+        let mut sessions = Vec::new();
+        for entry in entries {
+            let entry = entry.with_context(|| format!("cannot read {}", self.dir.display()))?;
+            let Some(id) = entry.file_name().to_str().and_then(id_of) else { continue };
+            if let Some(state) = self.get(&id)? {
+                sessions.push((id, state));
+            }
+        }
+        sessions.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(sessions)
     }
 
     pub fn save(&self, id: &str, state: &serde_json::Value) -> Result<()> {
@@ -107,7 +151,7 @@ pub(super) fn migrate_from_store(db: &Database, dir: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::file_name;
+    use super::{file_name, id_of};
 
     #[test]
     fn file_names_cannot_escape_and_stay_distinct() {
@@ -115,5 +159,15 @@ mod tests {
         assert_eq!(file_name("../x").unwrap(), "%2E%2E%2Fx.json");
         assert_ne!(file_name("a/b").unwrap(), file_name("a%2Fb").unwrap());
         assert!(file_name("").is_err());
+    }
+
+    #[test]
+    fn a_file_name_gives_back_its_id_and_nothing_else_gives_one() {
+        for id in ["s-1a-2b", "../x", "a/b", "a%2Fb", "日本", "x y"] {
+            assert_eq!(id_of(&file_name(id).unwrap()).as_deref(), Some(id));
+        }
+        for stray in ["x.json.tmp", ".x.json", "%2e.json", "%zz.json", "a.b.json", ".json", "x"] {
+            assert_eq!(id_of(stray), None, "{stray}");
+        }
     }
 }

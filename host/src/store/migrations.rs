@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "the shared home: skills, grants, trust, secrets (skillhost_home_units, skillhost_home_head)",
         sql: super::home_sync::PG_SCHEMA,
     },
+    Migration {
+        version: 4,
+        name: "paused agent runs (skillhost_agent_sessions)",
+        sql: super::agent_sessions::PG_SCHEMA,
+    },
 ];
 
 /// `pg_advisory_xact_lock` key serializing migrations: "skillhos" in ASCII.

@@ -30,6 +30,7 @@ use anyhow::{Result, anyhow, bail};
 use serde::Deserialize;
 use tokio_postgres::config::{Host, SslMode};
 
+pub mod agent_sessions;
 pub mod home_sync;
 mod memory_log;
 pub mod migrations;

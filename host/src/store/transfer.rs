@@ -24,6 +24,8 @@
 //!   every replica applies identically: rows as they are, then the search index and vectors
 //!   rebuilt from them (`memory/snapshot.rs`). Export takes the same snapshot from this
 //!   host's replica (caught up with the log first) and loads it into the new home's store.
+//! - **Paused agent runs** (`memory/sessions/*.json`): one row each
+//!   (`store/agent_sessions.rs`), written back as the same files.
 //!
 //! # Why only into empty targets
 //!
@@ -35,10 +37,9 @@
 //! anything is written; a failure after that (the database going away mid-import) leaves a
 //! partly imported store, and the error says to drop it and import again.
 //!
-//! Not moved: `memory/sessions/` (paused agent runs), `audit/sealed/` (segments a seal set
-//! aside: the chain records their hashes, the files stay in the old home), `cache/` (derived)
-//! and `skillhost.toml` (each host's own settings, such as the embedding model, which every
-//! host of a store must set alike).
+//! Not moved: `audit/sealed/` (segments a seal set aside: the chain records their hashes,
+//! the files stay in the old home), `cache/` (derived) and `skillhost.toml` (each host's own
+//! settings, such as the embedding model, which every host of a store must set alike).
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,7 @@ use serde::Serialize;
 use super::{HomeSync, PgMemoryLog, PgStore};
 use crate::audit::AuditLog;
 use crate::library::Library;
-use crate::memory::{Memory, MemoryConfig, MemoryLog as _, MemorySnapshot, SnapshotReport};
+use crate::memory::{AgentSessions, Memory, MemoryConfig, MemoryLog as _, MemorySnapshot, SnapshotReport};
 
 /// What `store import` or `store export` moved.
 #[derive(Debug, Clone, Serialize)]
@@ -61,6 +62,8 @@ pub struct TransferReport {
     pub audit_lines: u64,
     pub audit_head: String,
     pub memory: SnapshotReport,
+    /// Paused agent runs (`memory/sessions/`).
+    pub agent_sessions: usize,
 }
 
 /// How much a store already holds: (audit lines, memory ops, shared-home version).
@@ -137,6 +140,8 @@ pub fn import(store: &PgStore, host_home: &Path, from: &Path) -> Result<Transfer
         anyhow!("the audit log {} does not verify ({e}); nothing was imported: `skillhost --home {} audit verify` shows the damage and `audit seal` sets it aside", audit_file.location(), from.display())
     })?;
     let snapshot = local_snapshot(from)?;
+    // After the snapshot: opening an old store moved its paused runs out into files.
+    let sessions = AgentSessions::new(from.join("memory").join("sessions")).all()?;
 
     let partly = |e: anyhow::Error| {
         e.context(format!(
@@ -156,12 +161,16 @@ pub fn import(store: &PgStore, host_home: &Path, from: &Path) -> Result<Transfer
         let lib = host_library(store, host_home).map_err(partly)?;
         lib.memory().and_then(|m| m.load_snapshot(snapshot)).map_err(partly)?
     };
+    for (id, state) in &sessions {
+        super::agent_sessions::save(store, id, state).map_err(partly)?;
+    }
     Ok(TransferReport {
         home: from.to_path_buf(),
         units,
         audit_lines: imported.entries,
         audit_head: imported.head,
         memory,
+        agent_sessions: sessions.len(),
     })
 }
 
@@ -213,7 +222,19 @@ pub fn export(store: &PgStore, host_home: &Path, to: &Path) -> Result<TransferRe
         let local = Memory::open(&to.join("memory"), MemoryConfig::default())?;
         local.load_snapshot(snapshot)?
     };
-    Ok(TransferReport { home: to.to_path_buf(), units, audit_lines: lines, audit_head: verified.head, memory })
+    let sessions = super::agent_sessions::all(store)?;
+    let files = AgentSessions::new(to.join("memory").join("sessions"));
+    for (id, state) in &sessions {
+        files.save(id, state)?;
+    }
+    Ok(TransferReport {
+        home: to.to_path_buf(),
+        units,
+        audit_lines: lines,
+        audit_head: verified.head,
+        memory,
+        agent_sessions: sessions.len(),
+    })
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

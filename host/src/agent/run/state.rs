@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Everything a run knows; saved after every step (`Memory::save_agent_session`).
+/// Everything a run knows; saved after every step (`Library::save_agent_session`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentState {
     pub session: String,

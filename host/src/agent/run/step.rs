@@ -91,7 +91,7 @@ impl<'a> Agent<'a> {
 
     pub(super) fn save(&self) -> Result<()> {
         let value = serde_json::to_value(&self.state)?;
-        self.library.memory()?.save_agent_session(&self.state.session, &value)
+        self.library.save_agent_session(&self.state.session, &value)
     }
 
     pub(super) async fn drive(mut self) -> Result<Outcome> {
