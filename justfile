@@ -55,7 +55,8 @@ test: build-skills
     bash .ci/test-needs --summary; exit $status
 
 # Benchmarks: warm/cold call, compile, MCP over stdio/HTTP, against process-per-call baselines;
-# audit appends/s from 3 hosts on PostgreSQL against the file log. Prints ratios.
+# audit appends/s from 3 hosts on PostgreSQL against the file log; MCP calls/s through haproxy
+# to 1, 2, 3 hosts on one store. Prints ratios.
 bench: build-skills
     cargo bench -p skillhost --bench runtime
     cargo bench -p skillhost --bench memory
@@ -68,6 +69,8 @@ bench: build-skills
     cargo bench -p skillhost --bench oci
     bash .ci/postgres
     cargo bench -p skillhost --bench store
+    bash .ci/haproxy
+    cargo bench -p skillhost --bench balanced
 
 # Formatting and clippy, warnings as errors.
 lint:
