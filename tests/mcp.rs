@@ -1091,3 +1091,31 @@ fn session_calls_over_http_cost_what_stateless_ones_do_for_a_plain_client() {
         "session calls take {session_median:?}, stateless ones {stateless_median:?}: the answer stalls (TCP_NODELAY?)"
     );
 }
+
+/// A memory tool call is audited or not done, as a skill call is: with the audit log unable
+/// to take a line, memory_add and memory_search are refused before they run, saying why, and
+/// nothing is stored. (The file log damaged by hand: the local backend's own failure.)
+#[test]
+fn memory_tools_are_refused_while_the_audit_log_cannot_record_them() {
+    let env = common::Env::local();
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "write"]);
+    let added = c.call("memory_add", json!({ "content": "The kettle in the office is blue" }));
+    assert_ne!(added["isError"], true, "{added}");
+    let log = env.home.path().join("audit/audit.jsonl");
+    let mut damaged = std::fs::read(&log).unwrap();
+    damaged.extend_from_slice(b"{\"not\": \"a chained line\"\n");
+    std::fs::write(&log, damaged).unwrap();
+
+    for (tool, args) in [
+        ("memory_add", json!({ "content": "The printer on floor 2 needs A4 paper" })),
+        ("memory_search", json!({ "query": "kettle" })),
+    ] {
+        let refused = c.call(tool, args);
+        assert_eq!(refused["isError"], true, "{tool} answered with the audit log damaged: {refused}");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("cannot take another entry") && text.contains("audit seal"), "{text}");
+    }
+    drop(c);
+    let listed = cli(env.home.path(), &["--json", "memory", "list"]);
+    assert!(listed.contains("kettle") && !listed.contains("printer"), "{listed}");
+}

@@ -228,9 +228,7 @@ fn main() {
         );
     }
     println!("(ratio: calls/s to the baseline's; {audited} calls audited in the store's one chain)");
-    println!(
-        "2 cores run every host, haproxy, PostgreSQL and the clients: more hosts add overhead here, not capacity"
-    );
+    println!("2 cores run every host, haproxy, PostgreSQL and the clients: more hosts add overhead here, not capacity");
     let verified = skillhost(&home("host1"), Some(&url)).args(["audit", "verify"]).output().unwrap();
     assert!(verified.status.success(), "audit verify: {}", String::from_utf8_lossy(&verified.stderr));
 }

@@ -439,8 +439,17 @@ impl SkillhostMcp {
 
     /// The audit line of a memory tool call, a MEMORY.md read or a call refused before it
     /// reached the library, written before the answer goes out (synced in the background
-    /// with concurrent appends, as a skill call's is). What the client sent is bounded.
-    async fn audit_line(&self, tool: &str, client: &Client, params: &Value, status: CallStatus, line: McpLine) {
+    /// with concurrent appends, as a skill call's is). What the client sent is bounded. An
+    /// error when the line could not be written: a call that ran is then not answered as
+    /// done (as `Library::run` does for skill calls); a refusal is answered anyway.
+    async fn audit_line(
+        &self,
+        tool: &str,
+        client: &Client,
+        params: &Value,
+        status: CallStatus,
+        line: McpLine,
+    ) -> anyhow::Result<()> {
         let entry = CallEntry {
             session: self.session(client),
             step: 0,
@@ -457,10 +466,12 @@ impl SkillhostMcp {
         };
         self.server.metrics.call(tool, status, None);
         let started = std::time::Instant::now();
-        if let Err(e) = self.server.lib.append_entry(entry.into_entry()).await {
+        let written = self.server.lib.append_entry(entry.into_entry()).await;
+        self.server.metrics.store_op(metrics::StoreOp::AuditAppend, started.elapsed());
+        if let Err(e) = &written {
             tracing::warn!(log = %self.server.lib.audit_log().location(), "cannot write the audit log: {e:#}");
         }
-        self.server.metrics.store_op(metrics::StoreOp::AuditAppend, started.elapsed());
+        written
     }
 
     async fn call_memory(
@@ -476,10 +487,16 @@ impl SkillhostMcp {
         let request = match tools::MemoryRequest::parse(tool, arguments) {
             Ok(r) => r,
             Err(message) => {
-                self.audit_line(tool.name(), &client, &params, CallStatus::InvalidParams, McpLine::default()).await;
+                // Refused either way; a line that cannot be written is logged by audit_line.
+                let _ =
+                    self.audit_line(tool.name(), &client, &params, CallStatus::InvalidParams, McpLine::default()).await;
                 return Ok(tools::error_result(&message));
             }
         };
+        // Nothing runs that the audit log cannot record (as for a skill call).
+        if let Err(e) = self.server.lib.audit_log().check_appendable() {
+            return Ok(tools::error_result(&format!("{e:#}")));
+        }
         let provenance_client = format!("mcp:{}@{}", sanitize(&client.name), sanitize(&client.version));
         let op = match tool {
             tools::MemoryTool::Search => metrics::StoreOp::MemorySearch,
@@ -498,7 +515,16 @@ impl SkillhostMcp {
             Ok(v) => (CallStatus::Success, tools::memories_touched(v)),
             Err(_) => (CallStatus::Failed, Default::default()),
         };
-        self.audit_line(tool.name(), &client, &params, status, McpLine { error: None, touched }).await;
+        if let Err(e) = self.audit_line(tool.name(), &client, &params, status, McpLine { error: None, touched }).await {
+            let stored = match (tool, &outcome) {
+                (tools::MemoryTool::Add, Ok(_)) => " The memory was stored; memory_search finds it.",
+                _ => "",
+            };
+            return Ok(tools::error_result(&format!(
+                "{} ran, but its audit line could not be written ({e:#}), so it is not answered.{stored}",
+                tool.name()
+            )));
+        }
         Ok(match outcome {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
@@ -571,7 +597,7 @@ impl ServerHandler for SkillhostMcp {
                 )
                 .to_lowercase();
                 let line = McpLine::error(&message);
-                self.audit_line(tool.name(), &client_of(&context), &arguments, CallStatus::Refused, line).await;
+                let _ = self.audit_line(tool.name(), &client_of(&context), &arguments, CallStatus::Refused, line).await;
                 return Err(McpError::invalid_params(message, None));
             }
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
@@ -698,7 +724,13 @@ impl ServerHandler for SkillhostMcp {
             let text = self.blocking(move |server| Ok(server.lib.memory()?.view(&namespace)?.text)).await?;
             self.server.metrics.store_op(metrics::StoreOp::MemoryView, started.elapsed());
             self.audit_line("memory_view", &client, &json!({ "uri": uri }), CallStatus::Success, McpLine::default())
-                .await;
+                .await
+                .map_err(|e| {
+                    McpError::internal_error(
+                        format!("MEMORY.md was read, but the read could not be audited: {e:#}"),
+                        None,
+                    )
+                })?;
             return Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, MEMORY_URI).with_mime_type("text/markdown"),
             ])
