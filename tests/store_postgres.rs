@@ -98,7 +98,7 @@ fn bad_urls_and_unreachable_servers_are_one_clear_error() {
     let cases: [(&str, &[&str]); 4] = [
         ("mysql://localhost/x", &["unknown store", "postgres://"]),
         ("postgres://u:secret@db.example.com/x", &["would not be encrypted", "sslmode=disable"]),
-        ("postgres://u:secret@localhost/x?sslmode=require", &["TLS", "not support"]),
+        ("postgres://u:secret@localhost/x?sslmode=verify-ca", &["verify-ca", "verify-full"]),
         (
             "postgres://u@/x?host=/nonexistent-socket-dir",
             &["cannot connect to", "/nonexistent-socket-dir", "pg_isready"],
@@ -378,4 +378,78 @@ fn the_store_url_parses_libpq_style_and_the_bridge_serves_sync_and_async_callers
     // The last handle may drop inside an async task without panicking.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move { drop(store) });
+}
+
+fn pg_url(url: &str) -> skillhost::store::PgUrl {
+    match url.parse::<skillhost::store::StoreUrl>().unwrap() {
+        skillhost::store::StoreUrl::Postgres(u) => u,
+        skillhost::store::StoreUrl::Local => unreachable!(),
+    }
+}
+
+/// A store reached over TCP: TLS (rustls), verified against the CA the URL names and for the
+/// host name connected to; the server here takes TCP connections over TLS only, so a call
+/// that works went encrypted, and the server says so (`pg_stat_ssl`). Every way the trust can
+/// be wrong is one clear error.
+#[test]
+fn a_store_over_tcp_is_reached_with_verified_tls() {
+    let server = common::postgres::tls_server();
+    let tls = server.tls.as_ref().unwrap();
+    server.psql("postgres", "CREATE DATABASE tls_store");
+    let url =
+        |host: &str, rest: &str| format!("postgres://{}@{host}:{}/tls_store?{rest}", common::postgres::USER, tls.port);
+    let good = url("localhost", &format!("sslmode=verify-full&sslrootcert={}", tls.ca.display()));
+
+    let store = PgStore::connect(&pg_url(&good)).unwrap();
+    store.migrate().unwrap();
+    let encrypted: (bool, String) = store
+        .block_on({
+            let store = store.clone();
+            async move {
+                let client = store.client().await?;
+                let row =
+                    client.query_one("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).await?;
+                Ok((row.get(0), row.get(1)))
+            }
+        })
+        .unwrap();
+    assert!(encrypted.0 && encrypted.1.starts_with("TLS"), "{encrypted:?}");
+
+    // The real binary, as an operator runs it: a call, its audit line in the store, verified.
+    let env = Env::new();
+    let run = |args: &[&str]| {
+        let out = common::skillhost(env.home.path()).env("SKILLHOST_STORE", &good).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let dir = env.probe_as("echoer", "");
+    run(&["skill", "install", dir.to_str().unwrap(), "--yes"]);
+    run(&["skill", "run", "echoer", "-p", "mode=noop"]);
+    assert!(run(&["audit", "verify"]).contains("audit log intact: 1 entries"));
+    assert_eq!(server.psql("tls_store", "SELECT count(*) FROM skillhost_audit"), "1");
+
+    // Trust that does not hold: each refused, saying what to do.
+    let other_ca = common::postgres::make_ca(&server.dir.join("certs"), "other-ca");
+    for (bad, says) in [
+        // Another CA: the server's certificate does not chain to it.
+        (url("localhost", &format!("sslmode=require&sslrootcert={}", other_ca.display())), "UnknownIssuer"),
+        // No CA given: the bundled public roots do not know the test CA.
+        (url("localhost", "sslmode=require"), "name its CA with sslrootcert="),
+        // The right CA, but an address the certificate does not name.
+        (
+            url("127.0.0.1", &format!("sslmode=require&sslrootcert={}", tls.ca.display())),
+            "not valid for name \"127.0.0.1\"",
+        ),
+        // Plaintext over TCP: the server takes TLS only (pg_hba.conf `hostssl`).
+        (url("127.0.0.1", "sslmode=disable"), "pg_hba.conf"),
+        // A CA file that is not one.
+        (
+            url("localhost", &format!("sslmode=require&sslrootcert={}", server.dir.join("certs/server.ext").display())),
+            "holds no certificate",
+        ),
+    ] {
+        let e = PgStore::connect(&pg_url(&bad)).err().unwrap_or_else(|| panic!("{bad} connected"));
+        let e = format!("{e:#}");
+        assert!(e.contains(says), "{bad}: {e}");
+    }
 }

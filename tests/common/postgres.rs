@@ -24,6 +24,8 @@ pub struct Server {
     pub dir: PathBuf,
     /// The socket directory (`host=` in URLs).
     pub socket_dir: PathBuf,
+    /// For [`tls_server`]: its loopback TCP port and the CA (PEM) that signed its certificate.
+    pub tls: Option<TlsListener>,
     bin: PathBuf,
     /// The user the server runs as, when this process is root.
     run_as: Option<String>,
@@ -64,6 +66,12 @@ impl Server {
     }
 
     fn start() -> Server {
+        Server::start_with(false)
+    }
+
+    /// With `tls`, the server also listens on a free loopback TCP port with a certificate for
+    /// `localhost` signed by a CA made here, and accepts TCP connections only over TLS.
+    fn start_with(tls: bool) -> Server {
         let bin = bin_dir();
         let run_as = is_root().then(|| "postgres".to_string());
         let dir = tempfile::Builder::new().prefix("skillhost-pg-").tempdir().unwrap().keep();
@@ -92,8 +100,14 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("cannot start sh for the PostgreSQL watchdog");
-        let server =
-            Server { dir: dir.clone(), socket_dir: socket_dir.clone(), bin, run_as, _watchdog: Mutex::new(watchdog) };
+        let mut server = Server {
+            dir: dir.clone(),
+            socket_dir: socket_dir.clone(),
+            tls: None,
+            bin,
+            run_as,
+            _watchdog: Mutex::new(watchdog),
+        };
         let out = server
             .command("initdb")
             .args(["-A", "trust", "-U", USER, "-E", "UTF8", "--locale=C", "--no-sync", "-D"])
@@ -107,10 +121,19 @@ impl Server {
             String::from_utf8_lossy(&out.stderr)
         );
         // Short socket path: a Unix socket path is limited to ~107 bytes.
-        let options = format!(
+        let mut options = format!(
             "-c listen_addresses='' -k {} -c fsync=on -c max_connections=400 -c shared_buffers=32MB",
             socket_dir.display()
         );
+        if tls {
+            let listener = server.make_tls(&data);
+            options = format!(
+                "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=on -c max_connections=100 -c shared_buffers=16MB -c ssl=on -c ssl_cert_file=server.pem -c ssl_key_file=server.key",
+                listener.port,
+                socket_dir.display()
+            );
+            server.tls = Some(listener);
+        }
         let out = server
             .command("pg_ctl")
             .arg("-D")
@@ -133,6 +156,70 @@ impl Server {
         server
     }
 
+    /// The certificates of a TLS server (in `data`, which initdb made) and a pg_hba.conf
+    /// that takes TCP connections over TLS only.
+    fn make_tls(&self, data: &Path) -> TlsListener {
+        let certs = self.dir.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let ca = make_ca(&certs, "ca");
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(&certs).output().expect(
+                "openssl is needed for the TLS store test: `bash .ci/oci-tools` installs it (`just test` runs it)",
+            );
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        std::fs::write(
+            certs.join("server.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        for file in ["server.pem", "server.key"] {
+            std::fs::copy(certs.join(file), data.join(file)).unwrap();
+        }
+        let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+        std::fs::write(data.join("pg_hba.conf"), hba).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(data.join("server.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some(user) = &self.run_as {
+            let out = Command::new("chown").arg("-R").arg(format!("{user}:")).arg(data).output().unwrap();
+            assert!(out.status.success(), "chown {}: {}", data.display(), String::from_utf8_lossy(&out.stderr));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        TlsListener { port, ca }
+    }
+
     /// `psql` against database `db` as the superuser; stdout, or a failure with stderr.
     pub fn psql(&self, db: &str, sql: &str) -> String {
         let out = self.try_psql(db, sql);
@@ -147,6 +234,7 @@ impl Server {
         let out = Command::new(self.bin.join("psql"))
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(&self.socket_dir)
+            .args(["-p", &self.tls.as_ref().map_or(5432, |t| t.port).to_string()])
             .args(["-U", USER, "-d", db, "-c", sql])
             .output()
             .unwrap();
@@ -190,6 +278,41 @@ fn stop_args(bin: &Path, run_as: Option<&str>, data: &Path) -> Vec<String> {
 pub fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(Server::start)
+}
+
+/// A [`Server::start_with`] TLS server's TCP side.
+pub struct TlsListener {
+    /// Its loopback port.
+    pub port: u16,
+    /// The CA certificate (PEM) that signed the server's certificate.
+    pub ca: PathBuf,
+}
+
+/// A CA of its own in `dir` (`NAME.key`, `NAME.pem`): its certificate's path.
+pub fn make_ca(dir: &Path, name: &str) -> PathBuf {
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+        .args([
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-subj",
+            &format!("/CN=skillhost test {name}"),
+        ])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        .current_dir(dir)
+        .output()
+        .expect("openssl is needed for the TLS store test: `bash .ci/oci-tools` installs it (`just test` runs it)");
+    assert!(out.status.success(), "openssl req -x509: {}", String::from_utf8_lossy(&out.stderr));
+    dir.join(format!("{name}.pem"))
+}
+
+/// A second server of the test binary, reachable over loopback TCP with TLS only (started on
+/// first use; its Unix socket, for [`Server::psql`], takes plain connections).
+pub fn tls_server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| Server::start_with(true))
 }
 
 /// A fresh, empty database of the test binary's server.

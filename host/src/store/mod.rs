@@ -11,15 +11,15 @@
 //! needs. Features keep their own tables and code (the audit chain: `crate::audit`, its
 //! migration 1; the memory log every host's memory replays: [`PgMemoryLog`], migration 2;
 //! the skills, grants, trust and sealed secrets every host's home is a copy of:
-//! [`HomeSync`], migration 3); they reach the database through [`PgStore`]. [`transfer`]
+//! [`HomeSync`], migration 3; paused agent runs: [`agent_sessions`], migration 4); they reach the database through [`PgStore`]. [`transfer`]
 //! moves a local home into an empty store and back (`skillhost store import/export`).
 //!
 //! URLs are libpq-style and parsed by `tokio_postgres::Config`:
 //! `postgres:///skillhost?host=/run/postgresql` (a Unix socket directory),
 //! `postgres://skillhost@localhost:5432/skillhost`. Only Unix sockets and loopback are
-//! accepted without TLS, which is not built in yet: a URL asking for TLS (`sslmode=require`)
-//! is refused saying so, and so is a remote host unless the URL says `sslmode=disable`
-//! (plaintext on a network the operator trusts).
+//! accepted without TLS; a remote host needs `sslmode=require` (rustls, always verified: see
+//! [`PgTls`]; `sslrootcert=` names the CA) or, to accept plaintext on a network the operator
+//! trusts, `sslmode=disable`.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -84,6 +84,19 @@ impl fmt::Display for StoreSource {
 pub struct PgUrl {
     config: Box<tokio_postgres::Config>,
     shown: String,
+    tls: PgTls,
+}
+
+/// Whether connections are encrypted, and what they trust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PgTls {
+    /// Plaintext: a Unix socket or loopback (or `sslmode=disable`, asked for by name).
+    Off,
+    /// TLS, always verified: the server's certificate must chain to `root_cert` (a PEM
+    /// file, `sslrootcert=`), or to the bundled Mozilla roots when none is given, and name
+    /// the host connected to. (`sslmode=require` is therefore libpq's `verify-full`: a
+    /// connection that is encrypted but to whoever answers protects nothing worth a key.)
+    Verified { root_cert: Option<std::path::PathBuf> },
 }
 
 impl fmt::Debug for PgUrl {
@@ -110,18 +123,29 @@ impl PgUrl {
         &self.config
     }
 
+    /// Whether and how connections are encrypted.
+    pub fn tls(&self) -> &PgTls {
+        &self.tls
+    }
+
     fn parse(url: &str) -> Result<PgUrl> {
-        let mut config = tokio_postgres::Config::from_str(url)
+        let (url_for_driver, wanted) = tls_params(url)?;
+        let mut config = tokio_postgres::Config::from_str(&url_for_driver)
             .map_err(|e| anyhow!("`{}` is not a valid PostgreSQL URL ({e}); write it as {URL_FORMS}", redact(url)))?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
             config.host_path(DEFAULT_SOCKET_DIR);
         }
         let shown = show(&config);
-        match config.get_ssl_mode() {
-            SslMode::Require => bail!(
-                "{shown} asks for TLS (sslmode=require), which this skillhost does not support yet: connect over a Unix socket or loopback (for a remote server, through a local tunnel or pooler), or set sslmode=disable on a network you trust"
-            ),
-            SslMode::Disable => {}
+        let tls = match config.get_ssl_mode() {
+            SslMode::Require => {
+                if config.get_hosts().iter().any(|h| matches!(h, Host::Unix(_))) {
+                    bail!(
+                        "{shown} asks for TLS on a Unix socket, where PostgreSQL never offers it: leave sslmode out for a socket, or name a TCP host"
+                    );
+                }
+                PgTls::Verified { root_cert: wanted.root_cert.clone() }
+            }
+            SslMode::Disable => PgTls::Off,
             _ => {
                 let remote: Vec<String> = config
                     .get_hosts()
@@ -134,18 +158,58 @@ impl PgUrl {
                     .collect();
                 if !remote.is_empty() {
                     bail!(
-                        "{shown}: the connection to {} would not be encrypted (TLS is not built into this skillhost yet): use a Unix socket or a loopback address (a local tunnel or pooler for a remote server), or add sslmode=disable to the URL to accept plaintext on a network you trust",
+                        "{shown}: the connection to {} would not be encrypted: add sslmode=require to the URL for TLS (verified against the bundled Mozilla roots, or your CA with sslrootcert=/path/to/ca.pem), or sslmode=disable to accept plaintext on a network you trust",
                         remote.join(", ")
                     );
                 }
+                if wanted.root_cert.is_some() {
+                    bail!("{shown}: sslrootcert is given but TLS is not asked for: add sslmode=require");
+                }
+                PgTls::Off
             }
+        };
+        if tls == PgTls::Off && wanted.root_cert.is_some() {
+            bail!("{shown}: sslrootcert is given with sslmode=disable: drop one of them");
         }
         config.application_name("skillhost");
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
-        Ok(PgUrl { config: Box::new(config), shown })
+        Ok(PgUrl { config: Box::new(config), shown, tls })
     }
+}
+
+/// The TLS settings of a URL the driver does not read itself.
+#[derive(Default)]
+struct WantedTls {
+    root_cert: Option<std::path::PathBuf>,
+}
+
+/// `url` without the TLS parameters the driver does not know (`sslrootcert=PATH`, and
+/// `sslmode=verify-full`, given to it as `require`: every TLS connection here is verified),
+/// and those settings. `sslmode=verify-ca` (the chain without the host name) is refused.
+fn tls_params(url: &str) -> Result<(String, WantedTls)> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_string(), WantedTls::default())) };
+    let mut wanted = WantedTls::default();
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decoded = || percent_encoding::percent_decode_str(value).decode_utf8_lossy().into_owned();
+        match (key, value) {
+            ("sslrootcert", _) if value.is_empty() => {
+                bail!("`{}`: sslrootcert needs the path of a PEM file of CA certificates", redact(url))
+            }
+            ("sslrootcert", _) => wanted.root_cert = Some(decoded().into()),
+            ("sslmode", "verify-full") => kept.push("sslmode=require".to_string()),
+            ("sslmode", "verify-ca") => bail!(
+                "`{}`: sslmode=verify-ca checks the certificate but not that it names the server; skillhost always checks both: use sslmode=verify-full (or require, the same here)",
+                redact(url)
+            ),
+            _ => kept.push(pair.to_string()),
+        }
+    }
+    let url = if kept.is_empty() { base.to_string() } else { format!("{base}?{}", kept.join("&")) };
+    Ok((url, wanted))
 }
 
 fn is_loopback(host: &str) -> bool {
@@ -269,13 +333,39 @@ mod tests {
         assert!(e.contains("not a valid PostgreSQL URL"), "{e}");
     }
 
+    fn pg(url: &str) -> PgUrl {
+        match url.parse::<StoreUrl>().unwrap() {
+            StoreUrl::Postgres(u) => u,
+            StoreUrl::Local => panic!("not postgres"),
+        }
+    }
+
     #[test]
-    fn tls_and_remote_plaintext_are_refused_and_passwords_never_shown() {
-        let e = "postgres://u:hunter2@localhost/db?sslmode=require".parse::<StoreUrl>().unwrap_err().to_string();
-        assert!(e.contains("TLS") && e.contains("not support"), "{e}");
-        assert!(!e.contains("hunter2"), "{e}");
+    fn tls_is_verified_remote_plaintext_is_refused_and_passwords_never_shown() {
+        // TLS, verified: the bundled roots, or the CA file given; verify-full is the same.
+        let url = pg("postgres://u:hunter2@db.example.com/db?sslmode=require");
+        assert_eq!(url.tls(), &PgTls::Verified { root_cert: None });
+        let url = pg(
+            "postgres://u@db.example.com:6432/db?sslmode=verify-full&sslrootcert=/etc/ssl/my%20ca.pem&connect_timeout=5",
+        );
+        assert_eq!(url.tls(), &PgTls::Verified { root_cert: Some("/etc/ssl/my ca.pem".into()) });
+        assert_eq!(url.config().get_ssl_mode(), SslMode::Require);
+        assert_eq!(url.config().get_connect_timeout(), Some(&std::time::Duration::from_secs(5)));
+        assert_eq!(url.to_string(), "postgres://u@db.example.com:6432/db");
+        for (bad, says) in [
+            ("postgres://u:hunter2@db.example.com/db?sslmode=verify-ca", "verify-full"),
+            ("postgres://u:hunter2@db.example.com/db?sslrootcert=", "PEM file"),
+            ("postgres://u:hunter2@localhost/db?sslrootcert=/ca.pem", "sslmode=require"),
+            ("postgres://u:hunter2@db.example.com/db?sslmode=disable&sslrootcert=/ca.pem", "drop one"),
+            ("postgres://u:hunter2@/db?host=/run/postgresql&sslmode=require", "Unix socket"),
+        ] {
+            let e = bad.parse::<StoreUrl>().unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+        assert_eq!(pg("postgres://u@localhost/db").tls(), &PgTls::Off);
         let e = "postgres://u:hunter2@db.example.com/db".parse::<StoreUrl>().unwrap_err().to_string();
-        assert!(e.contains("db.example.com") && e.contains("sslmode=disable"), "{e}");
+        assert!(e.contains("db.example.com") && e.contains("sslmode=disable") && e.contains("sslmode=require"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
         let ok = "postgres://u:hunter2@db.example.com/db?sslmode=disable".parse::<StoreUrl>().unwrap();
         assert_eq!(ok.to_string(), "postgres://u@db.example.com:5432/db");

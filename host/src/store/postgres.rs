@@ -29,7 +29,37 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 
-use super::PgUrl;
+use super::{PgTls, PgUrl};
+
+/// The TLS client settings of a verified connection: trust `root_cert`'s certificates (a PEM
+/// file) or, without one, the bundled Mozilla roots; the server's name is checked by rustls.
+fn tls_config(root_cert: Option<&std::path::Path>, url: &PgUrl) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    match root_cert {
+        Some(path) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect())
+                .map_err(|e| anyhow!("{url}: cannot read the CA certificates in sslrootcert={} ({e}): it must be a PEM file of certificates", path.display()))?;
+            if certs.is_empty() {
+                bail!("{url}: sslrootcert={} holds no certificate (a PEM file of CA certificates)", path.display());
+            }
+            for cert in certs {
+                roots.add(cert).map_err(|e| {
+                    anyhow!("{url}: a certificate in sslrootcert={} is not usable: {e}", path.display())
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow!("cannot set up TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
 
 /// Name of the store runtime's threads.
 const THREAD: &str = "skillhost-pg";
@@ -88,11 +118,15 @@ impl PgStore {
             .enable_all()
             .build()
             .context("cannot start the PostgreSQL store's runtime")?;
-        let manager = Manager::from_config(
-            url.config().clone(),
-            NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
-        );
+        let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match url.tls() {
+            PgTls::Off => Manager::from_config(url.config().clone(), NoTls, manager_config),
+            PgTls::Verified { root_cert } => Manager::from_config(
+                url.config().clone(),
+                tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(root_cert.as_deref(), url)?),
+                manager_config,
+            ),
+        };
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(Runtime::Tokio1)
@@ -234,6 +268,12 @@ fn advice(e: &tokio_postgres::Error) -> &'static str {
             ". The server's max_connections is reached: fewer hosts, or raise it (each host keeps up to 16 connections)"
         }
         Some(_) => "",
+        None if cause(e).contains("certificate") || cause(e).contains("TLS handshake") => {
+            ". The server's certificate was not accepted: name its CA with sslrootcert=/path/to/ca.pem in the URL (a PEM file; without it only the bundled public roots are trusted), and connect with a host name the certificate names"
+        }
+        None if cause(e).contains("server does not support TLS") => {
+            ". The server has TLS off (ssl = on in postgresql.conf turns it on), or the URL names the wrong server"
+        }
         None if e.as_db_error().is_none() && e.to_string().contains("connect") => {
             ". Check that the server runs and that the URL's host (a socket directory or loopback address) and port are right (`pg_isready -h HOST -p PORT`)"
         }
