@@ -39,6 +39,11 @@
 //!   BM25 share. A z over each script's own spread, as the floors use, lets a narrow crowd
 //!   (a store's few records of one language) inflate its records; the pooled spread keeps
 //!   the order within each script the plain cosine's.
+//! - the default also answers per query, not only per record: a question that shares no
+//!   word with the store whose best record's meaning-first score clears `answer_gate`
+//!   (scaled with the store like the floors) keeps every candidate, ranked. The floors
+//!   alone dropped paraphrases and translations that dense-only ranking finds, one record
+//!   at a time, on a set they were not tuned on.
 //!
 //! The calibrated constants were chosen on the tuning half of tests/memory_eval only
 //! (tests/memory_eval/sim/ replays fusions on a dump of what search sees); the held-out
@@ -98,6 +103,12 @@ pub struct FusionParams {
     pub rank_reference_weight: f32,
     pub rank_lexical_weight: f32,
     pub own_script_bonus: f32,
+    /// Meaning-first only (0: off): a per-query answer for a question that shares no word
+    /// with any record. When the best record's meaning-first score (see
+    /// `rank_reference_weight`) clears this (scaled with the store like the floors), the
+    /// question is taken to be about this store and every candidate is kept, ranked;
+    /// below it, only what the floors keep.
+    pub answer_gate: f32,
 }
 
 impl Default for FusionParams {
@@ -140,6 +151,7 @@ impl FusionParams {
             rank_reference_weight: 0.0,
             rank_lexical_weight: 0.0,
             own_script_bonus: 0.0,
+            answer_gate: 0.0,
         }
     }
 
@@ -192,6 +204,16 @@ impl FusionParams {
             rank_reference_weight: 5.0,
             rank_lexical_weight: 0.5,
             own_script_bonus: 0.25,
+            // Issue 31, third round: the floors drop, one record at a time, paraphrases and
+            // translations that dense-only ranking finds (the second set's stores of 50 and
+            // 300); a question that shares no word with the store is answered in full when
+            // its best record is clearly about it. Gates 3.9 and up leave the tuning half's
+            // figures exactly as the floors alone do (R@5 0.892, 9 of its 15 queries about
+            // nothing unanswered; below 3.9 its queries about nothing start getting answers,
+            // and below 3.6 a small store of tests/memory_recall.rs answers a question about
+            // nothing); the lowest such gate was taken, to answer whenever the tuning half
+            // cannot tell the difference (tests/memory_eval/sim/gate.py).
+            answer_gate: 3.9,
             ..FusionParams::calibrated()
         }
     }
@@ -350,6 +372,17 @@ impl Sources<'_> {
         // that holds none needs the full floor (see the module doc).
         let answered = p.is_calibrated()
             && records.iter().any(|r| bm25.contains_key(&r.id) && holds_every_term(&r.content, &terms));
+        // The per-query answer (see `answer_gate`): a question that shares no word with the
+        // store, whose best record is clearly about it, keeps every candidate.
+        let answer_all = ranking.is_some()
+            && p.answer_gate > 0.0
+            && lexical.is_empty()
+            && records
+                .iter()
+                .filter_map(|r| cos_of.get(&r.id))
+                .map(|&(c, s)| meaning_of(c, s))
+                .fold(f32::NEG_INFINITY, f32::max)
+                >= scale * p.answer_gate;
         let mut out = Vec::new();
         for r in records {
             let share = bm25.get(&r.id).map(|s| if best_bm25 > 0.0 { s / best_bm25 } else { 0.0 });
@@ -366,8 +399,9 @@ impl Sources<'_> {
             };
             // A record that holds every word of the query is kept whatever its meaning
             // scores: hybrid search never drops what words alone find best.
-            let keep =
-                z >= floor || (share.is_some() && (z >= p.lexical_floor || holds_every_term(&r.content, &terms)));
+            let keep = answer_all
+                || z >= floor
+                || (share.is_some() && (z >= p.lexical_floor || holds_every_term(&r.content, &terms)));
             if keep {
                 let meaning =
                     cos_of.get(&r.id).map_or(if ranking.is_some() { 0.0 } else { z }, |&(c, s)| meaning_of(c, s));
