@@ -121,19 +121,26 @@ fn servers_on_two_hosts_serve_what_either_host_installs_and_remembers() {
     let server_a = HttpServer::start(a.home.path(), &["--memory", "write"], &store_env);
     let server_b = HttpServer::start(b.home.path(), &["--memory", "write"], &store_env);
 
-    // Installed on A's host while both serve: B serves it within a second.
-    let dir = env.probe_as("latecomer", "");
+    // Installed on A's host while both serve: B's very next call runs it (no waiting for
+    // B's follower, which comes by every 0.2 s).
+    let dir = env.probe_as("latecomer", "capabilities:\n  clock: true\n");
     a.ok(&["skill", "install", dir.to_str().unwrap()]);
     let call = json!({ "name": "latecomer", "arguments": { "mode": "echo", "arg": "hi" } });
-    let started = Instant::now();
-    loop {
-        let answer = rpc(server_b.addr, "tools/call", call.clone(), &[]).json();
-        if answer["result"]["isError"] == false {
-            assert!(answer.to_string().contains("hi"), "{answer}");
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(1), "B does not serve A's install after 1 s: {answer}");
-        std::thread::sleep(Duration::from_millis(20));
+    let answer = rpc(server_b.addr, "tools/call", call, &[]).json();
+    assert_eq!(answer["result"]["isError"], false, "B's next call after A's install: {answer}");
+    assert!(answer.to_string().contains("hi"), "{answer}");
+    // A grant and a revocation on A apply to B's next call, every time.
+    let clock = json!({ "name": "latecomer", "arguments": { "mode": "clock" } });
+    let wall_clock_on_b = || {
+        let answer = rpc(server_b.addr, "tools/call", clock.clone(), &[]).json();
+        let output = answer["result"]["structuredContent"]["output"].as_str().unwrap_or_else(|| panic!("{answer}"));
+        output.parse::<u64>().unwrap_or_else(|_| panic!("{answer}"))
+    };
+    for _ in 0..3 {
+        a.ok(&["policy", "grant", "latecomer", "clock"]);
+        assert!(wall_clock_on_b() > 1_700_000_000, "B's next call after A's grant ran without it");
+        a.ok(&["policy", "revoke", "latecomer", "clock"]);
+        assert_eq!(wall_clock_on_b(), 0, "B's next call after A's revocation still held the grant");
     }
 
     // A memory added through B's server is found through A's within a second.

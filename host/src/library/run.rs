@@ -179,6 +179,13 @@ impl Library {
     ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
+        // On a shared store: the skill and grants as the store holds them now, so a change
+        // made on another host applies to this call.
+        if let Some(sync) = &self.home_sync {
+            sync.ensure_current().await.map_err(|e| {
+                anyhow!("`{name}` was not run: this host cannot check its skills and grants against the shared store, and a call must not run on a revoked grant: {e:#}")
+            })?;
+        }
         let loaded = self.load_stage(name, &params, opts).await?;
         // Borrowed, not cloned: a clone would bump the shared reference counts that the
         // per-CPU copies (sandbox/lanes.rs) keep off the call path.

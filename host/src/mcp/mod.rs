@@ -603,7 +603,13 @@ impl ServerHandler for SkillhostMcp {
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
         }
         // A stat once the skill is loaded (as Library::run does next), so no hop to the blocking pool.
-        let known = self.server.allows(&name) && self.server.lib.is_executable(&name);
+        let mut known = self.server.allows(&name) && self.server.lib.is_executable(&name);
+        // On a shared store, a skill installed on another host a moment ago: bring this home
+        // up to date and look again (a known skill's call does that in Library::run).
+        if !known && let Some(sync) = self.server.lib.home_sync() {
+            sync.ensure_current().await.map_err(|e| McpError::internal_error(format!("{e:#}"), None))?;
+            known = self.server.allows(&name) && self.server.lib.is_executable(&name);
+        }
         if !known {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),

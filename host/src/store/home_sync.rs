@@ -32,6 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -87,6 +88,22 @@ pub struct HomeSync {
     key: Option<ring::aead::LessSafeKey>,
     /// Held while pulling or changing: one at a time in this process.
     busy: std::sync::Arc<std::sync::Mutex<()>>,
+    /// The version this home was last brought to, and the checks of [`HomeSync::ensure_current`].
+    fresh: std::sync::Arc<Freshness>,
+}
+
+/// The barrier in front of every call on a host of a shared store ([`HomeSync::ensure_current`]):
+/// checks are numbered as they start and run one at a time; a call waits for a check that
+/// started after it arrived, so concurrent calls share one round trip and none runs on a
+/// home older than the store was when it came in.
+#[derive(Default)]
+struct Freshness {
+    /// The shared-home version this home holds (as `cache/home-sync.json` records it).
+    applied: AtomicU64,
+    /// Checks started, and the number of the last one completed.
+    started: AtomicU64,
+    completed: AtomicU64,
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for HomeSync {
@@ -207,7 +224,48 @@ const NO_KEY: &str = "the secrets are kept in the shared store sealed with a key
 
 impl HomeSync {
     pub fn new(store: &PgStore, home: &Path) -> Result<HomeSync> {
-        Ok(HomeSync { store: store.clone(), home: home.to_path_buf(), key: store_key()?, busy: Default::default() })
+        let sync = HomeSync {
+            store: store.clone(),
+            home: home.to_path_buf(),
+            key: store_key()?,
+            busy: Default::default(),
+            fresh: Default::default(),
+        };
+        sync.fresh.applied.store(sync.load_state().version, Ordering::SeqCst);
+        Ok(sync)
+    }
+
+    /// Before a call: make sure this home holds at least the version the store held when the
+    /// call arrived, pulling if not, so that a skill installed, updated or removed, or a
+    /// grant changed, on any host applies to this host's next call (not only once the
+    /// follower comes by). One round trip, shared by the calls that arrive meanwhile.
+    pub async fn ensure_current(&self) -> Result<()> {
+        let fresh = &self.fresh;
+        let ticket = fresh.started.load(Ordering::SeqCst);
+        let _turn = fresh.turn.lock().await;
+        if fresh.completed.load(Ordering::SeqCst) > ticket {
+            return Ok(());
+        }
+        let number = fresh.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let head = self
+            .store
+            .run(|pg| async move {
+                let client = pg.client().await?;
+                let row = client
+                    .query_one("SELECT version FROM skillhost_home_head", &[])
+                    .await
+                    .map_err(|e| pg.error("cannot read the shared home of", &e))?;
+                Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+            })
+            .await?;
+        if head > fresh.applied.load(Ordering::SeqCst) {
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || this.pull())
+                .await
+                .map_err(|e| anyhow!("the shared home's pull stopped: {e}"))??;
+        }
+        fresh.completed.store(number, Ordering::SeqCst);
+        Ok(())
     }
 
     fn state_path(&self) -> PathBuf {
@@ -220,7 +278,9 @@ impl HomeSync {
 
     fn save_state(&self, state: &Pulled) -> Result<()> {
         std::fs::create_dir_all(self.home.join("cache"))?;
-        write_atomic(&self.state_path(), &serde_json::to_vec(state)?)
+        write_atomic(&self.state_path(), &serde_json::to_vec(state)?)?;
+        self.fresh.applied.store(state.version, Ordering::SeqCst);
+        Ok(())
     }
 
     fn seal(&self, unit: &str, plain: Vec<u8>) -> Result<Vec<u8>> {
@@ -348,6 +408,9 @@ impl HomeSync {
     pub fn pull(&self) -> Result<()> {
         let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut state = self.load_state();
+        // What this home holds, whatever brought it there (another process on the same
+        // home may have pulled).
+        self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
         let this = self.clone();
         let pulled = self.store.block_on(async move {
             let client = this.store.client().await?;
