@@ -32,6 +32,12 @@ fn the_set_is_what_it_claims() {
         let zh_q = of.iter().filter(|q| !english(&q.query)).count();
         assert!(of.len() >= 20 && zh_q * 3 >= of.len() && zh_q * 3 <= of.len() * 2, "{class}: {zh_q} of {}", of.len());
     }
+    // The tuning half's own queries (issue 31, fourth round): enough answerable questions
+    // that share no word with their memory, and questions about nothing, to choose a
+    // per-query abstention rule on; their topics are the tuning half's (the script checks).
+    let own = memory_eval::tuning_queries();
+    let none = own.iter().filter(|q| q.cls == "none").count();
+    assert!(own.len() - none >= 25 && none >= 15, "{} answerable, {none} about nothing", own.len() - none);
     // Paraphrases share no content word with their memory (the script says which if they do).
     match std::process::Command::new("python3").arg(memory_eval::eval_dir().join("check_paraphrase.py")).output() {
         Ok(out) => assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout)),
