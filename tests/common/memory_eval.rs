@@ -86,7 +86,10 @@ pub fn topic(key: &str) -> String {
     parts[..keep.min(parts.len())].join("-")
 }
 
-/// The first set's queries of one half.
+/// The first set's queries of one half. The tuning half also holds the queries of
+/// tuning_queries.jsonl (issue 31, fourth round): questions about its topics that share no
+/// word with their memory, and questions about nothing, written so that a per-query
+/// abstention rule can be chosen on it; they are in no other run.
 pub fn half(which: Half) -> Vec<EvalQuery> {
     let text = std::fs::read_to_string(eval_dir().join("held_out.txt")).unwrap();
     let held: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
@@ -103,7 +106,13 @@ pub fn half(which: Half) -> Vec<EvalQuery> {
             };
             held_out == (which == Half::HeldOut)
         })
+        .chain(if which == Half::Tuning { tuning_queries() } else { vec![] })
         .collect()
+}
+
+/// The tuning half's own queries (tests/memory_eval/tuning_queries.jsonl).
+pub fn tuning_queries() -> Vec<EvalQuery> {
+    jsonl("tuning_queries.jsonl")
 }
 
 /// The second set's memories in its store of `size` records (5, 50 or 300).

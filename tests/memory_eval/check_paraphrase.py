@@ -1,5 +1,7 @@
-"""Check that every `paraphrase` query of queries.jsonl shares no content word with the
-memories it should find: English words (lowercased, light stemming, stop words removed) and
+"""Check that every `paraphrase` query of queries.jsonl, and every `paraphrase` and
+`crosslingual` query of tuning_queries.jsonl (the tuning half's own queries), shares no
+content word with the memories it should find, and that the latter are about the tuning
+half's topics (held_out.txt): English words (lowercased, light stemming, stop words removed) and
 Chinese words (any two adjacent Han characters, question particles removed). Exit 1 listing
 the offenders. Run by tests/memory_quality.rs when python3 is present, and by hand:
     python3 tests/memory_eval/check_paraphrase.py"""
@@ -26,10 +28,23 @@ def words(text):
 
 here = os.path.dirname(os.path.abspath(__file__))
 memories = {m["key"]: m for m in map(json.loads, open(os.path.join(here, "memories.jsonl")))}
+held = [l.strip() for l in open(os.path.join(here, "held_out.txt")) if l.strip() and not l.startswith("#")]
+
+def topic(key):  # as tests/common/memory_eval.rs
+    key = key[3:] if key.startswith("zh-") else key
+    head, _, n = key.rpartition("-")
+    if head and n.isdigit():
+        key = head
+    parts = key.split("-")
+    return "-".join(parts[: 2 if parts[0] == "pref" else 1])
+
 bad = []
-for qline in open(os.path.join(here, "queries.jsonl")):
-    q = json.loads(qline)
-    if q["cls"] != "paraphrase":
+checked = [(q, ("paraphrase",)) for q in map(json.loads, open(os.path.join(here, "queries.jsonl")))]
+for q in map(json.loads, open(os.path.join(here, "tuning_queries.jsonl"))):
+    checked.append((q, ("paraphrase", "crosslingual")))
+    bad.extend(f"{q['query']!r}: {k} is a held-out topic" for k in q["relevant"] if topic(k) in held)
+for q, classes in checked:
+    if q["cls"] not in classes:
         continue
     for k in q["relevant"]:
         shared = words(q["query"]) & words(memories[k]["content"])
@@ -38,4 +53,4 @@ for qline in open(os.path.join(here, "queries.jsonl")):
 if bad:
     print("\n".join(bad))
     sys.exit(1)
-print("paraphrase queries share no content word with their memories")
+print("paraphrase (and the tuning half's own cross-lingual) queries share no content word with their memories")
