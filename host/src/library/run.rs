@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Library;
-use super::loaded::{Loaded, off_the_executor};
+use super::loaded::{Loaded, LoadedSkill, off_the_executor};
 use super::params::validate_params;
 use crate::audit::{CallDetail, CallEntry, CallStatus, RanCall, preview};
 use crate::capabilities::memory::{Absorbed, MemoryAdmission, admit_memories};
@@ -177,9 +177,26 @@ impl Library {
         opts: &RunOptions,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
+        self.run_looked_up(name, None, params, opts, cancelled).await
+    }
+
+    /// [`Library::run_cancellable`] of the version `looked_up` that the caller took from
+    /// [`Library::lookup_executable`] for this call just before (`None`: look it up now), so
+    /// that one call stats install.json once.
+    pub async fn run_looked_up(
+        &self,
+        name: &str,
+        looked_up: Option<LoadedSkill>,
+        params: Value,
+        opts: &RunOptions,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        let loaded = self.load_stage(name, &params, opts).await?;
+        let loaded = match looked_up {
+            Some(LoadedSkill(loaded)) => loaded,
+            None => self.load_stage(name, &params, opts).await?,
+        };
         // Borrowed, not cloned: a clone would bump the shared reference counts that the
         // per-CPU copies (sandbox/lanes.rs) keep off the call path.
         let Some(prepared) = loaded.prepared.as_ref() else {
