@@ -185,17 +185,45 @@ impl Library {
     /// `stat` once the installed version is loaded. A version that cannot be loaded
     /// (damaged, tampered) counts as installed: running it says what is wrong.
     pub fn is_executable(&self, name: &str) -> bool {
+        !matches!(self.lookup_executable(name), Lookup::NotExecutable)
+    }
+
+    /// [`Library::is_executable`], keeping the loaded version for the run that follows
+    /// ([`Library::run_looked_up`]), so that the call does not stat install.json twice.
+    pub fn lookup_executable(&self, name: &str) -> Lookup {
         let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !plain || name.starts_with('.') {
-            return false;
+            return Lookup::NotExecutable;
         }
-        let Some(stamp) = self.record_stamp(name) else { return false };
-        if let Some(l) = self.skills.cached(name, &stamp) {
-            return l.prepared.is_some();
+        let Some(stamp) = self.record_stamp(name) else { return Lookup::NotExecutable };
+        let loaded = match self.skills.cached(name, &stamp) {
+            Some(l) => l,
+            None => match off_the_executor(|| self.load(name)) {
+                Ok(l) => l,
+                Err(_) => return Lookup::Unloadable,
+            },
+        };
+        match loaded.prepared {
+            Some(_) => Lookup::Executable(LoadedSkill(loaded)),
+            None => Lookup::NotExecutable,
         }
-        off_the_executor(|| self.load(name)).map(|l| l.prepared.is_some()).unwrap_or(true)
     }
 }
+
+/// What [`Library::lookup_executable`] found under a name.
+pub enum Lookup {
+    /// Not a plain name, not installed, or an instruction skill (nothing to run).
+    NotExecutable,
+    /// Installed with a component: the version its install.json named just now.
+    Executable(LoadedSkill),
+    /// Installed, but its version cannot be loaded (damaged, tampered): a run of it is
+    /// refused with the reason, and audited.
+    Unloadable,
+}
+
+/// A loaded, executable version of a skill, for [`Library::run_looked_up`].
+#[derive(Clone)]
+pub struct LoadedSkill(pub(super) Arc<Loaded>);
 
 /// Run blocking work (a first load reads, hashes and deserializes a component: milliseconds)
 /// without stalling the other tasks of a multi-threaded runtime's worker. A current-thread

@@ -58,6 +58,7 @@ pub mod secrets;
 pub use catalog::{SkillInfo, SkillSearch};
 pub use history::HistoryEntry;
 pub use install::{ImportResult, InstallOptions, InstallReport, OpenedBundle, Replacement, SkillKind};
+pub use loaded::{LoadedSkill, Lookup};
 pub use params::params_from_pairs;
 pub use record::{InstallRecord, UndeclaredImport, short_hash};
 pub use run::{RunOptions, RunReport, call_entry, new_session_id};

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Library;
-use super::loaded::{Loaded, off_the_executor};
+use super::loaded::{Loaded, LoadedSkill, off_the_executor};
 use super::params::validate_params;
 use crate::audit::{CallDetail, CallEntry, CallStatus, RanCall, preview};
 use crate::capabilities::memory::{Absorbed, MemoryAdmission, admit_memories};
@@ -177,16 +177,37 @@ impl Library {
         opts: &RunOptions,
         cancelled: impl Future<Output = ()>,
     ) -> Result<RunReport> {
+        self.run_looked_up(name, None, params, opts, cancelled).await
+    }
+
+    /// [`Library::run_cancellable`] of the version `looked_up` that the caller took from
+    /// [`Library::lookup_executable`] for this call just before (`None`: look it up now), so
+    /// that one call stats install.json once. On a shared store the caller looks it up after
+    /// [`crate::store::HomeSync::ensure_current`] (as the MCP server does), which the run
+    /// then does not repeat.
+    pub async fn run_looked_up(
+        &self,
+        name: &str,
+        looked_up: Option<LoadedSkill>,
+        params: Value,
+        opts: &RunOptions,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<RunReport> {
         let started = std::time::Instant::now();
         self.audit.check_appendable()?;
-        // On a shared store: the skill and grants as the store holds them now, so a change
-        // made on another host applies to this call.
-        if let Some(sync) = &self.home_sync {
-            sync.ensure_current().await.map_err(|e| {
-                anyhow!("`{name}` was not run: this host cannot check its skills and grants against the shared store, and a call must not run on a revoked grant: {e:#}")
-            })?;
-        }
-        let loaded = self.load_stage(name, &params, opts).await?;
+        let loaded = match looked_up {
+            Some(LoadedSkill(loaded)) => loaded,
+            None => {
+                // On a shared store: the skill and grants as the store holds them now, so a
+                // change made on another host applies to this call.
+                if let Some(sync) = &self.home_sync {
+                    sync.ensure_current().await.map_err(|e| {
+                        anyhow!("`{name}` was not run: this host cannot check its skills and grants against the shared store, and a call must not run on a revoked grant: {e:#}")
+                    })?;
+                }
+                self.load_stage(name, &params, opts).await?
+            }
+        };
         // Borrowed, not cloned: a clone would bump the shared reference counts that the
         // per-CPU copies (sandbox/lanes.rs) keep off the call path.
         let Some(prepared) = loaded.prepared.as_ref() else {

@@ -47,7 +47,7 @@ use serde_json::{Value, json};
 use crate::agent::profile::AgentProfile;
 use crate::audit::{CallDetail, CallEntry, CallStatus, ClientInfo, McpCall};
 use crate::capabilities::MemoryAccess;
-use crate::library::{DEFAULT_NAMESPACE, Library, RunOptions};
+use crate::library::{DEFAULT_NAMESPACE, Library, LoadedSkill, Lookup, RunOptions};
 use crate::sandbox::CallError;
 
 /// What the MCP client may do with long-term memory (`--memory`): which memory tools are
@@ -389,6 +389,7 @@ impl SkillhostMcp {
     async fn call_skill(
         &self,
         name: &str,
+        loaded: Option<LoadedSkill>,
         arguments: Value,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
@@ -409,7 +410,7 @@ impl SkillhostMcp {
         // waits `--call-wait-secs` for a slot comes back `busy`, audited by the library.
         let ct = &context.ct;
         let started = std::time::Instant::now();
-        let run = self.server.lib.run_cancellable(name, arguments, &opts, ct.cancelled());
+        let run = self.server.lib.run_looked_up(name, loaded, arguments, &opts, ct.cancelled());
         let report = match context.meta.get_progress_token() {
             Some(token) => with_progress(run, &context.peer, token).await,
             None => run.await,
@@ -602,21 +603,27 @@ impl ServerHandler for SkillhostMcp {
             }
             return self.call_memory(tool, arguments, &context).await.map(Into::into);
         }
-        // A stat once the skill is loaded (as Library::run does next), so no hop to the blocking pool.
-        let mut known = self.server.allows(&name) && self.server.lib.is_executable(&name);
-        // On a shared store, a skill installed on another host a moment ago: bring this home
-        // up to date and look again (a known skill's call does that in Library::run).
-        if !known && let Some(sync) = self.server.lib.home_sync() {
+        // On a shared store: this home brought up to what the store holds first, so that a
+        // skill installed, updated or re-granted on another host a moment ago is what runs.
+        if let Some(sync) = self.server.lib.home_sync() {
             sync.ensure_current().await.map_err(|e| McpError::internal_error(format!("{e:#}"), None))?;
-            known = self.server.allows(&name) && self.server.lib.is_executable(&name);
         }
-        if !known {
-            return Err(McpError::invalid_params(
-                format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
-                None,
-            ));
-        }
-        self.call_skill(&name, arguments, &context).await.map(Into::into)
+        // One stat once the skill is loaded, so no hop to the blocking pool; the run takes
+        // the version found here instead of stating install.json again.
+        let looked_up =
+            if self.server.allows(&name) { self.server.lib.lookup_executable(&name) } else { Lookup::NotExecutable };
+        let loaded = match looked_up {
+            Lookup::Executable(loaded) => Some(loaded),
+            // The run says why it cannot be loaded, and audits the refusal.
+            Lookup::Unloadable => None,
+            Lookup::NotExecutable => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
+                    None,
+                ));
+            }
+        };
+        self.call_skill(&name, loaded, arguments, &context).await.map(Into::into)
     }
 
     async fn list_skills(
