@@ -251,10 +251,11 @@ impl HomeSync {
             .store
             .run(|pg| async move {
                 let client = pg.client().await?;
-                let row = client
-                    .query_one("SELECT version FROM skillhost_home_head", &[])
-                    .await
-                    .map_err(|e| pg.error("cannot read the shared home of", &e))?;
+                let read = |e: tokio_postgres::Error| pg.error("cannot read the shared home of", &e);
+                // Prepared once per connection: a plain query string would cost a second
+                // round trip (parse, then execute) on every call.
+                let head = client.prepare_cached("SELECT version FROM skillhost_home_head").await.map_err(read)?;
+                let row = client.query_one(&head, &[]).await.map_err(read)?;
                 Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
             })
             .await?;
