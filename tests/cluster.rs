@@ -58,16 +58,32 @@ fn key_file(dir: &Path, hex: &str) -> std::path::PathBuf {
 }
 
 const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// A migrated database, the store key in a file of `keys`, and two hosts on them.
+struct Cluster {
+    db: Database,
+    keys: tempfile::TempDir,
+    key: std::path::PathBuf,
+    a: Host,
+    b: Host,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let db = database();
+        let keys = tempfile::tempdir().unwrap();
+        let key = key_file(keys.path(), KEY);
+        let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
+        a.ok(&["store", "migrate"]);
+        Cluster { db, keys, key, a, b }
+    }
+}
 const SECRET: &str = "sk-live-7f3a9c2e55b1d0c4";
 
 #[test]
 fn two_hosts_share_skills_grants_secrets_memory_and_one_audit_chain() {
-    let db = database();
+    let Cluster { db, keys: _keys, a, b, .. } = Cluster::new();
     let env = Env::new();
-    let keys = tempfile::tempdir().unwrap();
-    let key = key_file(keys.path(), KEY);
-    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
-    a.ok(&["store", "migrate"]);
 
     // Installed and granted on A; B runs it without installing anything.
     let dir = env.probe_as("echoer", "capabilities:\n  session: true\n");
@@ -111,12 +127,8 @@ fn two_hosts_share_skills_grants_secrets_memory_and_one_audit_chain() {
 
 #[test]
 fn servers_on_two_hosts_serve_what_either_host_installs_and_remembers() {
-    let db = database();
+    let Cluster { db, keys: _keys, key, a, b } = Cluster::new();
     let env = Env::new();
-    let keys = tempfile::tempdir().unwrap();
-    let key = key_file(keys.path(), KEY);
-    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
-    a.ok(&["store", "migrate"]);
     let store_env = [("SKILLHOST_STORE", a.url.as_str()), ("SKILLHOST_STORE_KEY_FILE", key.to_str().unwrap())];
     let server_a = HttpServer::start(a.home.path(), &["--memory", "write"], &store_env);
     let server_b = HttpServer::start(b.home.path(), &["--memory", "write"], &store_env);
@@ -201,11 +213,7 @@ fn readyz_follows_the_store_a_schema_it_does_not_know_or_a_dropped_database_is_n
 
 #[test]
 fn a_run_paused_on_one_host_resumes_on_another() {
-    let db = database();
-    let keys = tempfile::tempdir().unwrap();
-    let key = key_file(keys.path(), KEY);
-    let (a, b) = (Host::new(&db, &key), Host::new(&db, &key));
-    a.ok(&["store", "migrate"]);
+    let Cluster { db, keys, a, b, .. } = Cluster::new();
     let d1 = keys.path().join("d1.json");
     let d2 = keys.path().join("d2.json");
     std::fs::write(&d1, r#"{"decide": [{"next_action": "require_more", "message": "Which port?"}]}"#).unwrap();
