@@ -170,6 +170,12 @@ fn three_hosts_from_many_threads_and_two_processes_append_one_linear_chain() {
         p.join().unwrap();
     }
     let lines = 3 * THREADS * EACH + 8;
+    // Racing hosts: whatever mix of one-round-trip guesses and locking appends each took,
+    // the chain below is linear and every line is there once.
+    for log in &hosts {
+        let (hit, missed) = log.one_trip_appends();
+        eprintln!("one-round-trip appends: {hit} committed, {missed} missed");
+    }
     // Every append got its own seq.
     seqs.sort();
     seqs.dedup();
@@ -240,6 +246,33 @@ fn a_host_group_commits_concurrent_appends_and_answers_only_after_commit() {
     let batches = log.syncs();
     assert!((1..100).contains(&batches), "300 queued appends went into {batches} transactions");
     assert_eq!(log.verify().unwrap().entries, 300);
+}
+
+#[test]
+fn a_host_appending_alone_commits_in_one_round_trip_and_falls_back_when_another_appended() {
+    let db = common::postgres::database();
+    db.migrated();
+    let (a, b) = (AuditLog::postgres(&db.connect()), AuditLog::postgres(&db.connect()));
+    let mut seqs = Vec::new();
+    // A's first two appends lock the head (it knows none yet, then learns nobody else wrote);
+    // from then on it guesses the head it left, one round trip each.
+    for i in 0..5 {
+        seqs.push(a.append(marked("alone", &format!("a{i}"))).unwrap().seq);
+    }
+    assert_eq!(a.one_trip_appends(), (3, 0));
+    seqs.push(b.append(marked("alone", "b0")).unwrap().seq);
+    // B appended: A's guess misses, writes nothing, and A takes the lock, where it finds
+    // B's line ahead of its own; the next locking read finds only its own, and it guesses again.
+    for i in 5..8 {
+        seqs.push(a.append(marked("alone", &format!("a{i}"))).unwrap().seq);
+    }
+    assert_eq!(a.one_trip_appends(), (4, 1));
+    assert_eq!(seqs, (1..=9).collect::<Vec<u64>>(), "every append got the next seq, no gap, none twice");
+    assert_eq!(b.verify().unwrap().entries, 9);
+    let order: Vec<String> =
+        a.show("alone").unwrap().iter().map(|e| e["marker"].as_str().unwrap().to_string()).collect();
+    assert_eq!(order, ["a0", "a1", "a2", "a3", "a4", "b0", "a5", "a6", "a7"]);
+    assert_eq!(db.psql("SELECT seq FROM skillhost_audit_head"), "9");
 }
 
 #[test]

@@ -200,21 +200,25 @@ const SUBJECTS: [&str; 12] = [
 ];
 const FACTS: [&str; 5] = ["is blue", "needs repair", "belongs to Ann", "was bought in May", "stays in the attic"];
 
-fn latency(lib: &Library, probe: &std::path::Path) -> Latency {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+/// Install the probe on `lib` and warm its call path.
+fn install_probe(lib: &Library, probe: &std::path::Path, rt: &tokio::runtime::Runtime) {
     let install = || lib.install(probe, &|_| Ok(None)).map(|_| ());
     match lib.home_sync() {
         Some(sync) => sync.change(install).unwrap(),
         None => install().unwrap(),
     }
-    let opts = RunOptions { session: "bench".into(), ..Default::default() };
-    let call = || {
-        rt.block_on(lib.run("probe", serde_json::json!({"mode": "noop"}), &opts)).unwrap();
-    };
     for _ in 0..100 {
-        call();
+        probe_call(lib, rt);
     }
-    let call = timed(CALLS, |_| call());
+}
+
+fn probe_call(lib: &Library, rt: &tokio::runtime::Runtime) {
+    let opts = RunOptions { session: "bench".into(), ..Default::default() };
+    rt.block_on(lib.run("probe", serde_json::json!({"mode": "noop"}), &opts)).unwrap();
+}
+
+/// Memory adds, then searches over them, on `lib`.
+fn memory_latency(lib: &Library) -> Latency {
     let memory = lib.memory().unwrap();
     let add = timed(RECORDS, |i| {
         let content = format!(
@@ -243,21 +247,46 @@ fn latency(lib: &Library, probe: &std::path::Path) -> Latency {
         let q = format!("which {} {}", SUBJECTS[i % SUBJECTS.len()], FACTS[(i / 3) % FACTS.len()]);
         assert!(!memory.search(&q, &SearchFilter::default(), 5).unwrap().is_empty(), "{q}");
     });
-    Latency { call, add, search, semantic: memory.semantic_stats().is_some() }
+    Latency { call: Vec::new(), add, search, semantic: memory.semantic_stats().is_some() }
 }
+
+/// Rounds the calls are measured in, local and PostgreSQL alternating, so that a burst of
+/// load next door lands on both.
+const CALL_ROUNDS: usize = 10;
 
 fn latency_block() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let probe = repo.join("target/skills/probe");
     assert!(probe.join("skill.wasm").exists(), "run `just build-skills` first (no {})", probe.display());
     let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let local_lib = Library::open(&tmp.path().join("local"), Some(tmp.path()), None).unwrap();
-    let mut local = latency(&local_lib, &probe);
-    drop(local_lib);
     let db = postgres::database();
     let mut pg_lib = Library::open(&tmp.path().join("pg-host"), Some(tmp.path()), None).unwrap();
     pg_lib.use_postgres(db.migrated()).unwrap();
-    let mut pg = latency(&pg_lib, &probe);
+    install_probe(&local_lib, &probe, &rt);
+    install_probe(&pg_lib, &probe, &rt);
+    let (mut local_calls, mut pg_calls) = (Vec::new(), Vec::new());
+    for _ in 0..CALL_ROUNDS {
+        local_calls.extend(timed(CALLS / CALL_ROUNDS, |_| probe_call(&local_lib, &rt)));
+        pg_calls.extend(timed(CALLS / CALL_ROUNDS, |_| probe_call(&pg_lib, &rt)));
+    }
+    let (one_trip, missed) = pg_lib.audit_log().one_trip_appends();
+    // What a call costs beyond the skill, item by item: the barrier alone, and an audit
+    // append alone (awaited as a call awaits it), on each store.
+    let sync = pg_lib.home_sync().expect("a PostgreSQL library has a shared home");
+    let mut barrier = timed(CALLS / 2, |_| rt.block_on(sync.ensure_current()).unwrap());
+    let append = |lib: &Library| {
+        let log = lib.audit_log();
+        timed(CALLS / 2, |i| {
+            rt.block_on(log.append_async(entry(0, 0, i))).unwrap();
+        })
+    };
+    let (mut local_append, mut pg_append) = (append(&local_lib), append(&pg_lib));
+    let mut local = memory_latency(&local_lib);
+    drop(local_lib);
+    let mut pg = memory_latency(&pg_lib);
+    (local.call, pg.call) = (local_calls, pg_calls);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "\nlatency, local home vs PostgreSQL store (Unix socket, fsync on), one process, one caller; memory semantic search: {}",
@@ -289,6 +318,26 @@ fn latency_block() {
             p99.as_secs_f64() / l99.as_secs_f64()
         );
     }
+    println!(
+        "{:<44} {:>8.3}ms {:>8.3}ms {:>8.3}ms {:>8.3}ms",
+        "  of which: audit append alone",
+        ms(percentile(&mut local_append, 0.5)),
+        ms(percentile(&mut local_append, 0.99)),
+        ms(percentile(&mut pg_append, 0.5)),
+        ms(percentile(&mut pg_append, 0.99))
+    );
+    println!(
+        "{:<44} {:>10} {:>10} {:>8.3}ms {:>8.3}ms",
+        "  of which: the shared home's barrier alone",
+        "-",
+        "-",
+        ms(percentile(&mut barrier, 0.5)),
+        ms(percentile(&mut barrier, 0.99))
+    );
+    println!(
+        "(calls: {CALL_ROUNDS} rounds of {} calls, local and PostgreSQL alternating; audit appends in one round trip: {one_trip}, guesses missed: {missed})",
+        CALLS / CALL_ROUNDS
+    );
     println!(
         "target: a skill call on PostgreSQL within 2x of local (p50): {} ({call_ratio:.2}x)",
         if call_ratio <= 2.0 { "met" } else { "NOT met" }

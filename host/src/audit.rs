@@ -211,6 +211,13 @@ impl AuditLog {
         self.commits.lock().syncs
     }
 
+    /// For a PostgreSQL chain: batches committed in one round trip on the head this host
+    /// knew, and guesses that missed because another host had appended (see
+    /// `audit/postgres.rs`). `(0, 0)` for a file.
+    pub fn one_trip_appends(&self) -> (u64, u64) {
+        self.pg.as_ref().map_or((0, 0), |pg| pg.guesses())
+    }
+
     /// From now on (for this log and its clones), an append returns as soon as its line is
     /// written, and a background thread syncs behind the appends (see [`GroupCommit`]):
     /// for a server, where a sync per answer would cost more than the call. A killed

@@ -9,10 +9,21 @@
 //! Appends are serialized in the database: an append's transaction locks the head row
 //! (`SELECT ... FOR UPDATE`), chains its lines to it in Rust with the file's code, inserts
 //! them and moves the head, then commits (two round trips: BEGIN with the lock, the insert
-//! with COMMIT, each pair pipelined, so the lock is held for one round trip and the commit); the next host's transaction waits for the lock and
-//! reads the new head. `UNIQUE(seq)` and `UNIQUE(prev_hash)` make a fork impossible even if
-//! that were bypassed, and no `seq` comes from a sequence (whose `nextval` order is not
-//! commit order). A trigger refuses UPDATE, DELETE and TRUNCATE of the lines: the log is
+//! with COMMIT, each pair pipelined, so the lock is held for one round trip and the commit);
+//! the next host's transaction waits for the lock and reads the new head.
+//!
+//! One round trip while no other host writes: a writer that knows the head (it moved it
+//! last, and its last locking read found the head where its own commit had left it) chains
+//! to that head and sends one statement, its own transaction, that moves the head *only if
+//! it is still there* (`UPDATE ... WHERE seq = $known AND hash = $known`) and inserts the
+//! lines only if it did. Another host's append in between leaves the head elsewhere: the
+//! statement inserts nothing, and the writer takes the locking path, which it keeps while it
+//! finds other hosts' lines ahead of its own (under steady contention a guess would cost a
+//! round trip per batch).
+//!
+//! `UNIQUE(seq)` and `UNIQUE(prev_hash)` make a fork impossible even if that were
+//! bypassed, and no `seq` comes from a sequence (whose `nextval` order is not commit
+//! order). A trigger refuses UPDATE, DELETE and TRUNCATE of the lines: the log is
 //! append-only for anyone who does not first disable the trigger (tampering `verify` finds).
 //!
 //! Group commit: each host (each [`PgChain`], shared by the clones of an [`AuditLog`](super::AuditLog))
@@ -80,6 +91,16 @@ const INSERT_AND_MOVE_HEAD: &str = "WITH lines AS (
     SELECT s, p, h, se, $5, l FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $6::text[]) AS t(s, p, h, se, l)
 )
 UPDATE skillhost_audit_head SET seq = $7, hash = $8 WHERE id = 1";
+/// [`INSERT_AND_MOVE_HEAD`] without the lock: the head moves only if it is still at
+/// (`$9`, `$10`), and the lines go in only if it moved. Under READ COMMITTED an UPDATE that
+/// waited for another transaction's lock re-checks its WHERE on the row that transaction
+/// left, so a head moved meanwhile matches nothing.
+const INSERT_IF_HEAD_AT: &str = "WITH head AS (
+    UPDATE skillhost_audit_head SET seq = $7, hash = $8 WHERE id = 1 AND seq = $9 AND hash = $10 RETURNING 1
+)
+INSERT INTO skillhost_audit (seq, prev_hash, hash, session, host, line)
+SELECT s, p, h, se, $5, l FROM unnest($1::int8[], $2::text[], $3::text[], $4::text[], $6::text[]) AS t(s, p, h, se, l)
+WHERE EXISTS (SELECT 1 FROM head)";
 
 type Reply = Box<dyn FnOnce(Result<Appended>) + Send>;
 
@@ -96,6 +117,16 @@ pub(super) struct PgChain {
     batches: Arc<AtomicU64>,
     /// The last transaction failed: `check_appendable` asks the database before a call runs.
     failing: Arc<AtomicBool>,
+    guesses: Arc<GuessCounts>,
+}
+
+/// How the writer's one-round-trip appends fared (for tests and the bench).
+#[derive(Debug, Default)]
+pub(super) struct GuessCounts {
+    /// Batches committed in one round trip on the head the writer knew.
+    pub(super) hit: AtomicU64,
+    /// Batches whose known head had moved (another host appended): they took the locking path.
+    pub(super) missed: AtomicU64,
 }
 
 impl std::fmt::Debug for PgChain {
@@ -109,6 +140,7 @@ impl PgChain {
         let (queue, rx) = mpsc::unbounded_channel();
         let batches = Arc::new(AtomicU64::new(0));
         let failing = Arc::new(AtomicBool::new(false));
+        let guesses = Arc::new(GuessCounts::default());
         // The writer holds the pool, not the store: the store's runtime must not be owned
         // by a task running on it.
         let writer = Writer {
@@ -117,9 +149,11 @@ impl PgChain {
             host: store.host_id().to_string(),
             batches: batches.clone(),
             failing: failing.clone(),
+            head: KnownHead::default(),
+            guesses: guesses.clone(),
         };
         store.handle().spawn(writer.run(rx));
-        PgChain { store: store.clone(), queue, batches, failing }
+        PgChain { store: store.clone(), queue, batches, failing, guesses }
     }
 
     /// Where the chain is, for messages.
@@ -129,6 +163,11 @@ impl PgChain {
 
     pub(super) fn batches(&self) -> u64 {
         self.batches.load(Ordering::Relaxed)
+    }
+
+    /// Batches committed in one round trip on the known head, and guesses that missed.
+    pub(super) fn guesses(&self) -> (u64, u64) {
+        (self.guesses.hit.load(Ordering::Relaxed), self.guesses.missed.load(Ordering::Relaxed))
     }
 
     /// Queue `entry` (already checked) and wait, blocking, until its transaction committed.
@@ -486,6 +525,19 @@ struct Writer {
     host: String,
     batches: Arc<AtomicU64>,
     failing: Arc<AtomicBool>,
+    head: KnownHead,
+    guesses: Arc<GuessCounts>,
+}
+
+/// What the writer knows of the head row.
+#[derive(Debug, Default)]
+struct KnownHead {
+    /// Where this writer's last commit left the head (`seq`, `hash`), if it committed.
+    left: Option<(i64, String)>,
+    /// Guess that the head is still at `left`: set when a locking read found the head where
+    /// this writer's previous commit had left it (no other host wrote in between), cleared
+    /// when it found other hosts' lines ahead or a guess missed.
+    alone: bool,
 }
 
 /// A failed transaction: whether it failed before COMMIT was sent (then nothing was
@@ -496,7 +548,7 @@ struct Failed {
 }
 
 impl Writer {
-    async fn run(self, mut rx: mpsc::UnboundedReceiver<Pending>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Pending>) {
         while let Some(first) = rx.recv().await {
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -537,74 +589,172 @@ impl Writer {
         }
     }
 
-    /// One transaction: lock the head, chain `entries` to it, insert them, move the head.
-    async fn commit(&self, entries: &[Map<String, Value>]) -> Result<Vec<Appended>, Failed> {
+    /// One transaction: chain `entries` to the head, insert them, move the head. On the
+    /// head this writer knows when it guesses no other host wrote, else under the head's lock.
+    async fn commit(&mut self, entries: &[Map<String, Value>]) -> Result<Vec<Appended>, Failed> {
         let client = self.pool.get().await.map_err(|e| Failed {
             before_commit: true,
             error: anyhow!("cannot connect to the PostgreSQL store {}: {e}", self.store_name),
         })?;
-        let result = self.commit_on(&client, entries).await;
-        if result.is_err() {
-            // It may be inside an open or aborted transaction: never hand it to another user.
-            drop(deadpool_postgres::Object::take(client));
+        let mut result = Ok(None);
+        if let (true, Some(head)) = (self.head.alone, self.head.left.clone()) {
+            result = self.commit_on_known(&client, entries, head).await;
+            match &result {
+                Ok(Some(_)) => self.guesses.hit.fetch_add(1, Ordering::Relaxed),
+                _ => self.guesses.missed.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        let result = match result {
+            Ok(Some(appended)) => Ok(appended),
+            Ok(None) => self.commit_on(&client, entries).await,
+            Err(e) => Err(e),
+        };
+        match &result {
+            Ok(appended) => {
+                self.head.left = appended.last().map(|last| (last.seq as i64, last.hash.clone()));
+            }
+            Err(_) => {
+                self.head = KnownHead::default();
+                // It may be inside an open or aborted transaction: never hand it to another user.
+                drop(deadpool_postgres::Object::take(client));
+            }
         }
         result
+    }
+
+    /// The one-round-trip append on the head at `known`: `None` (nothing written) if the
+    /// head has moved since.
+    async fn commit_on_known(
+        &mut self,
+        client: &deadpool_postgres::ClientWrapper,
+        entries: &[Map<String, Value>],
+        known: (i64, String),
+    ) -> Result<Option<Vec<Appended>>, Failed> {
+        let insert = client.prepare_cached(INSERT_IF_HEAD_AT).await.map_err(|e| before(self.db(&e)))?;
+        let rows = Rows::chain(entries, known.0, &known.1);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
+            &rows.seqs,
+            &rows.prevs,
+            &rows.hashes,
+            &rows.sessions,
+            &self.host,
+            &rows.lines,
+            &rows.seq,
+            &rows.head,
+            &known.0,
+            &known.1,
+        ];
+        // One statement in its own (implicit) transaction: committed when the server says
+        // it is ready again, which `execute` waits for. As in `commit_on`: a refused
+        // statement wrote nothing; a lost connection leaves the outcome unknown.
+        let inserted = client
+            .execute(&insert, &params)
+            .await
+            .map_err(|e| Failed { before_commit: e.as_db_error().is_some(), error: self.db(&e) })?;
+        if inserted == 0 {
+            // Another host appended: the transaction committed nothing.
+            self.head.alone = false;
+            return Ok(None);
+        }
+        if inserted != entries.len() as u64 {
+            return Err(Failed {
+                before_commit: false,
+                error: anyhow!(
+                    "the audit chain of {} took {inserted} of {} lines in one statement: check the table's triggers and rules",
+                    self.store_name,
+                    entries.len()
+                ),
+            });
+        }
+        Ok(Some(rows.appended))
+    }
+
+    fn db(&self, e: &tokio_postgres::Error) -> anyhow::Error {
+        let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+        anyhow!("cannot append to the audit chain of {}: {detail}", self.store_name)
     }
 
     /// The transaction in two round trips, so that the head stays locked for one round trip
     /// and the commit (the other hosts wait for that lock): BEGIN with the locking read,
     /// then the insert with COMMIT, each pair pipelined on the connection.
     async fn commit_on(
-        &self,
+        &mut self,
         client: &deadpool_postgres::ClientWrapper,
         entries: &[Map<String, Value>],
     ) -> Result<Vec<Appended>, Failed> {
-        let before = |error: anyhow::Error| Failed { before_commit: true, error };
-        let db = |e: &tokio_postgres::Error| {
-            let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
-            anyhow!("cannot append to the audit chain of {}: {detail}", self.store_name)
-        };
-        let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(db(&e)))?;
-        let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(db(&e)))?;
+        let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(self.db(&e)))?;
+        let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(self.db(&e)))?;
         let (begun, head) = tokio::join!(client.batch_execute("BEGIN"), client.query_opt(&lock, &[]));
-        begun.map_err(|e| before(db(&e)))?;
-        let head = head.map_err(|e| before(db(&e)))?.ok_or_else(|| {
+        begun.map_err(|e| before(self.db(&e)))?;
+        let head = head.map_err(|e| before(self.db(&e)))?.ok_or_else(|| {
             before(anyhow!(
                 "the audit head row of {} is missing: the store was not migrated (`skillhost store migrate`) or the row was deleted",
                 self.store_name
             ))
         })?;
-        let (mut seq, mut prev): (i64, String) = (head.get(0), head.get(1));
+        let (seq, prev): (i64, String) = (head.get(0), head.get(1));
+        // Nobody wrote since this writer's last commit: guess so next time.
+        self.head.alone = self.head.left.as_ref().is_some_and(|(s, h)| *s == seq && *h == prev);
+        let rows = Rows::chain(entries, seq, &prev);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
+            [&rows.seqs, &rows.prevs, &rows.hashes, &rows.sessions, &self.host, &rows.lines, &rows.seq, &rows.head];
+        let (inserted, committed) = tokio::join!(client.execute(&insert, &params), client.batch_execute("COMMIT"));
+        // The server refused the insert: the transaction was aborted and COMMIT only ended
+        // it, nothing was written. Any other failure (the connection lost) leaves the
+        // outcome unknown, as a failed COMMIT does: no retry then, or a line could be twice.
+        inserted.map_err(|e| Failed { before_commit: e.as_db_error().is_some(), error: self.db(&e) })?;
+        committed.map_err(|e| Failed { before_commit: false, error: self.db(&e) })?;
+        Ok(rows.appended)
+    }
+}
+
+fn before(error: anyhow::Error) -> Failed {
+    Failed { before_commit: true, error }
+}
+
+/// A batch chained to a head: the columns of its rows, where it leaves the head, and what
+/// each append is told.
+struct Rows {
+    seqs: Vec<i64>,
+    prevs: Vec<String>,
+    hashes: Vec<String>,
+    sessions: Vec<String>,
+    lines: Vec<String>,
+    /// The head after the batch.
+    seq: i64,
+    head: String,
+    appended: Vec<Appended>,
+}
+
+impl Rows {
+    fn chain(entries: &[Map<String, Value>], mut seq: i64, prev: &str) -> Rows {
         let n = entries.len();
-        let (mut seqs, mut prevs, mut hashes, mut sessions, mut lines) = (
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-            Vec::with_capacity(n),
-        );
-        let mut appended = Vec::with_capacity(n);
+        let mut prev = prev.to_string();
+        let mut rows = Rows {
+            seqs: Vec::with_capacity(n),
+            prevs: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            sessions: Vec::with_capacity(n),
+            lines: Vec::with_capacity(n),
+            seq,
+            head: String::new(),
+            appended: Vec::with_capacity(n),
+        };
         for entry in entries {
             seq += 1;
             let session = entry.get("session").and_then(Value::as_str).unwrap_or_default().to_string();
             let (mut line, hash) = chained_line(entry.clone(), seq as u64, &prev);
             line.pop(); // the newline
-            appended.push(Appended { seq: seq as u64, hash: hash.clone(), torn_tail_bytes: 0 });
-            seqs.push(seq);
-            prevs.push(std::mem::replace(&mut prev, hash.clone()));
-            hashes.push(hash);
-            sessions.push(session);
-            lines.push(line);
+            rows.appended.push(Appended { seq: seq as u64, hash: hash.clone(), torn_tail_bytes: 0 });
+            rows.seqs.push(seq);
+            rows.prevs.push(std::mem::replace(&mut prev, hash.clone()));
+            rows.hashes.push(hash);
+            rows.sessions.push(session);
+            rows.lines.push(line);
         }
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] =
-            [&seqs, &prevs, &hashes, &sessions, &self.host, &lines, &seq, &prev];
-        let (inserted, committed) = tokio::join!(client.execute(&insert, &params), client.batch_execute("COMMIT"));
-        // The server refused the insert: the transaction was aborted and COMMIT only ended
-        // it, nothing was written. Any other failure (the connection lost) leaves the
-        // outcome unknown, as a failed COMMIT does: no retry then, or a line could be twice.
-        inserted.map_err(|e| Failed { before_commit: e.as_db_error().is_some(), error: db(&e) })?;
-        committed.map_err(|e| Failed { before_commit: false, error: db(&e) })?;
-        Ok(appended)
+        rows.seq = seq;
+        rows.head = prev;
+        rows
     }
 }
 

@@ -413,22 +413,9 @@ impl Library {
     }
 
     /// Append `entry` to the audit log: inline when the append need not wait (a server's
-    /// log syncs in the background), else on the blocking pool.
+    /// file log syncs in the background), else off the executor (a synced file append on
+    /// the blocking pool; a PostgreSQL commit awaited on the store's writer).
     pub(crate) async fn append_entry(&self, entry: Map<String, Value>) -> Result<()> {
-        // A server's appends (background sync) are a few system calls when nothing makes
-        // them wait: no hop to the blocking pool for those.
-        let entry = match self.audit.try_append_now(entry) {
-            Ok(appended) => return appended.map(|_| ()),
-            Err(entry) => entry,
-        };
-        let log = self.audit.clone();
-        let appended = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle
-                .spawn_blocking(move || log.append(entry))
-                .await
-                .map_err(|e| anyhow!("the audit writer stopped: {e}"))?,
-            Err(_) => log.append(entry),
-        };
-        appended.map(|_| ())
+        self.audit.append_async(entry).await.map(|_| ())
     }
 }

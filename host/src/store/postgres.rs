@@ -127,8 +127,12 @@ impl PgStore {
                 manager_config,
             ),
         };
+        // Last in, first out: a call takes the connection used last, whose server process
+        // is the one just scheduled and whose statements are prepared; first in, first out
+        // would wake the least recently used of the idle processes each time.
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
+            .queue_mode(deadpool_postgres::QueueMode::Lifo)
             .runtime(Runtime::Tokio1)
             .timeouts(Timeouts {
                 wait: Some(Duration::from_secs(30)),
