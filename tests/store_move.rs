@@ -274,3 +274,74 @@ fn import_refuses_a_log_that_does_not_verify_and_export_needs_a_store() {
     let e = failure(cmd(local, None), &["store", "export", "--to", "/tmp/x"]);
     assert!(e.contains("--store postgres://"), "{e}");
 }
+
+#[test]
+fn store_compact_checkpoints_the_memory_log_and_new_hosts_start_from_the_checkpoint() {
+    let db = common::postgres::database();
+    let url = db.url();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("store.key");
+    std::fs::write(&key, KEY).unwrap();
+    let (a_home, b_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = || cmd(a_home.path(), Some((&url, &key)));
+    let b = || cmd(b_home.path(), Some((&url, &key)));
+    ok(a(), &["store", "migrate"]);
+    for fact in [
+        "The user prefers vim as their editor",
+        "The release pipeline needs approval from two maintainers",
+        "Serial output is garbled when the baud rate does not match",
+        "The staging database runs PostgreSQL 15",
+        "The office kettle is broken",
+    ] {
+        ok(a(), &["memory", "add", fact]);
+    }
+    let old = json(a(), &["memory", "search", "kettle broken"])[0]["record"]["id"].as_u64().unwrap();
+    ok(a(), &["memory", "forget", &old.to_string()]);
+    let status = json(a(), &["store", "status"]);
+    assert_eq!(status["memory_log"]["head"], 6, "{status}");
+    assert_eq!(status["memory_log"]["ops"], 6, "{status}");
+    assert!(status["memory_log"]["checkpoint"].is_null(), "{status}");
+
+    // A checkpoint with no retention: every op it holds goes.
+    let report = json(a(), &["store", "compact", "--retain-secs", "0"]);
+    let c = &report["checkpoint"];
+    assert_eq!(
+        (c["seq"].as_u64(), c["ops_removed"].as_u64(), c["ops_left"].as_u64()),
+        (Some(6), Some(6), Some(0)),
+        "{report}"
+    );
+    assert_eq!(c["archive"], 1, "{report}");
+    assert_eq!(db.psql("SELECT count(*) FROM skillhost_memory_log"), "0");
+    let status = json(a(), &["store", "status"]);
+    assert_eq!((status["memory_log"]["head"].as_u64(), status["memory_log"]["ops"].as_u64()), (Some(6), Some(0)));
+    assert_eq!(status["memory_log"]["checkpoint"][0], 6, "{status}");
+    let text = ok(a(), &["store", "status"]);
+    assert!(text.contains("memory log: head at op 6, 0 op(s) held, newest checkpoint at op 6"), "{text}");
+
+    // A new host starts from the checkpoint: the same memory, ids and answers as A.
+    assert_eq!(memory_state(b), memory_state(a));
+    // It writes on after the checkpoint, and A sees the write.
+    ok(b(), &["memory", "add", "The printer on floor 3 needs toner"]);
+    let hits = json(a(), &["memory", "search", "printer toner"]);
+    assert_eq!(hits[0]["record"]["content"], "The printer on floor 3 needs toner", "{hits}");
+    assert_eq!(hits[0]["record"]["id"].as_u64(), Some(6), "ids go on from the checkpoint's (5 records, then 6)");
+
+    // With the default retention (10 minutes) the new checkpoint removes nothing yet: the
+    // ops after the one written less than 10 minutes ago stay for hosts that are behind.
+    let report = json(b(), &["store", "compact"]);
+    let c = &report["checkpoint"];
+    assert_eq!(
+        (c["seq"].as_u64(), c["ops_removed"].as_u64(), c["checkpoints_removed"].as_u64(), c["ops_left"].as_u64()),
+        (Some(7), Some(0), Some(0), Some(1)),
+        "{report}"
+    );
+    assert_eq!(db.psql("SELECT string_agg(seq::text, ',' ORDER BY seq) FROM skillhost_memory_checkpoints"), "6,7");
+    // An import into a store that has memory (compacted or not) is still refused.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::create_dir(local.path().join("memory")).unwrap();
+    let e = failure(a(), &["store", "import", "--from", local.path().to_str().unwrap()]);
+    assert!(e.contains("not empty") && e.contains("7 memory write(s)"), "{e}");
+    // A local home has no memory log to compact.
+    let e = failure(cmd(local.path(), None), &["store", "compact"]);
+    assert!(e.contains("no log to compact"), "{e}");
+}

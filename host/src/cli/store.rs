@@ -1,5 +1,5 @@
-//! `skillhost store migrate | status | import | export`: the schema of the shared PostgreSQL
-//! store, and moving a home into it and back. These run before (and without) the command's
+//! `skillhost store migrate | status | import | export | compact`: the schema of the shared
+//! PostgreSQL store, moving a home into it and back, and checkpointing its memory log. These run before (and without) the command's
 //! library: a host refuses to open on a schema that is not current, and migrate is how it
 //! becomes current; import and export open what they need themselves
 //! (`crate::store::transfer`).
@@ -38,6 +38,18 @@ pub(super) enum StoreCmd {
         #[arg(long, value_name = "HOME_DIR")]
         to: PathBuf,
     },
+    /// Checkpoint the memory log: this host writes its replica's whole state at the log's
+    /// head (writes wait meanwhile), new hosts start from the newest checkpoint, and the ops
+    /// held by the newest checkpoint at least --retain-secs old are removed (a running host
+    /// is never that far behind; one that was away longer is rebuilt when it restarts). Run
+    /// it from a timer on one host, e.g. daily.
+    Compact {
+        /// Keep the ops of the last this many seconds, for hosts that are behind (0: remove
+        /// every op the new checkpoint holds, only when no other host is running: one that is
+        /// a moment behind would find its next op gone and refuse memory until restarted).
+        #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+        retain_secs: u64,
+    },
 }
 
 pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -> Result<ExitCode> {
@@ -67,6 +79,28 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let StoreCmd::Compact { retain_secs } = cmd {
+        let store = PgStore::open(pg)?;
+        let mut lib = crate::library::Library::open(home, None, None)?;
+        lib.use_postgres(store.clone())?;
+        let report = lib.memory()?.checkpoint(std::time::Duration::from_secs(*retain_secs))?;
+        if json {
+            print_json(&json!({ "store": url.to_string(), "checkpoint": report }))?;
+        } else if report.seq == 0 {
+            println!("the memory log of {url} is empty: nothing to checkpoint");
+        } else {
+            let p = &report.pruned;
+            println!(
+                "memory log of {url}: checkpoint at op {} ({} record(s), {} archived)",
+                report.seq, report.records, report.archive
+            );
+            println!(
+                "  removed {} op(s) and {} older checkpoint(s); {} op(s) left (the newest checkpoint at least {retain_secs} s old holds the rest)",
+                p.ops_removed, p.checkpoints_removed, p.ops_left
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let store = PgStore::connect(pg)?;
     match cmd {
         StoreCmd::Migrate => {
@@ -88,6 +122,11 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
         StoreCmd::Status => {
             let status = store.schema_status()?;
             let problem = status.check(&store).err().map(|e| format!("{e:#}"));
+            // How much the memory log holds (only on a current schema: the tables are known).
+            let memory_log = match problem {
+                None => Some(crate::store::PgMemoryLog::open(&store)?.stats()?),
+                Some(_) => None,
+            };
             if json {
                 print_json(&json!({
                     "store": url.to_string(),
@@ -98,6 +137,7 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
                     "applied": status.applied,
                     "pending": status.pending.iter().map(|(v, n)| json!({"version": v, "name": n})).collect::<Vec<_>>(),
                     "problem": problem,
+                    "memory_log": memory_log,
                 }))?;
             } else {
                 println!("store: {url} (from {source})");
@@ -108,6 +148,13 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
                 for (v, name) in &status.pending {
                     println!("  pending {v}: {name}");
                 }
+                if let Some(m) = &memory_log {
+                    let checkpoint = match &m.checkpoint {
+                        Some((seq, at)) => format!("newest checkpoint at op {seq} (written {at})"),
+                        None => "no checkpoint (`skillhost store compact` writes one)".to_string(),
+                    };
+                    println!("memory log: head at op {}, {} op(s) held, {checkpoint}", m.head, m.ops);
+                }
                 match &problem {
                     None => println!("state: current"),
                     Some(p) => {
@@ -117,7 +164,9 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
             }
             Ok(if problem.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
-        StoreCmd::Import { .. } | StoreCmd::Export { .. } => unreachable!("handled above"),
+        StoreCmd::Import { .. } | StoreCmd::Export { .. } | StoreCmd::Compact { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -127,6 +176,9 @@ fn local(home: &Path, source: &StoreSource, cmd: &StoreCmd, json: bool) -> Resul
         StoreCmd::Status => "the home's own files",
         StoreCmd::Import { .. } | StoreCmd::Export { .. } => anyhow::bail!(
             "store import and export move a home into a PostgreSQL store and back: name the store with --store postgres://... (or [store] url in skillhost.toml); a local home is copied with its directory"
+        ),
+        StoreCmd::Compact { .. } => anyhow::bail!(
+            "store compact checkpoints the memory log of a PostgreSQL store (--store postgres://... or [store] url in skillhost.toml); a local home's memory has no log to compact (`skillhost memory compact` tidies its records)"
         ),
     };
     if json {

@@ -123,7 +123,7 @@ fn connect_or_own(dir: &Path, config: &MemoryConfig, clock: Option<Clock>) -> Re
             };
             let clock = clock.unwrap_or_else(|| Arc::new(system_now_ms));
             let checked = match &config.replication {
-                Some(_) => Replica::check_before_open(dir),
+                Some(Replication(log)) => Replica::check_before_open(dir, log.as_ref()),
                 None => Ok(()),
             };
             // redb may panic on a damaged file anywhere in opening (repair, migration, the
@@ -428,6 +428,13 @@ impl Memory {
     /// must be empty); ids, times and the archive are kept as they are.
     pub fn load_snapshot(&self, snapshot: super::MemorySnapshot) -> Result<super::SnapshotReport> {
         self.run(ops::LoadSnapshot { snapshot })
+    }
+
+    /// On a store replicated through a shared log: write a checkpoint of this replica at the
+    /// log's head and remove the ops the newest checkpoint at least `retain` old holds (see
+    /// `replica.rs`). A local store has no log: refused.
+    pub fn checkpoint(&self, retain: std::time::Duration) -> Result<super::CheckpointReport> {
+        self.run(ops::Checkpoint { retain_secs: retain.as_secs() })
     }
 
     /// Deprecate every live record that `skill` wrote (only version `hash_prefix`, if

@@ -24,6 +24,31 @@ pub struct LoggedOp {
     pub op: Value,
 }
 
+/// The state of a replica after op `seq`: where a new replica starts instead of replaying
+/// the ops before it, which a compaction may have removed (see `replica.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The last op it holds.
+    pub seq: u64,
+    /// That op's time.
+    pub at_ms: u64,
+    /// The embedding model of the host that took it (as [`LoggedOp::model`]).
+    pub model: Option<String>,
+    /// A [`MemorySnapshot`](super::MemorySnapshot), as JSON.
+    pub snapshot: Value,
+}
+
+/// What writing a checkpoint removed, and what the log holds after.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pruned {
+    /// Ops removed: those an older-than-retention checkpoint holds.
+    pub ops_removed: u64,
+    /// Checkpoints removed: those older than that one.
+    pub checkpoints_removed: u64,
+    /// Ops still in the log.
+    pub ops_left: u64,
+}
+
 /// The shared, ordered log of memory writes (PostgreSQL's `memory_log`, or an in-process
 /// one in tests).
 pub trait MemoryLog: Send + Sync + 'static {
@@ -34,6 +59,8 @@ pub trait MemoryLog: Send + Sync + 'static {
     /// Hold the head for one write: no other writer appends until the returned value is
     /// appended to or dropped (dropped: nothing is appended).
     fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
+    /// The newest checkpoint, if one was written.
+    fn checkpoint(&self) -> Result<Option<Checkpoint>>;
     /// Where the log lives, for messages.
     fn describe(&self) -> String;
 }
@@ -48,6 +75,11 @@ pub trait HeldHead {
     /// Append `op` (whose seq is `seq() + 1`) and release the head; `Ok` only once the
     /// append is durable.
     fn append(self: Box<Self>, op: &LoggedOp) -> Result<()>;
+    /// Record `checkpoint` (the state after op `seq()`), then remove the ops and older
+    /// checkpoints that the newest checkpoint at least `retain` old makes unneeded (a host
+    /// that follows the log is never more than that behind, so it never misses an op), and
+    /// release the head; `Ok` only once durable.
+    fn write_checkpoint(self: Box<Self>, checkpoint: &Checkpoint, retain: std::time::Duration) -> Result<Pruned>;
 }
 
 /// The memory log a [`MemoryConfig`](super::MemoryConfig) replicates through; `Debug` so the

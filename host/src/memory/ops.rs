@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::daily::DailyEntry;
 use super::index::DailyHit;
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
+use super::replica::CheckpointReport;
 use super::snapshot::{MemorySnapshot, SnapshotReport};
 use super::store::Store;
 use super::view::MemoryView;
@@ -127,6 +128,9 @@ memory_ops! {
     read TakeSnapshot {} -> MemorySnapshot = |s| s.snapshot();
     /// Load a whole store into an empty one; on a shared log, only as its first op.
     write LoadSnapshot { snapshot: MemorySnapshot } -> SnapshotReport = |s| s.load_snapshot(snapshot);
+    /// Write a checkpoint of a replica into its shared log (`skillhost store compact`): the
+    /// replica serves it (`replica.rs`), never the store, and it is not logged.
+    write Checkpoint { retain_secs: u64 } -> CheckpointReport = |s| s.refuse_checkpoint();
 }
 
 #[cfg(test)]

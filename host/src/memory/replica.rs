@@ -34,6 +34,20 @@
 //! writer's did, or a log written with another embedding model, marks the replica
 //! diverged: it refuses memory calls, saying so, and is rebuilt when the host restarts.
 //!
+//! # Checkpoints: a log that does not grow for ever
+//!
+//! `skillhost store compact` has one host write a *checkpoint* ([`Replica::checkpoint`]):
+//! holding the head (no write in between), it catches up and stores its replica's whole
+//! state (a [`MemorySnapshot`](super::MemorySnapshot), exactly what `store import` moves)
+//! as the state after the head's op. A new replica starts from the newest checkpoint and
+//! replays only the ops after it. The ops a checkpoint holds are removed once the newest
+//! checkpoint at least the retention (default 10 minutes) old holds them: a host that
+//! follows the log is never that far behind, so it never finds an op missing. One that was
+//! away longer (stopped, cut off) finds a gap where its next op should be: it refuses memory
+//! calls, saying so, and a restart rebuilds it from the checkpoint, as a diverged replica
+//! is rebuilt. Checkpoints leave every id, time and record as they were, so search ranks
+//! the same on a replica started from one as on one that replayed everything.
+//!
 //! # Freshness
 //!
 //! A follower thread per replica looks at the log's head every [`FOLLOW_EVERY`] and
@@ -49,8 +63,11 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
-use super::log::{APPLIED, APPLYING, LoggedOp, MemoryLog, Replaying};
+use serde::{Deserialize, Serialize};
+
+use super::log::{APPLIED, APPLYING, Checkpoint, LoggedOp, MemoryLog, Pruned, Replaying};
 use super::ops::{Op, Request};
+use super::snapshot::MemorySnapshot;
 use super::store::Store;
 
 /// How often a replica's follower looks for writes of other hosts.
@@ -61,6 +78,18 @@ const CATCH_UP_BATCH: usize = 500;
 
 /// The file that marks a replica diverged: the next open rebuilds it.
 const DIVERGED_MARK: &str = "replica.diverged";
+
+/// What `skillhost store compact` did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointReport {
+    /// The checkpoint holds the state after this op (0: the log is empty, nothing written).
+    pub seq: u64,
+    /// Records (live and not) and archive entries it holds.
+    pub records: usize,
+    pub archive: usize,
+    #[serde(flatten)]
+    pub pruned: Pruned,
+}
 
 /// A store's link to the log it replicates.
 pub(super) struct Replica {
@@ -73,18 +102,24 @@ pub(super) struct Replica {
 }
 
 impl Replica {
-    /// Wipe `dir`'s store when it was left inside an op or marked diverged, before it opens.
-    pub(super) fn check_before_open(dir: &Path) -> Result<()> {
+    /// Wipe `dir`'s store when it was left inside an op, marked diverged, or is behind what
+    /// the log still holds (its next op was compacted into a checkpoint), before it opens.
+    pub(super) fn check_before_open(dir: &Path, log: &dyn MemoryLog) -> Result<()> {
         let path = dir.join("store.redb");
         let diverged = dir.join(DIVERGED_MARK).exists();
-        let interrupted = !diverged && path.exists() && {
-            let (applying, applied) = read_marks(&path)?;
-            applying > applied
-        };
-        if diverged || interrupted {
+        let (applying, applied) = if path.exists() { read_marks(&path)? } else { (0, 0) };
+        let interrupted = !diverged && applying > applied;
+        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied)?;
+        if diverged || interrupted || passed {
             tracing::warn!(
                 dir = %dir.display(),
-                because = if diverged { "it diverged from the log" } else { "it was stopped inside a write" },
+                because = if diverged {
+                    "it diverged from the log"
+                } else if interrupted {
+                    "it was stopped inside a write"
+                } else {
+                    "the ops after it were compacted into a checkpoint while it was away"
+                },
                 "rebuilding this host's memory replica from the shared log"
             );
             for name in ["store.redb", "index", "daily", "archive", DIVERGED_MARK] {
@@ -109,6 +144,7 @@ impl Replica {
             diverged: Mutex::new(None),
             stop: AtomicBool::new(false),
         });
+        replica.start_from_checkpoint(store)?;
         replica.catch_up(store)?;
         let (store_ref, replica_ref) = (Arc::downgrade(store), Arc::downgrade(&replica));
         std::thread::Builder::new()
@@ -140,8 +176,22 @@ impl Replica {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
+            // The head first: every op up to it was in the log when it was read, so if none
+            // comes back after it, they were removed since (never: appended since).
+            let head = self.log.head()?;
             let ops = self.log.read_after(*applied, CATCH_UP_BATCH)?;
             if ops.is_empty() {
+                if head > *applied {
+                    // Every op after this replica is gone: compacted while it was away.
+                    return Err(self.diverge(
+                        store,
+                        format!(
+                            "ops {} to {head} were compacted into a checkpoint while this host was behind (at op {})",
+                            *applied + 1,
+                            *applied
+                        ),
+                    ));
+                }
                 return Ok(());
             }
             for op in &ops {
@@ -153,23 +203,62 @@ impl Replica {
         }
     }
 
-    /// Replay one op another host wrote (or this one, before a restart).
-    fn apply(&self, store: &Store, applied: &mut u64, logged: &LoggedOp) -> Result<()> {
-        if logged.seq != *applied + 1 {
-            return Err(self.diverge(store, format!("op {} follows op {} in the log", logged.seq, *applied)));
+    /// A new (empty) replica starts from the log's newest checkpoint, if there is one.
+    fn start_from_checkpoint(&self, store: &Store) -> Result<()> {
+        let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *applied != 0 {
+            return Ok(());
         }
+        let Some(checkpoint) = self.log.checkpoint()? else { return Ok(()) };
+        self.check_model(store, &format!("the checkpoint at op {}", checkpoint.seq), checkpoint.model.as_deref())?;
+        let snapshot: MemorySnapshot = serde_json::from_value(checkpoint.snapshot).map_err(|e| {
+            self.diverge(store, format!("the checkpoint at op {} is not a memory snapshot: {e}", checkpoint.seq))
+        })?;
+        {
+            let _replaying = Replaying::start(checkpoint.seq, checkpoint.at_ms);
+            store.load_snapshot(snapshot).map_err(|e| {
+                self.diverge(store, format!("the checkpoint at op {} cannot be loaded: {e:#}", checkpoint.seq))
+            })?;
+        }
+        store.set_replica_applied(checkpoint.seq, true)?;
+        *applied = checkpoint.seq;
+        tracing::info!(seq = checkpoint.seq, "memory replica started from the log's checkpoint");
+        Ok(())
+    }
+
+    /// Refuse what another embedding model wrote (`what`: the op or checkpoint).
+    fn check_model(&self, store: &Store, what: &str, model: Option<&str>) -> Result<()> {
         let ours = store.vectors.model().map(|m| m.identity().to_string());
-        if logged.model != ours {
+        if model != ours.as_deref() {
             return Err(self.diverge(
                 store,
                 format!(
-                    "op {} was written with the embedding model {}, this host runs {}: every host must run the same model",
-                    logged.seq,
-                    logged.model.as_deref().unwrap_or("none"),
+                    "{what} was written with the embedding model {}, this host runs {}: every host must run the same model",
+                    model.unwrap_or("none"),
                     ours.as_deref().unwrap_or("none")
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Replay one op another host wrote (or this one, before a restart).
+    fn apply(&self, store: &Store, applied: &mut u64, logged: &LoggedOp) -> Result<()> {
+        if logged.seq > *applied + 1 {
+            return Err(self.diverge(
+                store,
+                format!(
+                    "ops {} to {} were compacted into a checkpoint while this host was behind (at op {})",
+                    *applied + 1,
+                    logged.seq - 1,
+                    *applied
+                ),
+            ));
+        }
+        if logged.seq != *applied + 1 {
+            return Err(self.diverge(store, format!("op {} follows op {} in the log", logged.seq, *applied)));
+        }
+        self.check_model(store, &format!("op {}", logged.seq), logged.model.as_deref())?;
         let request: Request = serde_json::from_value(logged.op.clone())
             .map_err(|e| self.diverge(store, format!("op {} is not an operation this host knows: {e}", logged.seq)))?;
         {
@@ -207,6 +296,17 @@ impl Replica {
         for op in head.read_after(*applied)? {
             self.apply(store, &mut applied, &op)?;
         }
+        if head.seq() != *applied {
+            return Err(self.diverge(
+                store,
+                format!(
+                    "ops {} to {} were compacted into a checkpoint while this host was behind (at op {})",
+                    *applied + 1,
+                    head.seq(),
+                    *applied
+                ),
+            ));
+        }
         let seq = head.seq() + 1;
         let at_ms = store.now_ms().max(head.at_ms());
         let op = serde_json::to_value(&request).context("cannot encode the memory write for the log")?;
@@ -229,6 +329,51 @@ impl Replica {
         store.set_replica_applied(seq, false)?;
         *applied = seq;
         answer
+    }
+
+    /// Write a checkpoint of this replica at the log's head (see the module doc): holding
+    /// the head, so no write lands between the last op it holds and the snapshot.
+    pub(super) fn checkpoint(&self, store: &Store, retain: Duration) -> Result<CheckpointReport> {
+        self.check()?;
+        let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.stop.load(Ordering::SeqCst) {
+            bail!("this host's memory replica is closed (the host is shutting down); no checkpoint was written");
+        }
+        let mut head = self.log.lock_head()?;
+        for op in head.read_after(*applied)? {
+            self.apply(store, &mut applied, &op)?;
+        }
+        if head.seq() != *applied {
+            bail!(
+                "{} holds op {}, but this replica reached op {} only: no checkpoint was written",
+                self.log.describe(),
+                head.seq(),
+                *applied
+            );
+        }
+        if head.seq() == 0 {
+            return Ok(CheckpointReport::default());
+        }
+        let snapshot = store.snapshot()?;
+        let (records, archive) = (snapshot.records.len(), snapshot.archive.len());
+        let checkpoint = Checkpoint {
+            seq: head.seq(),
+            at_ms: head.at_ms(),
+            model: store.vectors.model().map(|m| m.identity().to_string()),
+            snapshot: serde_json::to_value(&snapshot).context("cannot encode the memory checkpoint")?,
+        };
+        let pruned = head.write_checkpoint(&checkpoint, retain)?;
+        Ok(CheckpointReport { seq: checkpoint.seq, records, archive, pruned })
+    }
+
+    /// A request that changes the store: a checkpoint, or a write through the log.
+    fn handle(&self, store: &Store, request: Request) -> Result<Value> {
+        match request {
+            Request::Checkpoint(c) => {
+                Ok(serde_json::to_value(self.checkpoint(store, Duration::from_secs(c.retain_secs))?)?)
+            }
+            request => self.write(store, request),
+        }
     }
 
     /// Stop following and writing through the log once the op in progress (the follower's
@@ -264,7 +409,7 @@ impl Replica {
 pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Result<O::Output> {
     match replica {
         Some(replica) if !O::READ => {
-            let answer = replica.write(store, op.into())?;
+            let answer = replica.handle(store, op.into())?;
             serde_json::from_value(answer).context("a replicated memory write gave an unexpected answer")
         }
         _ => op.run(store),
@@ -274,7 +419,7 @@ pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Res
 /// Serve `request` from another process, as [`run`] does.
 pub(super) fn serve(replica: Option<&Replica>, store: &Store, request: Request) -> Result<Value> {
     match replica {
-        Some(replica) if !request.is_read() => replica.write(store, request),
+        Some(replica) if !request.is_read() => replica.handle(store, request),
         _ => request.serve(store),
     }
 }
@@ -310,6 +455,17 @@ impl Drop for Replica {
     }
 }
 
+/// Whether a replica at op `applied` can go on by replaying: its next op is still in the log
+/// (or there is none yet).
+fn replayable_from(log: &dyn MemoryLog, applied: u64) -> Result<bool> {
+    // The head first, as in `catch_up`: an op appended in between is not a gap.
+    let head = log.head()?;
+    Ok(match log.read_after(applied, 1)?.first() {
+        Some(next) => next.seq == applied + 1,
+        None => head <= applied,
+    })
+}
+
 /// `(replica_applying, replica_seq)` of a closed store file.
 fn read_marks(path: &Path) -> Result<(u64, u64)> {
     use redb::ReadableDatabase;
@@ -331,15 +487,26 @@ mod tests {
 
     use super::*;
     use crate::memory::log::{HeldHead, Replication};
-    use crate::memory::{EmbedModelChoice, Memory, MemoryConfig, MemoryKind, NewRecord, Provenance, SearchFilter};
+    use crate::memory::{
+        EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore as _, NewRecord, Provenance, SearchFilter,
+    };
 
     /// An in-process log: what PostgreSQL's `memory_log` is to several hosts.
     #[derive(Default)]
     struct VecLog {
         ops: Mutex<Vec<LoggedOp>>,
+        checkpoints: Mutex<Vec<Checkpoint>>,
         writer: Mutex<()>,
         /// Refuse appends (a lost database connection).
         refuse: AtomicBool,
+    }
+
+    impl VecLog {
+        fn head_op(&self) -> (u64, u64) {
+            let last_op = self.ops.lock().unwrap().last().map(|o| (o.seq, o.at_ms));
+            let last_checkpoint = self.checkpoints.lock().unwrap().last().map(|c| (c.seq, c.at_ms));
+            last_op.max(last_checkpoint).unwrap_or((0, 0))
+        }
     }
 
     struct Held<'a> {
@@ -349,13 +516,16 @@ mod tests {
 
     impl MemoryLog for VecLog {
         fn head(&self) -> Result<u64> {
-            Ok(self.ops.lock().unwrap().len() as u64)
+            Ok(self.head_op().0)
         }
         fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>> {
-            Ok(self.ops.lock().unwrap().iter().skip(after as usize).take(limit).cloned().collect())
+            Ok(self.ops.lock().unwrap().iter().filter(|o| o.seq > after).take(limit).cloned().collect())
         }
         fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
             Ok(Box::new(Held { log: self, _writer: self.writer.lock().unwrap() }))
+        }
+        fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+            Ok(self.checkpoints.lock().unwrap().last().cloned())
         }
         fn describe(&self) -> String {
             "the test log".into()
@@ -364,10 +534,10 @@ mod tests {
 
     impl HeldHead for Held<'_> {
         fn seq(&self) -> u64 {
-            self.log.ops.lock().unwrap().len() as u64
+            self.log.head_op().0
         }
         fn at_ms(&self) -> u64 {
-            self.log.ops.lock().unwrap().last().map_or(0, |o| o.at_ms)
+            self.log.head_op().1
         }
         fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>> {
             self.log.read_after(after, usize::MAX)
@@ -376,10 +546,23 @@ mod tests {
             if self.log.refuse.load(Ordering::Relaxed) {
                 bail!("connection lost");
             }
-            let mut ops = self.log.ops.lock().unwrap();
-            assert_eq!(op.seq, ops.len() as u64 + 1, "appends follow the head");
-            ops.push(op.clone());
+            assert_eq!(op.seq, self.log.head_op().0 + 1, "appends follow the head");
+            self.log.ops.lock().unwrap().push(op.clone());
             Ok(())
+        }
+        /// No retention here: every op the new checkpoint holds goes at once.
+        fn write_checkpoint(self: Box<Self>, checkpoint: &Checkpoint, _retain: Duration) -> Result<Pruned> {
+            let mut ops = self.log.ops.lock().unwrap();
+            let mut checkpoints = self.log.checkpoints.lock().unwrap();
+            let before = (ops.len(), checkpoints.len());
+            ops.retain(|o| o.seq > checkpoint.seq);
+            checkpoints.clear();
+            checkpoints.push(checkpoint.clone());
+            Ok(Pruned {
+                ops_removed: (before.0 - ops.len()) as u64,
+                checkpoints_removed: before.1 as u64,
+                ops_left: ops.len() as u64,
+            })
         }
     }
 
@@ -538,5 +721,74 @@ mod tests {
         // Reopened, it goes on from there: the same records as A, the ids A gave.
         let b = host(b_dir.path(), &log);
         assert_eq!(contents(&b), contents(&a));
+    }
+
+    #[test]
+    fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
+        let log = Arc::new(VecLog::default());
+        let (a_dir, b_dir, c_dir) =
+            (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = host(a_dir.path(), &log);
+        let b = host(b_dir.path(), &log);
+        for i in 0..12 {
+            a.add(record(&format!("gadget{i} sits on shelf{i} in room{i}"))).unwrap();
+        }
+        let forgotten = a.add(record("the old kettle is broken")).unwrap();
+        a.forget(forgotten).unwrap();
+        a.session_set("s1", "goal", "find the kettle").unwrap();
+        // B is stopped (one op behind, or more), and the log moves on without it.
+        std::thread::sleep(FOLLOW_EVERY * 2);
+        b.stop_replication().unwrap();
+        drop(b);
+        a.add(record("gadget12 sits on shelf12 in room12")).unwrap();
+        let head = log.head().unwrap();
+        assert_eq!(head, 16);
+
+        // A local store has no log to compact.
+        let plain_dir = tempfile::tempdir().unwrap();
+        let plain = Memory::open(
+            plain_dir.path(),
+            MemoryConfig { embed_model: EmbedModelChoice::Off, ..MemoryConfig::default() },
+        )
+        .unwrap();
+        let err = plain.checkpoint(Duration::ZERO).unwrap_err().to_string();
+        assert!(err.contains("not replicated") && err.contains("store compact"), "{err}");
+
+        let report = a.checkpoint(Duration::ZERO).unwrap();
+        assert_eq!(report.seq, 16, "{report:?}");
+        assert_eq!((report.records, report.archive), (a.all_records().unwrap().len(), a.archive().unwrap().len()));
+        assert!(report.archive >= 1, "the forgotten record is in the checkpoint's archive");
+        assert_eq!((report.pruned.ops_removed, report.pruned.ops_left), (16, 0));
+        assert_eq!(log.head().unwrap(), 16, "the head stays where it was");
+
+        // A new host starts from the checkpoint: the same records, ids, times, archive and
+        // working memory, the same search answers, and it writes on after it.
+        let c = host(c_dir.path(), &log);
+        assert_eq!(contents(&c), contents(&a));
+        assert_eq!(c.archive().unwrap(), a.archive().unwrap());
+        assert_eq!(c.session_get("s1", "goal").unwrap().as_deref(), Some("find the kettle"));
+        assert_eq!(found(&c, "gadget7 shelf7"), found(&a, "gadget7 shelf7"));
+        let next = c.add(record("the printer in room3 needs toner")).unwrap();
+        assert_eq!(next, a.all_records().unwrap().iter().map(|r| r.id).max().unwrap() + 1, "ids go on from A's");
+        assert_eq!(log.read_after(0, 10).unwrap().iter().map(|o| o.seq).collect::<Vec<_>>(), vec![17]);
+
+        // B's next op (4) is gone: reopened, it is rebuilt from the checkpoint, not refused.
+        let b = host(b_dir.path(), &log);
+        let started = Instant::now();
+        while contents(&b) != contents(&c) {
+            assert!(started.elapsed() < Duration::from_secs(1), "B did not catch up after the rebuild");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // A running replica that finds a gap (its follower had not looked yet: it looks every
+        // 200 ms) refuses memory writes, naming it and what to do; restarted, it is rebuilt.
+        let d_dir = tempfile::tempdir().unwrap();
+        let d = host(d_dir.path(), &log);
+        c.add(record("the garden hose leaks")).unwrap();
+        c.checkpoint(Duration::ZERO).unwrap();
+        let err = d.add(record("the boiler needs a service")).unwrap_err().to_string();
+        assert!(err.contains("compacted into a checkpoint") && err.contains("restart the host"), "{err}");
+        drop(d);
+        let d = host(d_dir.path(), &log);
+        assert_eq!(contents(&d), contents(&c), "restarted, it starts from the newest checkpoint");
     }
 }

@@ -143,6 +143,15 @@ fn read_notes(dir: &Path) -> Result<BTreeMap<String, String>> {
 }
 
 impl Store {
+    /// A checkpoint is written by a replica into its shared log (`replica.rs`); a store with
+    /// no log has nothing to compact.
+    pub fn refuse_checkpoint(&self) -> Result<super::CheckpointReport> {
+        bail!(
+            "the memory store {} is not replicated through a shared log: `skillhost store compact` is for a PostgreSQL store (--store postgres://...); a local store has no log to compact",
+            self.dir.display()
+        )
+    }
+
     /// The whole store, consistent: taken between two writes.
     pub fn snapshot(&self) -> Result<MemorySnapshot> {
         let _between_writes = self.write_guard();

@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow};
 use deadpool_postgres::Object;
 
 use super::PgStore;
-use crate::memory::{HeldHead, LoggedOp, MemoryLog};
+use crate::memory::{Checkpoint, HeldHead, LoggedOp, MemoryLog, Pruned};
 
 /// Migration 2: the log, and its head (the last seq, its time, and the log's identity).
 pub const PG_SCHEMA: &str = "
@@ -32,6 +32,30 @@ CREATE TABLE skillhost_memory_head (
 INSERT INTO skillhost_memory_head (seq, at_ms, log_id)
     VALUES (0, 0, md5(random()::text || clock_timestamp()::text));
 ";
+
+/// Migration 5: checkpoints of the log (`skillhost store compact`; see `memory/replica.rs`):
+/// the state after op `seq`, as a memory snapshot in JSON, from which new replicas start.
+pub const PG_CHECKPOINTS: &str = "
+CREATE TABLE skillhost_memory_checkpoints (
+    seq bigint PRIMARY KEY CHECK (seq >= 1),
+    at_ms bigint NOT NULL CHECK (at_ms >= 0),
+    model text,
+    snapshot text NOT NULL,
+    host text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now()
+);
+";
+
+/// How much the log holds, for `skillhost store status`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LogStats {
+    /// The last op's seq.
+    pub head: u64,
+    /// Ops still in the table.
+    pub ops: u64,
+    /// The newest checkpoint's op and when it was written (RFC 3339), if any.
+    pub checkpoint: Option<(u64, String)>,
+}
 
 /// The memory log of one PostgreSQL store.
 pub struct PgMemoryLog {
@@ -58,6 +82,27 @@ impl PgMemoryLog {
     pub fn id(&self) -> &str {
         &self.id
     }
+
+    /// The head, the ops held and the newest checkpoint.
+    pub fn stats(&self) -> Result<LogStats> {
+        let pg = self.store.clone();
+        self.store.block_on(async move {
+            let client = pg.client().await?;
+            let read = |e: tokio_postgres::Error| pg.error("cannot read the memory log of", &e);
+            let row = client
+                .query_one(
+                    "SELECT (SELECT seq FROM skillhost_memory_head), (SELECT count(*) FROM skillhost_memory_log),
+                            c.seq, to_char(c.written_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')
+                     FROM (SELECT 1) AS one
+                     LEFT JOIN (SELECT seq, written_at FROM skillhost_memory_checkpoints ORDER BY seq DESC LIMIT 1) AS c ON true",
+                    &[],
+                )
+                .await
+                .map_err(read)?;
+            let checkpoint = row.get::<_, Option<i64>>(2).map(|seq| (seq_of(seq), row.get::<_, String>(3)));
+            Ok(LogStats { head: seq_of(row.get(0)), ops: seq_of(row.get(1)), checkpoint })
+        })
+    }
 }
 
 fn seq_of(v: i64) -> u64 {
@@ -73,6 +118,9 @@ fn logged(row: &tokio_postgres::Row) -> LoggedOp {
     }
 }
 
+const LOCK_HEAD: &str = "SELECT seq, at_ms FROM skillhost_memory_head FOR UPDATE";
+const APPEND: &str = "INSERT INTO skillhost_memory_log (seq, at_ms, model, op, host) VALUES ($1, $2, $3, $4, $5)";
+const MOVE_HEAD: &str = "UPDATE skillhost_memory_head SET seq = $1, at_ms = $2";
 const READ_AFTER: &str = "SELECT seq, at_ms, model, op FROM skillhost_memory_log WHERE seq > $1 ORDER BY seq LIMIT $2";
 
 impl MemoryLog for PgMemoryLog {
@@ -92,10 +140,12 @@ impl MemoryLog for PgMemoryLog {
         let pg = self.store.clone();
         self.store.block_on(async move {
             let client = pg.client().await?;
+            let failed = |e| pg.error("cannot read the memory log of", &e);
+            let read = client.prepare_cached(READ_AFTER).await.map_err(failed)?;
             let rows = client
-                .query(READ_AFTER, &[&(after as i64), &(limit.min(i64::MAX as usize) as i64)])
+                .query(&read, &[&(after as i64), &(limit.min(i64::MAX as usize) as i64)])
                 .await
-                .map_err(|e| pg.error("cannot read the memory log of", &e))?;
+                .map_err(failed)?;
             Ok(rows.iter().map(logged).collect())
         })
     }
@@ -104,11 +154,16 @@ impl MemoryLog for PgMemoryLog {
         let pg = self.store.clone();
         let (client, seq, at_ms) = self.store.block_on(async move {
             let client = pg.client().await?;
-            let locked = async {
-                client.batch_execute("BEGIN").await?;
-                client.query_one("SELECT seq, at_ms FROM skillhost_memory_head FOR UPDATE", &[]).await
-            }
-            .await;
+            // BEGIN and the locking read pipelined: one round trip. The statement is prepared
+            // first (once per connection): a query string would send its Parse, wait, and
+            // only then the execution, which could land after what follows it here.
+            let locked = match client.prepare_cached(LOCK_HEAD).await {
+                Ok(lock) => {
+                    let (begun, locked) = tokio::join!(client.batch_execute("BEGIN"), client.query_one(&lock, &[]));
+                    begun.and(locked)
+                }
+                Err(e) => Err(e),
+            };
             match locked {
                 Ok(row) => Ok((client, seq_of(row.get(0)), seq_of(row.get(1)))),
                 Err(e) => {
@@ -119,6 +174,26 @@ impl MemoryLog for PgMemoryLog {
             }
         })?;
         Ok(Box::new(PgHeld { store: self.store.clone(), client: Some(client), seq, at_ms }))
+    }
+
+    fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+        let pg = self.store.clone();
+        self.store.block_on(async move {
+            let client = pg.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT seq, at_ms, model, snapshot FROM skillhost_memory_checkpoints ORDER BY seq DESC LIMIT 1",
+                    &[],
+                )
+                .await
+                .map_err(|e| pg.error("cannot read the memory checkpoint of", &e))?;
+            Ok(row.map(|row| Checkpoint {
+                seq: seq_of(row.get(0)),
+                at_ms: seq_of(row.get(1)),
+                model: row.get(2),
+                snapshot: serde_json::from_str(row.get::<_, &str>(3)).unwrap_or(serde_json::Value::Null),
+            }))
+        })
     }
 
     fn describe(&self) -> String {
@@ -175,7 +250,10 @@ impl HeldHead for PgHeld {
 
     fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>> {
         let rows = self.with_client("cannot read the memory log of", move |c| {
-            Box::pin(async move { c.query(READ_AFTER, &[&(after as i64), &i64::MAX]).await })
+            Box::pin(async move {
+                let read = c.prepare_cached(READ_AFTER).await?;
+                c.query(&read, &[&(after as i64), &i64::MAX]).await
+            })
         })?;
         Ok(rows.iter().map(logged).collect())
     }
@@ -186,18 +264,69 @@ impl HeldHead for PgHeld {
         let host = self.store.host_id().to_string();
         self.with_client("cannot append to the memory log of", move |c| {
             Box::pin(async move {
-                c.execute(
-                    "INSERT INTO skillhost_memory_log (seq, at_ms, model, op, host) VALUES ($1, $2, $3, $4, $5)",
-                    &[&seq, &at_ms, &model, &text, &host],
-                )
-                .await?;
-                c.execute("UPDATE skillhost_memory_head SET seq = $1, at_ms = $2", &[&seq, &at_ms]).await?;
-                c.batch_execute("COMMIT").await
+                // Pipelined, one round trip. A refused INSERT aborts the transaction: the
+                // UPDATE is refused too and COMMIT only rolls back, so the first error is
+                // the answer and nothing was written.
+                // Prepared first, as in `lock_head`, so the three go out in this order.
+                let insert = c.prepare_cached(APPEND).await?;
+                let head = c.prepare_cached(MOVE_HEAD).await?;
+                let row: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&seq, &at_ms, &model, &text, &host];
+                let moved_to: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&seq, &at_ms];
+                let (inserted, moved, committed) =
+                    tokio::join!(c.execute(&insert, &row), c.execute(&head, &moved_to), c.batch_execute("COMMIT"));
+                inserted?;
+                moved?;
+                committed
             })
         })?;
         // Committed: the connection goes back to the pool outside any transaction.
         self.client = None;
         Ok(())
+    }
+
+    fn write_checkpoint(mut self: Box<Self>, checkpoint: &Checkpoint, retain: std::time::Duration) -> Result<Pruned> {
+        self.write_checkpoint_now(checkpoint, retain)
+    }
+}
+
+impl PgHeld {
+    fn write_checkpoint_now(&mut self, checkpoint: &Checkpoint, retain: std::time::Duration) -> Result<Pruned> {
+        let (seq, at_ms, model) = (checkpoint.seq as i64, checkpoint.at_ms as i64, checkpoint.model.clone());
+        let text = serde_json::to_string(&checkpoint.snapshot)?;
+        let host = self.store.host_id().to_string();
+        let retain = retain.as_secs_f64();
+        let pruned = self.with_client("cannot write the memory checkpoint to", move |c| {
+            Box::pin(async move {
+                // Written once per op: a second compaction with no write since keeps the first.
+                c.execute(
+                    "INSERT INTO skillhost_memory_checkpoints (seq, at_ms, model, snapshot, host)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (seq) DO NOTHING",
+                    &[&seq, &at_ms, &model, &text, &host],
+                )
+                .await?;
+                // The newest checkpoint at least `retain` old (now() is the transaction's
+                // start, the new row's time too: with no retention, the new one).
+                let cut: Option<i64> = c
+                    .query_one(
+                        "SELECT max(seq) FROM skillhost_memory_checkpoints WHERE written_at <= now() - make_interval(secs => $1)",
+                        &[&retain],
+                    )
+                    .await?
+                    .get(0);
+                let (mut ops_removed, mut checkpoints_removed) = (0, 0);
+                if let Some(cut) = cut {
+                    ops_removed = c.execute("DELETE FROM skillhost_memory_log WHERE seq <= $1", &[&cut]).await?;
+                    checkpoints_removed =
+                        c.execute("DELETE FROM skillhost_memory_checkpoints WHERE seq < $1", &[&cut]).await?;
+                }
+                let left: i64 = c.query_one("SELECT count(*) FROM skillhost_memory_log", &[]).await?.get(0);
+                c.batch_execute("COMMIT").await?;
+                Ok(Pruned { ops_removed, checkpoints_removed, ops_left: seq_of(left) })
+            })
+        })?;
+        // Committed: the connection goes back to the pool outside any transaction.
+        self.client = None;
+        Ok(pruned)
     }
 }
 

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "paused agent runs (skillhost_agent_sessions)",
         sql: super::agent_sessions::PG_SCHEMA,
     },
+    Migration {
+        version: 5,
+        name: "checkpoints of the memory log (skillhost_memory_checkpoints)",
+        sql: super::memory_log::PG_CHECKPOINTS,
+    },
 ];
 
 /// `pg_advisory_xact_lock` key serializing migrations: "skillhos" in ASCII.
