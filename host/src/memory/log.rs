@@ -49,6 +49,18 @@ pub struct Pruned {
     pub ops_left: u64,
 }
 
+/// What `skillhost store compact` did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointReport {
+    /// The checkpoint holds the state after this op (0: the log is empty, nothing written).
+    pub seq: u64,
+    /// Records (live and not) and archive entries it holds.
+    pub records: usize,
+    pub archive: usize,
+    #[serde(flatten)]
+    pub pruned: Pruned,
+}
+
 /// The shared, ordered log of memory writes (PostgreSQL's `memory_log`, or an in-process
 /// one in tests).
 pub trait MemoryLog: Send + Sync + 'static {

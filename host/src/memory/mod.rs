@@ -61,12 +61,12 @@ pub use handle::{Memory, SemanticStats};
 pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use instructions::{instruction_like, prompt_content};
-pub use log::{Checkpoint, HeldHead, LoggedOp, MemoryLog, Pruned, Replication};
+pub use log::{Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, Pruned, Replication};
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,
 };
-pub use replica::{CheckpointReport, FOLLOW_EVERY};
+pub use replica::FOLLOW_EVERY;
 pub use settings::{FusionChoice, ModelSetting, ModelSource, fusion_setting, model_setting};
 pub use snapshot::{MemorySnapshot, SNAPSHOT_FORMAT, SnapshotReport};
 pub use store::{EmbedModelChoice, MAX_SEARCH_LIMIT, MemoryConfig, validate_namespace};

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::daily::DailyEntry;
 use super::index::DailyHit;
+use super::log::CheckpointReport;
 use super::records::{ArchiveEntry, MemoryKind, MemoryRecord, NewRecord, SearchFilter, SearchHit};
-use super::replica::CheckpointReport;
 use super::snapshot::{MemorySnapshot, SnapshotReport};
 use super::store::Store;
 use super::view::MemoryView;

@@ -145,7 +145,7 @@ fn read_notes(dir: &Path) -> Result<BTreeMap<String, String>> {
 impl Store {
     /// A checkpoint is written by a replica into its shared log (`replica.rs`); a store with
     /// no log has nothing to compact.
-    pub fn refuse_checkpoint(&self) -> Result<super::CheckpointReport> {
+    pub fn refuse_checkpoint(&self) -> Result<super::log::CheckpointReport> {
         bail!(
             "the memory store {} is not replicated through a shared log: `skillhost store compact` is for a PostgreSQL store (--store postgres://...); a local store has no log to compact",
             self.dir.display()

@@ -1,0 +1,309 @@
+//! `replica.rs`'s tests: several hosts' replicas on an in-process log.
+
+use std::sync::MutexGuard;
+use std::time::Instant;
+
+use super::*;
+use crate::memory::log::{HeldHead, Pruned, Replication};
+use crate::memory::{
+    EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore as _, NewRecord, Provenance, SearchFilter,
+};
+
+/// An in-process log: what PostgreSQL's `memory_log` is to several hosts.
+#[derive(Default)]
+struct VecLog {
+    ops: Mutex<Vec<LoggedOp>>,
+    checkpoints: Mutex<Vec<Checkpoint>>,
+    writer: Mutex<()>,
+    /// Refuse appends (a lost database connection).
+    refuse: AtomicBool,
+}
+
+impl VecLog {
+    fn head_op(&self) -> (u64, u64) {
+        let last_op = self.ops.lock().unwrap().last().map(|o| (o.seq, o.at_ms));
+        let last_checkpoint = self.checkpoints.lock().unwrap().last().map(|c| (c.seq, c.at_ms));
+        last_op.max(last_checkpoint).unwrap_or((0, 0))
+    }
+}
+
+struct Held<'a> {
+    log: &'a VecLog,
+    _writer: MutexGuard<'a, ()>,
+}
+
+impl MemoryLog for VecLog {
+    fn head(&self) -> Result<u64> {
+        Ok(self.head_op().0)
+    }
+    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>> {
+        Ok(self.ops.lock().unwrap().iter().filter(|o| o.seq > after).take(limit).cloned().collect())
+    }
+    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
+        Ok(Box::new(Held { log: self, _writer: self.writer.lock().unwrap() }))
+    }
+    fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+        Ok(self.checkpoints.lock().unwrap().last().cloned())
+    }
+    fn describe(&self) -> String {
+        "the test log".into()
+    }
+}
+
+impl HeldHead for Held<'_> {
+    fn seq(&self) -> u64 {
+        self.log.head_op().0
+    }
+    fn at_ms(&self) -> u64 {
+        self.log.head_op().1
+    }
+    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>> {
+        self.log.read_after(after, usize::MAX)
+    }
+    fn append(self: Box<Self>, op: &LoggedOp) -> Result<()> {
+        if self.log.refuse.load(Ordering::Relaxed) {
+            bail!("connection lost");
+        }
+        assert_eq!(op.seq, self.log.head_op().0 + 1, "appends follow the head");
+        self.log.ops.lock().unwrap().push(op.clone());
+        Ok(())
+    }
+    /// No retention here: every op the new checkpoint holds goes at once.
+    fn write_checkpoint(self: Box<Self>, checkpoint: &Checkpoint, _retain: Duration) -> Result<Pruned> {
+        let mut ops = self.log.ops.lock().unwrap();
+        let mut checkpoints = self.log.checkpoints.lock().unwrap();
+        let before = (ops.len(), checkpoints.len());
+        ops.retain(|o| o.seq > checkpoint.seq);
+        checkpoints.clear();
+        checkpoints.push(checkpoint.clone());
+        Ok(Pruned {
+            ops_removed: (before.0 - ops.len()) as u64,
+            checkpoints_removed: before.1 as u64,
+            ops_left: ops.len() as u64,
+        })
+    }
+}
+
+fn host(dir: &Path, log: &Arc<VecLog>) -> Memory {
+    let config = MemoryConfig {
+        embed_model: EmbedModelChoice::Off,
+        replication: Some(Replication(log.clone())),
+        ..MemoryConfig::default()
+    };
+    Memory::open(dir, config).unwrap()
+}
+
+fn record(content: &str) -> NewRecord {
+    NewRecord {
+        namespace: "default".into(),
+        kind: MemoryKind::Fact,
+        content: content.into(),
+        priority: 3,
+        tags: vec![],
+        provenance: Provenance { skill: "user".into(), skill_hash: String::new(), session: "t".into(), step: 0 },
+    }
+}
+
+fn contents(m: &Memory) -> Vec<(u64, String, u64)> {
+    m.all_records().unwrap().into_iter().map(|r| (r.id, r.content, r.created_ms)).collect()
+}
+
+fn found(m: &Memory, query: &str) -> Vec<u64> {
+    m.search(query, &SearchFilter::default(), 5).unwrap().into_iter().map(|h| h.record.id).collect()
+}
+
+#[test]
+fn a_write_on_one_host_is_found_on_another_within_a_second_with_the_same_ids() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (host(a_dir.path(), &log), host(b_dir.path(), &log));
+    let id = a.add(record("The release pipeline needs approval from two maintainers")).unwrap();
+    let started = Instant::now();
+    while found(&b, "release approval") != vec![id] {
+        assert!(started.elapsed() < Duration::from_secs(1), "host B did not see host A's write within 1 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // B writes next: it decides against A's record (the same fact merges) and logs after it.
+    let (merged, _) = b.add_detailed(record("The release pipeline needs approval from two maintainers")).unwrap();
+    assert_eq!(merged, id, "the same fact merged into A's record instead of a second one");
+    let other = b.add(record("Serial output is garbled when the baud rate does not match")).unwrap();
+    a.forget(id).unwrap();
+    assert_eq!(log.head().unwrap(), 4);
+    for m in [&a, &b] {
+        let started = Instant::now();
+        while m.all_records().unwrap().len() != 1 {
+            assert!(started.elapsed() < Duration::from_secs(1));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    assert_eq!(contents(&a), contents(&b));
+    assert_eq!(found(&a, "garbled serial"), vec![other]);
+    assert_eq!(found(&b, "garbled serial"), vec![other]);
+    assert_eq!(a.archive().unwrap(), b.archive().unwrap(), "the archive is replicated too");
+
+    // A third host starting later rebuilds the same store from the log.
+    let c_dir = tempfile::tempdir().unwrap();
+    let c = host(c_dir.path(), &log);
+    assert_eq!(contents(&c), contents(&a));
+    assert_eq!(c.archive().unwrap(), a.archive().unwrap());
+}
+
+#[test]
+fn a_refused_write_is_not_logged_and_concurrent_writers_converge() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (Arc::new(host(a_dir.path(), &log)), Arc::new(host(b_dir.path(), &log)));
+    let mut huge = record("x");
+    huge.content = "y".repeat(100_000);
+    assert!(a.add(huge).is_err());
+    assert_eq!(log.head().unwrap(), 0, "a refused write is not in the log");
+
+    let writers: Vec<_> = (0..8)
+        .map(|i| {
+            let m = if i % 2 == 0 { a.clone() } else { b.clone() };
+            std::thread::spawn(move || {
+                const SUBJECTS: [&str; 8] =
+                    ["kettle", "router", "garden", "invoice", "piano", "bicycle", "laptop", "window"];
+                const FACTS: [&str; 5] =
+                    ["is blue", "needs repair", "belongs to Ann", "was bought in May", "stays in the attic"];
+                FACTS.map(|fact| m.add(record(&format!("The {} {fact}", SUBJECTS[i]))).unwrap())
+            })
+        })
+        .collect();
+    let answered: std::collections::BTreeSet<u64> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert_eq!(log.head().unwrap(), 40);
+    let seqs: Vec<u64> = log.ops.lock().unwrap().iter().map(|o| o.seq).collect();
+    assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
+    let started = Instant::now();
+    while contents(&a) != contents(&b) {
+        assert!(started.elapsed() < Duration::from_secs(2), "the replicas did not converge");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(a.archive().unwrap(), b.archive().unwrap());
+    // Every id a writer was answered with is on both hosts, live or archived (an update
+    // of the same subject archives the older record as outdated).
+    let held = |m: &Memory| -> std::collections::BTreeSet<u64> {
+        let live = contents(m).into_iter().map(|(id, ..)| id);
+        live.chain(m.archive().unwrap().into_iter().map(|e| e.record.id)).collect()
+    };
+    assert!(answered.len() >= 8, "{answered:?}");
+    assert!(answered.is_subset(&held(&a)), "{answered:?} vs {:?}", held(&a));
+    assert_eq!(held(&a), held(&b));
+}
+
+#[test]
+fn a_replica_stopped_inside_a_write_or_cut_off_from_the_log_is_rebuilt() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = host(a_dir.path(), &log);
+    a.add(record("first fact about the uart driver")).unwrap();
+    // The log refuses the next append: A ran it, so A's replica is no longer trusted.
+    log.refuse.store(true, Ordering::Relaxed);
+    let err = a.add(record("second fact about the dma engine")).unwrap_err().to_string();
+    assert!(err.contains("may or may not have been recorded"), "{err}");
+    log.refuse.store(false, Ordering::Relaxed);
+    let err = a.add(record("third fact")).unwrap_err().to_string();
+    assert!(err.contains("diverged") && err.contains("restart the host"), "{err}");
+    drop(a);
+    // Restarted, it rebuilds from the log: the unlogged write is gone, the logged one is there.
+    let a = host(a_dir.path(), &log);
+    let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
+    assert_eq!(kept, vec!["first fact about the uart driver".to_string()]);
+    a.add(record("fourth fact")).unwrap();
+    let b = host(b_dir.path(), &log);
+    assert_eq!(contents(&a), contents(&b));
+}
+#[test]
+fn a_replica_stopped_cleanly_stops_between_ops_and_resumes_there_without_a_rebuild() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = host(a_dir.path(), &log);
+    let b = host(b_dir.path(), &log);
+    for i in 0..40 {
+        a.add(record(&format!("gadget{i} sits on shelf{i} in room{i}"))).unwrap();
+    }
+    // Stopped while its follower may be catching up: it stops where an op ends.
+    std::thread::sleep(FOLLOW_EVERY + Duration::from_millis(30));
+    b.stop_replication().unwrap();
+    let seen = contents(&b);
+    let err = b.add(record("a write after the stop")).unwrap_err().to_string();
+    assert!(err.contains("shutting down") && err.contains("not made"), "{err}");
+    // It follows no more, and nothing it began is left half done.
+    a.add(record("gadget99 sits on shelf99 in room99")).unwrap();
+    std::thread::sleep(FOLLOW_EVERY * 2);
+    assert_eq!(contents(&b), seen, "the follower applied ops after the stop");
+    drop(b);
+    let (applying, applied) = read_marks(&b_dir.path().join("store.redb")).unwrap();
+    assert!(applying <= applied, "stopped inside op {applying} (applied: {applied}): the next start rebuilds");
+    assert_eq!(applied as usize, seen.len(), "replica_seq is where the replica stood");
+    // Reopened, it goes on from there: the same records as A, the ids A gave.
+    let b = host(b_dir.path(), &log);
+    assert_eq!(contents(&b), contents(&a));
+}
+
+#[test]
+fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir, c_dir) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = host(a_dir.path(), &log);
+    let b = host(b_dir.path(), &log);
+    for i in 0..12 {
+        a.add(record(&format!("gadget{i} sits on shelf{i} in room{i}"))).unwrap();
+    }
+    let forgotten = a.add(record("the old kettle is broken")).unwrap();
+    a.forget(forgotten).unwrap();
+    a.session_set("s1", "goal", "find the kettle").unwrap();
+    // B is stopped (one op behind, or more), and the log moves on without it.
+    std::thread::sleep(FOLLOW_EVERY * 2);
+    b.stop_replication().unwrap();
+    drop(b);
+    a.add(record("gadget12 sits on shelf12 in room12")).unwrap();
+    let head = log.head().unwrap();
+    assert_eq!(head, 16);
+
+    // A local store has no log to compact.
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain =
+        Memory::open(plain_dir.path(), MemoryConfig { embed_model: EmbedModelChoice::Off, ..MemoryConfig::default() })
+            .unwrap();
+    let err = plain.checkpoint(Duration::ZERO).unwrap_err().to_string();
+    assert!(err.contains("not replicated") && err.contains("store compact"), "{err}");
+
+    let report = a.checkpoint(Duration::ZERO).unwrap();
+    assert_eq!(report.seq, 16, "{report:?}");
+    assert_eq!((report.records, report.archive), (a.all_records().unwrap().len(), a.archive().unwrap().len()));
+    assert!(report.archive >= 1, "the forgotten record is in the checkpoint's archive");
+    assert_eq!((report.pruned.ops_removed, report.pruned.ops_left), (16, 0));
+    assert_eq!(log.head().unwrap(), 16, "the head stays where it was");
+
+    // A new host starts from the checkpoint: the same records, ids, times, archive and
+    // working memory, the same search answers, and it writes on after it.
+    let c = host(c_dir.path(), &log);
+    assert_eq!(contents(&c), contents(&a));
+    assert_eq!(c.archive().unwrap(), a.archive().unwrap());
+    assert_eq!(c.session_get("s1", "goal").unwrap().as_deref(), Some("find the kettle"));
+    assert_eq!(found(&c, "gadget7 shelf7"), found(&a, "gadget7 shelf7"));
+    let next = c.add(record("the printer in room3 needs toner")).unwrap();
+    assert_eq!(next, a.all_records().unwrap().iter().map(|r| r.id).max().unwrap() + 1, "ids go on from A's");
+    assert_eq!(log.read_after(0, 10).unwrap().iter().map(|o| o.seq).collect::<Vec<_>>(), vec![17]);
+
+    // B's next op (4) is gone: reopened, it is rebuilt from the checkpoint, not refused.
+    let b = host(b_dir.path(), &log);
+    let started = Instant::now();
+    while contents(&b) != contents(&c) {
+        assert!(started.elapsed() < Duration::from_secs(1), "B did not catch up after the rebuild");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A running replica that finds a gap (its follower had not looked yet: it looks every
+    // 200 ms) refuses memory writes, naming it and what to do; restarted, it is rebuilt.
+    let d_dir = tempfile::tempdir().unwrap();
+    let d = host(d_dir.path(), &log);
+    c.add(record("the garden hose leaks")).unwrap();
+    c.checkpoint(Duration::ZERO).unwrap();
+    let err = d.add(record("the boiler needs a service")).unwrap_err().to_string();
+    assert!(err.contains("compacted into a checkpoint") && err.contains("restart the host"), "{err}");
+    drop(d);
+    let d = host(d_dir.path(), &log);
+    assert_eq!(contents(&d), contents(&c), "restarted, it starts from the newest checkpoint");
+}
