@@ -1,8 +1,8 @@
 //! `skillhost store migrate | status | import | export | compact`: the schema of the shared
-//! PostgreSQL store, moving a home into it and back, and checkpointing its memory log. These run before (and without) the command's
-//! library: a host refuses to open on a schema that is not current, and migrate is how it
-//! becomes current; import and export open what they need themselves
-//! (`crate::store::transfer`).
+//! PostgreSQL store, moving a home into it and back, and checkpointing its memory log. These
+//! run before (and without) the command's library: a host refuses to open on a schema that
+//! is not current, and migrate is how it becomes current; import, export and compact open
+//! what they need themselves (`crate::store::transfer`, a host library for compact).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -95,7 +95,7 @@ pub(super) fn run(home: &Path, flag: Option<&str>, cmd: &StoreCmd, json: bool) -
                 report.seq, report.records, report.archive
             );
             println!(
-                "  removed {} op(s) and {} older checkpoint(s); {} op(s) left (the newest checkpoint at least {retain_secs} s old holds the rest)",
+                "  removed {} op(s) and {} older checkpoint(s); {} op(s) kept (for hosts up to {retain_secs} s behind, and the writes after the checkpoint)",
                 p.ops_removed, p.checkpoints_removed, p.ops_left
             );
         }

@@ -63,7 +63,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
-use super::log::{APPLIED, APPLYING, Checkpoint, CheckpointReport, LoggedOp, MemoryLog, Replaying};
+use super::log::{APPLIED, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, Replaying};
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
 use super::store::Store;
@@ -169,14 +169,7 @@ impl Replica {
             if ops.is_empty() {
                 if head > *applied {
                     // Every op after this replica is gone: compacted while it was away.
-                    return Err(self.diverge(
-                        store,
-                        format!(
-                            "ops {} to {head} were compacted into a checkpoint while this host was behind (at op {})",
-                            *applied + 1,
-                            *applied
-                        ),
-                    ));
+                    return Err(self.compacted(store, *applied, head));
                 }
                 return Ok(());
             }
@@ -231,15 +224,7 @@ impl Replica {
     /// Replay one op another host wrote (or this one, before a restart).
     fn apply(&self, store: &Store, applied: &mut u64, logged: &LoggedOp) -> Result<()> {
         if logged.seq > *applied + 1 {
-            return Err(self.diverge(
-                store,
-                format!(
-                    "ops {} to {} were compacted into a checkpoint while this host was behind (at op {})",
-                    *applied + 1,
-                    logged.seq - 1,
-                    *applied
-                ),
-            ));
+            return Err(self.compacted(store, *applied, logged.seq - 1));
         }
         if logged.seq != *applied + 1 {
             return Err(self.diverge(store, format!("op {} follows op {} in the log", logged.seq, *applied)));
@@ -264,34 +249,50 @@ impl Replica {
         Ok(())
     }
 
-    /// Run the write `request` through the log (see the module doc).
-    pub(super) fn write(&self, store: &Store, request: Request) -> Result<Value> {
+    /// Hold this replica (no op applies meanwhile) and the log's head (no host writes), with
+    /// every op up to the head applied: where a write or a checkpoint starts. `not_done`
+    /// says what did not happen when it cannot.
+    fn hold_caught_up(
+        &self,
+        store: &Store,
+        not_done: &str,
+    ) -> Result<(std::sync::MutexGuard<'_, u64>, Box<dyn HeldHead + '_>)> {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.stop.load(Ordering::SeqCst) {
-            bail!("this host's memory replica is closed (the host is shutting down); the write was not made");
+            bail!("this host's memory replica is closed (the host is shutting down); {not_done}");
         }
         let mut head = self.log.lock_head()?;
+        for op in head.read_after(*applied)? {
+            self.apply(store, &mut applied, &op)?;
+        }
+        if head.seq() != *applied {
+            return Err(self.compacted(store, *applied, head.seq()));
+        }
+        Ok((applied, head))
+    }
+
+    /// Diverge because the ops after `at` up to `last` are gone from the log (a checkpoint
+    /// holds them, and this replica was behind it).
+    fn compacted(&self, store: &Store, at: u64, last: u64) -> anyhow::Error {
+        self.diverge(
+            store,
+            format!(
+                "ops {} to {last} were compacted into a checkpoint while this host was behind (at op {at})",
+                at + 1
+            ),
+        )
+    }
+
+    /// Run the write `request` through the log (see the module doc).
+    pub(super) fn write(&self, store: &Store, request: Request) -> Result<Value> {
+        let (mut applied, head) = self.hold_caught_up(store, "the write was not made")?;
         if matches!(request, Request::LoadSnapshot(_)) && head.seq() != 0 {
             bail!(
                 "{} already holds {} memory write(s): a memory snapshot is loaded only as the first op of an empty log (import into a new, freshly migrated database)",
                 self.log.describe(),
                 head.seq()
             );
-        }
-        for op in head.read_after(*applied)? {
-            self.apply(store, &mut applied, &op)?;
-        }
-        if head.seq() != *applied {
-            return Err(self.diverge(
-                store,
-                format!(
-                    "ops {} to {} were compacted into a checkpoint while this host was behind (at op {})",
-                    *applied + 1,
-                    head.seq(),
-                    *applied
-                ),
-            ));
         }
         let seq = head.seq() + 1;
         let at_ms = store.now_ms().max(head.at_ms());
@@ -320,23 +321,7 @@ impl Replica {
     /// Write a checkpoint of this replica at the log's head (see the module doc): holding
     /// the head, so no write lands between the last op it holds and the snapshot.
     pub(super) fn checkpoint(&self, store: &Store, retain: Duration) -> Result<CheckpointReport> {
-        self.check()?;
-        let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.stop.load(Ordering::SeqCst) {
-            bail!("this host's memory replica is closed (the host is shutting down); no checkpoint was written");
-        }
-        let mut head = self.log.lock_head()?;
-        for op in head.read_after(*applied)? {
-            self.apply(store, &mut applied, &op)?;
-        }
-        if head.seq() != *applied {
-            bail!(
-                "{} holds op {}, but this replica reached op {} only: no checkpoint was written",
-                self.log.describe(),
-                head.seq(),
-                *applied
-            );
-        }
+        let (_applied, head) = self.hold_caught_up(store, "no checkpoint was written")?;
         if head.seq() == 0 {
             return Ok(CheckpointReport::default());
         }
