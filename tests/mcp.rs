@@ -484,6 +484,81 @@ fn a_cancelled_call_stops_its_guest_and_is_audited_as_cancelled() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
+/// A line with the figures that differ from call to call (time, CPU, peak memory) zeroed,
+/// in the structured result and in its text copy.
+fn without_usage_figures(line: &str) -> String {
+    let mut out = line.to_string();
+    for key in ["elapsed_us", "cpu_time_us", "memory_peak_bytes"] {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(key).map(|i| from + i + key.len()) {
+            let digits_at = at + out[at..].find(|c: char| c.is_ascii_digit()).unwrap();
+            let digits_end = digits_at + out[digits_at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+            out.replace_range(digits_at..digits_end, "0");
+            from = digits_at;
+        }
+    }
+    out
+}
+
+/// The stdio transport answers a plain `tools/call` itself (host/src/mcp/stdio.rs) and hands
+/// one carrying a progress token to rmcp: for every kind of answer (a result, a tool error,
+/// a protocol error, a refused memory tool) both write the same bytes, and both audit the call.
+#[test]
+fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    let calls = [
+        json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
+        json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
+        json!({ "name": "probe", "arguments": { "mode": 7 } }),
+        json!({ "name": "no-such-tool", "arguments": {} }),
+        json!({ "name": "memory_search", "arguments": { "query": "x" } }),
+    ];
+    for params in calls {
+        let plain = c.begin("tools/call", params.clone());
+        let plain_line = c.raw_response(plain);
+        let mut with_progress = params.clone();
+        with_progress["_meta"] = json!({ "progressToken": "p" });
+        let via_rmcp = c.begin("tools/call", with_progress);
+        let rmcp_line = c.raw_response(via_rmcp);
+        assert_eq!(
+            without_usage_figures(&plain_line).replace(&format!("\"id\":{plain},"), "\"id\":0,"),
+            without_usage_figures(&rmcp_line).replace(&format!("\"id\":{via_rmcp},"), "\"id\":0,"),
+            "the answers to {params} differ"
+        );
+    }
+    let lines = audit_lines(env.home.path());
+    let probe_calls = lines.iter().filter(|l| l["skill"] == "probe").count();
+    assert_eq!(probe_calls, 6, "each probe call once, on either path: {lines:?}");
+    drop(c);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// A call sent while another runs is answered without waiting for it: the stdio transport
+/// runs the first on the task that reads stdin and gives the second a task of its own.
+#[test]
+fn a_stdio_call_is_answered_while_a_long_one_runs() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    assert_eq!(c.call("probe", json!({ "mode": "noop" }))["isError"], false);
+    let spin = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "spin", "n": 3000 } }));
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = Instant::now();
+    let echo = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "beside" } }));
+    let (answer, _) = c.response(echo);
+    let waited = asked.elapsed();
+    assert!(answer["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|beside"), "{answer}");
+    assert!(waited < Duration::from_millis(1500), "the second call waited {waited:?} for the first");
+    let (first, _) = c.response(spin);
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    drop(c);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
 #[test]
 fn a_dropped_http_request_stops_its_guest() {
     let env = common::Env::new();

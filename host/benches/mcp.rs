@@ -393,6 +393,18 @@ fn main() {
     let window = Duration::from_secs(3);
 
     let stdio = stdio_calls(&home, 300, 5000);
+    // An A/B of the stdio path alone (with SKILLHOST_BENCH_BIN): it and its floor, nothing else.
+    if std::env::var_os("SKILLHOST_BENCH_STDIO_ONLY").is_some() {
+        stdio.print("stdio, 1 sequential client");
+        let line = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "probe", "arguments": { "mode": "noop" } } })
+        .to_string()
+        .len();
+        if let Some(p) = pipe_echo(5000, line) {
+            p.print(&format!("floor: {line} B line echoed by `cat`"));
+        }
+        return;
+    }
 
     let mut child =
         serve(&home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).stderr(Stdio::piped()).spawn().unwrap();

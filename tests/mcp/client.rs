@@ -141,6 +141,19 @@ impl StdioClient {
         }
     }
 
+    /// Read until the response to `id` and return its line as the server wrote it.
+    pub fn raw_response(&mut self, id: u64) -> String {
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(n > 0, "the server closed stdout while we waited for response {id}");
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            if v.get("id") == Some(&json!(id)) {
+                return line;
+            }
+        }
+    }
+
     /// The server process's id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -140,7 +140,7 @@ pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> 
                 ops.watch_signals()?;
                 crate::mcp::http::serve(server, h, ops).await
             }
-            None => crate::mcp::serve_stdio(server).await,
+            None => crate::mcp::stdio::serve(server).await,
         }
     })?;
     // A stdin read may still be parked on the blocking pool; do not wait for it.

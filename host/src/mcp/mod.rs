@@ -15,14 +15,16 @@
 //!
 //! Why ~770 lines in one file: rmcp's `ServerHandler` is one trait whose methods (tools,
 //! prompts, resources, skills, completion) share the server's state and its audit helper;
-//! what each method serves lives in [`tools`] and [`skills`], the transports in [`http`]
-//! and [`connections`].
+//! what each method serves lives in [`tools`] and [`skills`], the transports in [`http`],
+//! [`connections`] and [`stdio`] (which answers a plain `tools/call` itself, through the
+//! same [`SkillhostMcp::call`] as rmcp's handler).
 
 pub mod connections;
 pub mod http;
 pub mod metrics;
 pub mod ops;
 mod skills;
+pub mod stdio;
 mod tools;
 
 use std::path::PathBuf;
@@ -43,6 +45,7 @@ use rmcp::service::{
 };
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::profile::AgentProfile;
 use crate::audit::{CallDetail, CallEntry, CallStatus, ClientInfo, McpCall};
@@ -317,7 +320,12 @@ struct Client {
 }
 
 fn client_of(context: &RequestContext<RoleServer>) -> Client {
-    let info = context.meta.client_info().or_else(|| context.peer.peer_info().map(|p| p.client_info.clone()));
+    client_from(context.meta.client_info(), &context.peer)
+}
+
+/// The client named in a request's `_meta`, else in the session's `initialize`.
+fn client_from(in_request: Option<Implementation>, peer: &Peer<RoleServer>) -> Client {
+    let info = in_request.or_else(|| peer.peer_info().map(|p| p.client_info.clone()));
     // A 2025-11-25 request served statelessly (`--stateless`) has no handshake behind it:
     // rmcp fills the peer's info with its own name and version, which would be a lie here.
     static PLACEHOLDER: OnceLock<Implementation> = OnceLock::new();
@@ -326,6 +334,25 @@ fn client_of(context: &RequestContext<RoleServer>) -> Client {
     match info {
         Some(i) => Client { name: i.name, version: i.version },
         None => Client { name: "unknown".into(), version: "unknown".into() },
+    }
+}
+
+/// What a tool call takes from the request that carried it: who asked, the token that stops
+/// it (the client's `notifications/cancelled`, or a client gone), and where progress goes.
+/// Built from rmcp's request context, or by the stdio transport's own path ([`stdio`]).
+struct CallContext<'a> {
+    client: Client,
+    cancelled: &'a CancellationToken,
+    progress: Option<(&'a Peer<RoleServer>, ProgressToken)>,
+}
+
+impl<'a> CallContext<'a> {
+    fn of(context: &'a RequestContext<RoleServer>) -> CallContext<'a> {
+        CallContext {
+            client: client_of(context),
+            cancelled: &context.ct,
+            progress: context.meta.get_progress_token().map(|token| (&context.peer, token)),
+        }
     }
 }
 
@@ -391,12 +418,11 @@ impl SkillhostMcp {
         name: &str,
         loaded: Option<LoadedSkill>,
         arguments: Value,
-        context: &RequestContext<RoleServer>,
+        call: &CallContext<'_>,
     ) -> Result<CallToolResult, McpError> {
-        let client = client_of(context);
         // `--memory` caps the skill's own memory right too, not only the memory tools.
         let opts = RunOptions {
-            session: self.session(&client),
+            session: self.session(&call.client),
             step: 0,
             namespace: self.server.namespace().to_string(),
             max_memory: self.server.options.memory.skill_access(),
@@ -408,11 +434,10 @@ impl SkillhostMcp {
         // library races the call against it (dropping the guest, or the wait for a slot).
         // The runtime's admission (sized by `--max-calls`) is the only queue: a call that
         // waits `--call-wait-secs` for a slot comes back `busy`, audited by the library.
-        let ct = &context.ct;
         let started = std::time::Instant::now();
-        let run = self.server.lib.run_looked_up(name, loaded, arguments, &opts, ct.cancelled());
-        let report = match context.meta.get_progress_token() {
-            Some(token) => with_progress(run, &context.peer, token).await,
+        let run = self.server.lib.run_looked_up(name, loaded, arguments, &opts, call.cancelled.cancelled());
+        let report = match &call.progress {
+            Some((peer, token)) => with_progress(run, peer, token.clone()).await,
             None => run.await,
         };
         let report = match report {
@@ -479,10 +504,10 @@ impl SkillhostMcp {
         &self,
         tool: tools::MemoryTool,
         arguments: Value,
-        context: &RequestContext<RoleServer>,
+        call: &CallContext<'_>,
     ) -> Result<CallToolResult, McpError> {
-        let client = client_of(context);
-        let session = self.session(&client);
+        let client = &call.client;
+        let session = self.session(client);
         let namespace = self.server.namespace().to_string();
         let params = arguments.clone();
         let request = match tools::MemoryRequest::parse(tool, arguments) {
@@ -490,7 +515,7 @@ impl SkillhostMcp {
             Err(message) => {
                 // Refused either way; a line that cannot be written is logged by audit_line.
                 let _ =
-                    self.audit_line(tool.name(), &client, &params, CallStatus::InvalidParams, McpLine::default()).await;
+                    self.audit_line(tool.name(), client, &params, CallStatus::InvalidParams, McpLine::default()).await;
                 return Ok(tools::error_result(&message));
             }
         };
@@ -516,7 +541,7 @@ impl SkillhostMcp {
             Ok(v) => (CallStatus::Success, tools::memories_touched(v)),
             Err(_) => (CallStatus::Failed, Default::default()),
         };
-        if let Err(e) = self.audit_line(tool.name(), &client, &params, status, McpLine { error: None, touched }).await {
+        if let Err(e) = self.audit_line(tool.name(), client, &params, status, McpLine { error: None, touched }).await {
             let stored = match (tool, &outcome) {
                 (tools::MemoryTool::Add, Ok(_)) => " The memory was stored; memory_search finds it.",
                 _ => "",
@@ -530,6 +555,48 @@ impl SkillhostMcp {
             Ok(v) => tools::json_result(v),
             Err(message) => tools::error_result(&message),
         })
+    }
+
+    /// A `tools/call`: a memory tool, or a skill run in its sandbox. The one path for rmcp's
+    /// handler and the stdio transport's own.
+    async fn call(&self, request: CallToolRequestParams, call: CallContext<'_>) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let _in_flight = self.server.in_flight.enter();
+        if let Some(tool) = tools::MemoryTool::from_name(&name) {
+            if !tool.offered(self.server.options.memory) {
+                let message = format!(
+                    "unknown tool `{name}`: this server was started with --memory {:?}",
+                    self.server.options.memory
+                )
+                .to_lowercase();
+                let line = McpLine::error(&message);
+                let _ = self.audit_line(tool.name(), &call.client, &arguments, CallStatus::Refused, line).await;
+                return Err(McpError::invalid_params(message, None));
+            }
+            return self.call_memory(tool, arguments, &call).await.map(Into::into);
+        }
+        // On a shared store: this home brought up to what the store holds first, so that a
+        // skill installed, updated or re-granted on another host a moment ago is what runs.
+        if let Some(sync) = self.server.lib.home_sync() {
+            sync.ensure_current().await.map_err(|e| McpError::internal_error(format!("{e:#}"), None))?;
+        }
+        // One stat once the skill is loaded, so no hop to the blocking pool; the run takes
+        // the version found here instead of stating install.json again.
+        let looked_up =
+            if self.server.allows(&name) { self.server.lib.lookup_executable(&name) } else { Lookup::NotExecutable };
+        let loaded = match looked_up {
+            Lookup::Executable(loaded) => Some(loaded),
+            // The run says why it cannot be loaded, and audits the refusal.
+            Lookup::Unloadable => None,
+            Lookup::NotExecutable => {
+                return Err(McpError::invalid_params(
+                    format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
+                    None,
+                ));
+            }
+        };
+        self.call_skill(&name, loaded, arguments, &call).await.map(Into::into)
     }
 }
 
@@ -587,43 +654,7 @@ impl ServerHandler for SkillhostMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let _in_flight = self.server.in_flight.enter();
-        if let Some(tool) = tools::MemoryTool::from_name(&name) {
-            if !tool.offered(self.server.options.memory) {
-                let message = format!(
-                    "unknown tool `{name}`: this server was started with --memory {:?}",
-                    self.server.options.memory
-                )
-                .to_lowercase();
-                let line = McpLine::error(&message);
-                let _ = self.audit_line(tool.name(), &client_of(&context), &arguments, CallStatus::Refused, line).await;
-                return Err(McpError::invalid_params(message, None));
-            }
-            return self.call_memory(tool, arguments, &context).await.map(Into::into);
-        }
-        // On a shared store: this home brought up to what the store holds first, so that a
-        // skill installed, updated or re-granted on another host a moment ago is what runs.
-        if let Some(sync) = self.server.lib.home_sync() {
-            sync.ensure_current().await.map_err(|e| McpError::internal_error(format!("{e:#}"), None))?;
-        }
-        // One stat once the skill is loaded, so no hop to the blocking pool; the run takes
-        // the version found here instead of stating install.json again.
-        let looked_up =
-            if self.server.allows(&name) { self.server.lib.lookup_executable(&name) } else { Lookup::NotExecutable };
-        let loaded = match looked_up {
-            Lookup::Executable(loaded) => Some(loaded),
-            // The run says why it cannot be loaded, and audits the refusal.
-            Lookup::Unloadable => None,
-            Lookup::NotExecutable => {
-                return Err(McpError::invalid_params(
-                    format!("unknown tool `{name}`: list the tools again (tools/list) to see what is installed"),
-                    None,
-                ));
-            }
-        };
-        self.call_skill(&name, loaded, arguments, &context).await.map(Into::into)
+        self.call(request, CallContext::of(&context)).await
     }
 
     async fn list_skills(
@@ -819,19 +850,4 @@ async fn with_progress<F: std::future::Future>(run: F, peer: &Peer<RoleServer>, 
             }
         }
     }
-}
-
-/// Serve one client over stdin/stdout until it closes the stream.
-pub async fn serve_stdio(server: Arc<McpServer>) -> Result<()> {
-    use rmcp::ServiceExt as _;
-    let running = server
-        .connection(Transport::Stdio)
-        .serve(rmcp::transport::stdio_pipes())
-        .await
-        .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
-    // On end of input rmcp lets running calls answer for a while, then cancels them; they
-    // still write their audit lines, which the exit waits for.
-    running.waiting().await?;
-    server.drain_calls().await;
-    server.finish()
 }
