@@ -559,6 +559,41 @@ fn a_stdio_call_is_answered_while_a_long_one_runs() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
+/// What a hostile or broken client writes on stdin reaches rmcp as it would without the
+/// stdio transport's own path, and the session goes on: a line that is not JSON (naming
+/// `tools/call`), a `tools/call` whose params do not parse, a 2 MiB call (longer than the
+/// transport looks at: handed to rmcp in pieces, answered whole), a cancellation of an id
+/// never sent; an unterminated last line is not run and the server exits cleanly.
+#[test]
+fn stdio_survives_broken_and_oversized_lines() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    c.send_raw(b"this is not json \"tools/call\"\n");
+    c.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":900,\"method\":\"tools/call\",\"params\":{\"name\":5}}\n");
+    let (bad, _) = c.response(900);
+    assert!(bad["error"]["code"].is_i64(), "{bad}");
+    let big = "a".repeat(2 << 20);
+    let (answer, _) = {
+        let id = c.begin("tools/call", json!({ "name": "probe", "arguments": { "mode": "echo", "arg": big } }));
+        c.response(id)
+    };
+    assert_eq!(answer["result"]["isError"], false, "{}", &answer.to_string()[..300]);
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 12345 } }));
+    let after = c.call("probe", json!({ "mode": "echo", "arg": "after" }));
+    assert!(after["structuredContent"]["output"].as_str().unwrap().ends_with("|after"), "{after}");
+    let calls_before = audit_lines(env.home.path()).len();
+    c.send_raw(
+        br#"{"jsonrpc":"2.0","id":901,"method":"tools/call","params":{"name":"probe","arguments":{"mode":"noop"}}}"#,
+    );
+    c.close_stdin();
+    let status = c.wait_exit(Duration::from_secs(10)).expect("the server did not exit at end of input");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(audit_lines(env.home.path()).len(), calls_before, "the unterminated line was run");
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
 #[test]
 fn a_dropped_http_request_stops_its_guest() {
     let env = common::Env::new();

@@ -91,6 +91,13 @@ impl StdioClient {
         stdin.flush().unwrap();
     }
 
+    /// Write bytes as they are (no newline added).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin was closed");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Close the server's stdin (end of input, as when the client exits).
     pub fn close_stdin(&mut self) {
         self.stdin = None;
