@@ -135,10 +135,7 @@ impl StdioClient {
     pub fn response(&mut self, id: u64) -> (Value, Vec<Value>) {
         let mut notifications = Vec::new();
         loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "the server closed stdout while we waited for response {id}");
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let (_, v) = self.next_message(id);
             if v.get("id") == Some(&json!(id)) {
                 return (v, notifications);
             }
@@ -148,13 +145,19 @@ impl StdioClient {
         }
     }
 
+    /// The next line the server writes, as written and parsed (`id` names what we wait for).
+    fn next_message(&mut self, id: u64) -> (String, Value) {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).unwrap();
+        assert!(n > 0, "the server closed stdout while we waited for response {id}");
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        (line, v)
+    }
+
     /// Read until the response to `id` and return its line as the server wrote it.
     pub fn raw_response(&mut self, id: u64) -> String {
         loop {
-            let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).unwrap();
-            assert!(n > 0, "the server closed stdout while we waited for response {id}");
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let (line, v) = self.next_message(id);
             if v.get("id") == Some(&json!(id)) {
                 return line;
             }
