@@ -594,6 +594,60 @@ fn stdio_survives_broken_and_oversized_lines() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
+/// A session opened inline (2026-07-28 `_meta` on its first request) keeps requiring that
+/// metadata after a late `initialize`, as rmcp alone has it: the stdio transport's own path
+/// takes only sessions that opened with `initialize`.
+#[test]
+fn a_late_initialize_does_not_relax_an_inline_stdio_session() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let mut child = common::skillhost_command(env.home.path())
+        .arg("--home")
+        .arg(env.home.path())
+        .args(["mcp", "--memory", "none"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut exchange = |msg: Value, answered: bool| -> Value {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if !answered {
+            return Value::Null;
+        }
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "the server closed stdout");
+        serde_json::from_str(&line).unwrap()
+    };
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": { "name": "inline", "version": "1" }
+    });
+    let list =
+        exchange(json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": { "_meta": meta } }), true);
+    assert!(list["result"]["tools"].is_array(), "{list}");
+    let init = exchange(
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "late", "version": "1" } } }),
+        true,
+    );
+    assert!(init.get("id").is_some(), "{init}");
+    exchange(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }), false);
+    let call = exchange(
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": { "name": "probe", "arguments": { "mode": "noop" } } }),
+        true,
+    );
+    assert_eq!(call["error"]["code"], -32602, "{call}");
+    assert!(call["error"]["message"].as_str().unwrap().contains("_meta is missing"), "{call}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
+
 #[test]
 fn a_dropped_http_request_stops_its_guest() {
     let env = common::Env::new();

@@ -15,13 +15,17 @@
 //! longer than [`LINE_MAX`]) goes to rmcp unchanged over an in-memory pipe, and rmcp's output
 //! is copied to stdout whole line by whole line between these answers.
 //!
-//! A call runs on this task while no other call is in flight; one arriving while another
-//! runs gets a task of its own, so a pipelining client still has both workers.
+//! A call runs on this task while no other call is in flight (a guest gives the task back at
+//! every 10 ms epoch tick, so input, cancellations and rmcp's output keep moving); one arriving
+//! while another runs gets a task of its own, so a pipelining client still has both workers.
+//! A call that panics is not answered and does not end the session (as under rmcp).
 //! `notifications/cancelled` naming a call answered here cancels it and drops its answer (as
-//! rmcp does with its own). At end of input the calls in flight get rmcp's 5 s to answer,
-//! then are cancelled; they still write their audit lines. Nothing here blocks on one
-//! stream: both outputs are buffers written as the pipes take them, and stdin is not read
-//! while either buffer is over [`HIGH_WATER`] (a client that stops reading is not buffered for).
+//! rmcp does with its own), and is passed on to rmcp too. At end of input the calls in flight
+//! get rmcp's 5 s to answer, then are cancelled; they still write their audit lines, and
+//! those that outlast the cancellation are left to `McpServer::drain_calls`'s limit. Nothing
+//! here blocks on one stream: both outputs are buffers written as the pipes take them, and
+//! stdin is not read while either buffer is over [`HIGH_WATER`] (a client that never reads
+//! is not buffered for without bound).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,6 +35,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use bytes::{Buf, BytesMut};
+use futures::FutureExt as _;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage, JsonRpcNotification,
@@ -46,8 +51,9 @@ use super::{CallContext, McpServer, SkillhostMcp, Transport, client_from};
 
 /// Longest client line looked at here; a longer one goes to rmcp as it arrives.
 const LINE_MAX: usize = 1 << 20;
-/// Output held for a slow reader before stdin is no longer read.
-const HIGH_WATER: usize = 1 << 20;
+/// Output held for a client that is not reading before stdin is no longer read (a bound on
+/// memory, high enough for a client that writes many requests before it reads an answer).
+const HIGH_WATER: usize = 64 << 20;
 /// Capacity of each in-memory pipe to and from rmcp.
 const PIPE_BUF: usize = 1 << 16;
 /// What rmcp gives its own handlers at end of input before it cancels them.
@@ -66,7 +72,11 @@ pub async fn serve(server: Arc<McpServer>) -> Result<()> {
             .serve((rmcp_reads, rmcp_writes))
             .await
             .map_err(|e| anyhow::anyhow!("MCP stdio session failed to start: {e}"))?;
-        let _ = peer_tx.send(running.peer().clone());
+        // Only a session opened with `initialize` has its calls answered by the front: one
+        // opened inline keeps requiring per-request metadata even after a late `initialize`.
+        if running.peer().peer_info().is_some() {
+            let _ = peer_tx.send(running.peer().clone());
+        }
         // On end of input rmcp lets running calls answer for a while, then cancels them;
         // they still write their audit lines, which the exit waits for.
         running.waiting().await?;
@@ -75,11 +85,15 @@ pub async fn serve(server: Arc<McpServer>) -> Result<()> {
     // On a worker, not on the thread that waits for the whole session: the worker that finds
     // stdin readable in its own poll of the reactor runs the call itself, where the waiting
     // thread would be woken across threads for every line.
-    let front = tokio::spawn(Front::new(handler).run(stdin, stdout, to_rmcp, from_rmcp, peer_rx));
-    front.await.map_err(|e| anyhow::anyhow!("the MCP stdio transport failed: {e}"))?;
-    rmcp_task.await.map_err(|e| anyhow::anyhow!("the MCP stdio session failed: {e}"))??;
+    let front = tokio::spawn(Front::new(handler).run(stdin, stdout, to_rmcp, from_rmcp, peer_rx)).await;
+    let session = rmcp_task.await;
+    // Whatever ended the session, the calls still running get their audit lines and what was
+    // written is synced.
     server.drain_calls().await;
-    server.finish()
+    let finished = server.finish();
+    front.map_err(|e| anyhow::anyhow!("the MCP stdio transport failed: {e}"))?;
+    session.map_err(|e| anyhow::anyhow!("the MCP stdio session failed: {e}"))??;
+    finished
 }
 
 /// A piece of input: a whole line (with its `\n`), or part of one too long to look at.
@@ -185,6 +199,7 @@ impl Front {
         let mut stdout_dirty = false;
         let mut peer_pending = true;
         let mut grace_ends: Option<tokio::time::Instant> = None;
+        let mut grace_over = false;
         loop {
             if !stdout_ok {
                 // The client is gone: what it would have read is dropped, the calls still run
@@ -197,8 +212,16 @@ impl Front {
                 let _ = rmcp_in.shutdown().await;
                 rmcp_in_open = false;
             }
-            let done = !input_open && !rmcp_in_open && !output_open && self.calls.is_empty();
-            if done && (self.to_stdout.is_empty() && !stdout_dirty) {
+            let closed = !input_open && !rmcp_in_open && !output_open;
+            if closed && grace_over && !self.calls.is_empty() {
+                // Cancelled calls that still have not ended (a memory tool's blocking work, a
+                // store round trip): they go on on their own tasks, and the exit waits for them
+                // only as long as `McpServer::drain_calls` does, as for rmcp's own.
+                for call in std::mem::take(&mut self.calls) {
+                    tokio::spawn(call);
+                }
+            }
+            if closed && self.calls.is_empty() && (self.to_stdout.is_empty() && !stdout_dirty) {
                 return;
             }
             let room = self.to_stdout.len() < HIGH_WATER && self.to_rmcp.len() < HIGH_WATER;
@@ -251,9 +274,10 @@ impl Front {
                         grace_ends = Some(tokio::time::Instant::now() + END_OF_INPUT_GRACE);
                     }
                 },
-                _ = sleep_until(grace_ends), if grace_ends.is_some() && !self.live.is_empty() => {
+                _ = sleep_until(grace_ends), if grace_ends.is_some() && !grace_over && !self.calls.is_empty() => {
                     // As rmcp does with its own: the calls still running are cancelled and
                     // not answered; each still writes its audit line.
+                    grace_over = true;
                     for (_, cancel) in self.live.drain() {
                         cancel.cancel();
                     }
@@ -280,9 +304,10 @@ impl Front {
                     notification: ClientNotification::CancelledNotification(cancelled),
                     ..
                 }) => {
+                    // rmcp hears of it too: should the client have reused the id for a request
+                    // rmcp serves, that one is cancelled as well, as with rmcp alone.
                     if let Some(cancel) = cancelled.params.request_id.as_ref().and_then(|id| self.live.remove(id)) {
                         cancel.cancel();
-                        return;
                     }
                 }
                 _ => {}
@@ -348,8 +373,12 @@ impl Front {
             (id, Some(answer))
         };
         if self.calls.is_empty() {
-            // The common case, one call at a time: run it on this task.
-            self.calls.push(Box::pin(answer));
+            // The common case, one call at a time: run it on this task. A call that panics
+            // has no answer (nor would it under rmcp) and must not end the session.
+            let unanswered = call_id.clone();
+            self.calls.push(Box::pin(
+                std::panic::AssertUnwindSafe(answer).catch_unwind().map(|done| done.unwrap_or((unanswered, None))),
+            ));
         } else {
             let running = tokio::spawn(answer);
             self.calls.push(Box::pin(async move {
