@@ -503,12 +503,21 @@ fn without_usage_figures(line: &str) -> String {
 /// The stdio transport answers a plain `tools/call` itself (host/src/mcp/stdio.rs) and hands
 /// one carrying a progress token to rmcp: for every kind of answer (a result, a tool error,
 /// a protocol error, a refused memory tool) both write the same bytes, and both audit the call.
+/// The transport's debug log names the calls it answered: every plain one, no other.
 #[test]
 fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
     let env = common::Env::new();
     let lib = env.library();
     env.install_granted(&lib, "probe", "");
-    let mut c = StdioClient::start(env.home.path(), &["--memory", "none"]);
+    let log_path = env.home.path().join("server-stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut c = StdioClient::start_with(
+        env.home.path(),
+        &["--memory", "none"],
+        log.into(),
+        &[("RUST_LOG", "skillhost::mcp::stdio=debug")],
+    );
+    let (mut plain_ids, mut rmcp_ids) = (Vec::new(), Vec::new());
     let calls = [
         json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
         json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
@@ -523,6 +532,8 @@ fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
         with_progress["_meta"] = json!({ "progressToken": "p" });
         let via_rmcp = c.begin("tools/call", with_progress);
         let rmcp_line = c.raw_response(via_rmcp);
+        plain_ids.push(plain);
+        rmcp_ids.push(via_rmcp);
         assert_eq!(
             without_usage_figures(&plain_line).replace(&format!("\"id\":{plain},"), "\"id\":0,"),
             without_usage_figures(&rmcp_line).replace(&format!("\"id\":{via_rmcp},"), "\"id\":0,"),
@@ -533,6 +544,18 @@ fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
     let probe_calls = lines.iter().filter(|l| l["skill"] == "probe").count();
     assert_eq!(probe_calls, 6, "each probe call once, on either path: {lines:?}");
     drop(c);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let answered_here = |id: u64| {
+        log.lines().any(|l| {
+            l.contains("answered by the stdio transport") && l.split_whitespace().any(|t| t == format!("id={id}"))
+        })
+    };
+    for id in plain_ids {
+        assert!(answered_here(id), "plain call {id} was not answered by the stdio transport:\n{log}");
+    }
+    for id in rmcp_ids {
+        assert!(!answered_here(id), "call {id} with a progress token was not left to rmcp:\n{log}");
+    }
     cli(env.home.path(), &["audit", "verify"]);
 }
 

@@ -56,6 +56,11 @@ pub struct StdioClient {
 
 impl StdioClient {
     pub fn start(home: &Path, args: &[&str]) -> StdioClient {
+        StdioClient::start_with(home, args, Stdio::inherit(), &[])
+    }
+
+    /// [`StdioClient::start`] with the server's stderr going to `stderr` and `env` set.
+    pub fn start_with(home: &Path, args: &[&str], stderr: Stdio, env: &[(&str, &str)]) -> StdioClient {
         let mut child = crate::common::skillhost_command(home)
             .arg("--home")
             .arg(home)
@@ -63,9 +68,10 @@ impl StdioClient {
             .arg(workspace())
             .arg("mcp")
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();

@@ -38,8 +38,9 @@ use bytes::{Buf, BytesMut};
 use futures::FutureExt as _;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, JsonRpcMessage, JsonRpcNotification,
-    JsonRpcRequest, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, Implementation,
+    JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, ProtocolVersion, RequestId, ServerJsonRpcMessage,
+    ServerResult,
 };
 use rmcp::service::Peer;
 use rmcp::{RoleServer, ServiceExt as _};
@@ -152,6 +153,17 @@ impl Decoder for Lines {
             None => Ok(None),
         }
     }
+}
+
+/// A client line the front acts on itself.
+// Returned once per line and consumed at once, never stored: boxing the call would add an
+// allocation per call for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Taken {
+    /// A `tools/call` answered here, for the session `peer`.
+    Call { peer: Peer<RoleServer>, id: RequestId, params: CallToolRequestParams, named: Option<Implementation> },
+    /// `notifications/cancelled` (passed on to rmcp as well).
+    Cancel(Option<RequestId>),
 }
 
 /// What a call answered here ends with: its id and the answer to write, if any.
@@ -288,76 +300,73 @@ impl Front {
 
     /// A piece of client input: a call answered here, a cancellation of one, or for rmcp.
     fn take(&mut self, piece: Piece) {
-        if piece.whole
-            && let Some(message) = self.answerable(&piece.bytes)
-        {
-            match message {
-                JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
-                    // rmcp's parse keeps `_meta` beside the request, not in its params.
-                    let named = request.get_meta().client_info();
-                    if let ClientRequest::CallToolRequest(call) = request {
-                        self.start_call(id, call.params, named);
-                        return;
-                    }
+        match self.answerable(&piece) {
+            Some(Taken::Call { peer, id, params, named }) => return self.start_call(peer, id, params, named),
+            // rmcp hears of it too: should the client have reused the id for a request rmcp
+            // serves, that one is cancelled as well, as with rmcp alone.
+            Some(Taken::Cancel(id)) => {
+                if let Some(cancel) = id.and_then(|id| self.live.remove(&id)) {
+                    cancel.cancel();
                 }
-                JsonRpcMessage::Notification(JsonRpcNotification {
-                    notification: ClientNotification::CancelledNotification(cancelled),
-                    ..
-                }) => {
-                    // rmcp hears of it too: should the client have reused the id for a request
-                    // rmcp serves, that one is cancelled as well, as with rmcp alone.
-                    if let Some(cancel) = cancelled.params.request_id.as_ref().and_then(|id| self.live.remove(id)) {
-                        cancel.cancel();
-                    }
-                }
-                _ => {}
             }
+            None => {}
         }
         self.to_rmcp.extend_from_slice(&piece.bytes);
     }
 
-    /// The line parsed, if it is a `tools/call` this loop answers or a cancellation; `None`
-    /// sends it to rmcp.
-    fn answerable(&self, line: &[u8]) -> Option<ClientJsonRpcMessage> {
+    /// What the front does with a whole line itself, if anything; `None` leaves it to rmcp.
+    fn answerable(&self, piece: &Piece) -> Option<Taken> {
+        if !piece.whole {
+            return None;
+        }
         // What rmcp would answer the legacy way: a session opened with `initialize` (rmcp
         // keeps no peer info for one opened inline) at a revision before 2026-07-28.
-        let negotiated = self.peer.as_ref()?.peer_info()?.protocol_version.clone();
-        if negotiated.as_str() >= ProtocolVersion::V_2026_07_28.as_str() {
+        let peer = self.peer.as_ref()?;
+        if peer.peer_info()?.protocol_version.as_str() >= ProtocolVersion::V_2026_07_28.as_str() {
             return None;
         }
         // Most lines are neither; they are not parsed twice.
+        let line = &piece.bytes[..];
         if !contains(line, b"\"tools/call\"") && !contains(line, b"\"notifications/cancelled\"") {
             return None;
         }
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let message: ClientJsonRpcMessage = serde_json::from_slice(line).ok()?;
-        match &message {
-            JsonRpcMessage::Request(JsonRpcRequest {
-                request: request @ ClientRequest::CallToolRequest(_), ..
-            }) => {
+        match serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()? {
+            JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
+                // rmcp's parse keeps `_meta` beside the request, not in its params.
                 let meta = request.get_meta();
-                (meta.protocol_version().is_none() && meta.get_progress_token().is_none()).then_some(message)
+                if meta.protocol_version().is_some() || meta.get_progress_token().is_some() {
+                    return None;
+                }
+                let named = meta.client_info();
+                match request {
+                    ClientRequest::CallToolRequest(call) => {
+                        Some(Taken::Call { peer: peer.clone(), id, params: call.params, named })
+                    }
+                    _ => None,
+                }
             }
             JsonRpcMessage::Notification(JsonRpcNotification {
-                notification: ClientNotification::CancelledNotification(_),
+                notification: ClientNotification::CancelledNotification(cancelled),
                 ..
-            }) => Some(message),
+            }) => Some(Taken::Cancel(cancelled.params.request_id)),
             _ => None,
         }
     }
 
     fn start_call(
         &mut self,
+        peer: Peer<RoleServer>,
         id: RequestId,
-        params: rmcp::model::CallToolRequestParams,
-        named: Option<rmcp::model::Implementation>,
+        params: CallToolRequestParams,
+        named: Option<Implementation>,
     ) {
-        let Some(peer) = self.peer.clone() else { return };
+        tracing::debug!(%id, "tools/call answered by the stdio transport");
         let cancel = CancellationToken::new();
         self.live.insert(id.clone(), cancel.clone());
         let handler = self.handler.clone();
-        let call_id = id.clone();
+        let unanswered = id.clone();
         let answer = async move {
             let client = client_from(named, &peer);
             let call = CallContext { client, cancelled: &cancel, progress: None };
@@ -372,22 +381,18 @@ impl Front {
             };
             (id, Some(answer))
         };
+        // A call that panics has no answer (nor would it under rmcp) and must not end the
+        // session.
+        let answer = std::panic::AssertUnwindSafe(answer).catch_unwind().map({
+            let unanswered = unanswered.clone();
+            move |done| done.unwrap_or((unanswered, None))
+        });
         if self.calls.is_empty() {
-            // The common case, one call at a time: run it on this task. A call that panics
-            // has no answer (nor would it under rmcp) and must not end the session.
-            let unanswered = call_id.clone();
-            self.calls.push(Box::pin(
-                std::panic::AssertUnwindSafe(answer).catch_unwind().map(|done| done.unwrap_or((unanswered, None))),
-            ));
+            // The common case, one call at a time: run it on this task.
+            self.calls.push(Box::pin(answer));
         } else {
             let running = tokio::spawn(answer);
-            self.calls.push(Box::pin(async move {
-                match running.await {
-                    Ok(done) => done,
-                    // A call that panicked has no answer; rmcp would not answer it either.
-                    Err(_) => (call_id, None),
-                }
-            }));
+            self.calls.push(Box::pin(running.map(move |done| done.unwrap_or((unanswered, None)))));
         }
     }
 }
