@@ -393,15 +393,16 @@ fn main() {
     let window = Duration::from_secs(3);
 
     let stdio = stdio_calls(&home, 300, 5000);
+    // The floor's bytes are sized like a real stdio exchange.
+    let stdio_request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "probe", "arguments": { "mode": "noop" } } })
+    .to_string()
+    .len();
     // An A/B of the stdio path alone (with SKILLHOST_BENCH_BIN): it and its floor, nothing else.
     if std::env::var_os("SKILLHOST_BENCH_STDIO_ONLY").is_some() {
         stdio.print("stdio, 1 sequential client");
-        let line = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": { "name": "probe", "arguments": { "mode": "noop" } } })
-        .to_string()
-        .len();
-        if let Some(p) = pipe_echo(5000, line) {
-            p.print(&format!("floor: {line} B line echoed by `cat`"));
+        if let Some(p) = pipe_echo(5000, stdio_request) {
+            p.print(&format!("floor: {stdio_request} B line echoed by `cat`"));
         }
         return;
     }
@@ -440,10 +441,6 @@ fn main() {
     drop(server);
 
     // The floor, with bytes the size of the real exchanges.
-    let stdio_request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "probe", "arguments": { "mode": "noop" } } })
-    .to_string()
-    .len();
     let pipe = pipe_echo(5000, stdio_request);
     let socket = socket_echo(5000, http_request, http_answer);
     let mut cli = cli_runs(&home, 20);
