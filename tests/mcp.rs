@@ -559,6 +559,115 @@ fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
+/// A plain stateless `tools/call` over HTTP is answered without rmcp's per-request service
+/// (`mcp/http/direct.rs`), with the status, type and bytes rmcp sends for the same request.
+/// The same call is also sent with an `Accept` entry carrying a weight, which the direct path
+/// leaves to rmcp (rmcp reads weights; the answer is the same): five kinds of answer compared.
+/// Requests the direct path must not take get rmcp's refusals, and the server's debug log
+/// shows which path answered each request.
+#[test]
+fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let server =
+        HttpServer::start(env.home.path(), &["--memory", "none"], &[("RUST_LOG", "skillhost::mcp::http=debug")]);
+    let answered_here = || server.stderr().matches("tools/call answered by the HTTP transport").count();
+    let calls = [
+        json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
+        json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
+        json!({ "name": "probe", "arguments": { "mode": 7 } }),
+        json!({ "name": "no-such-tool", "arguments": {} }),
+        json!({ "name": "memory_search", "arguments": { "query": "x" } }),
+    ];
+    let content_type = |r: &client::HttpResponse| {
+        r.headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default()
+    };
+    for (n, params) in calls.iter().enumerate() {
+        let direct = rpc(server.addr, "tools/call", params.clone(), &[]);
+        wait_until(|| answered_here() == n + 1, "the direct path's debug line");
+        let weighted = ("Accept", "application/json;q=1, text/event-stream;q=0.5");
+        let via_rmcp = rpc(server.addr, "tools/call", params.clone(), &[weighted]);
+        assert_eq!(answered_here(), n + 1, "a weighted Accept must be left to rmcp");
+        assert_eq!(direct.status, via_rmcp.status, "status for {params}: {} / {}", direct.body, via_rmcp.body);
+        assert_eq!(content_type(&direct), content_type(&via_rmcp), "content type for {params}");
+        // Each stateless request is an audit session of its own, which the probe echoes.
+        let same = |body: &str| without_sessions(&without_usage_figures(body));
+        assert_eq!(same(&direct.body), same(&via_rmcp.body), "the answers to {params} differ");
+    }
+    let probe_calls = audit_lines(env.home.path()).iter().filter(|l| l["skill"] == "probe").count();
+    assert_eq!(probe_calls, 6, "each probe call once, on either path");
+
+    // What the direct path must leave to rmcp, and rmcp refuses.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let body = |meta: &Value| {
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": { "name": "probe", "arguments": { "mode": "noop" }, "_meta": meta } })
+        .to_string()
+    };
+    let headers = |name: &'static str| {
+        vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", name),
+        ]
+    };
+    let send = |headers: &[(&str, &str)], body: &str| http(server.addr, "POST", "/mcp", headers, body.as_bytes());
+    let before = answered_here();
+    // The header names another tool than the body: rmcp's header mismatch.
+    let r = send(&headers("other"), &body(&meta));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
+    // A `_meta` without the client's capabilities: rmcp's invalid params.
+    let mut partial = meta.clone();
+    partial.as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
+    let r = send(&headers("probe"), &body(&partial));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
+    // A page on another site, and a Host the server does not serve: rmcp's 403s.
+    let mut h = headers("probe");
+    h.push(("Origin", "http://evil.example"));
+    assert_eq!(send(&h, &body(&meta)).status, 403);
+    let mut h = headers("probe");
+    h.push(("Host", "evil.example"));
+    assert_eq!(send(&h, &body(&meta)).status, 403);
+    // A body that is not JSON: rmcp's answer.
+    let r = send(&headers("probe"), "{not json");
+    assert_eq!(r.status, 415, "{}", r.body);
+    assert_eq!(answered_here(), before, "none of these may be answered by the direct path");
+    drop(server);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// `body` with every `mcp-http-...` session name up to the next `|` made `mcp-http-S`.
+fn without_sessions(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some(at) = rest.find("mcp-http-") {
+        out.push_str(&rest[..at]);
+        out.push_str("mcp-http-S");
+        rest = &rest[at..];
+        rest = &rest[rest.find('|').unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Poll `done` for up to 10 s.
+fn wait_until(done: impl Fn() -> bool, what: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < until, "waited 10 s for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A call sent while another runs is answered without waiting for it: the stdio transport
 /// runs the first on the task that reads stdin and gives the second a task of its own.
 #[test]

@@ -202,6 +202,8 @@ impl Drop for StdioClient {
 pub struct HttpServer {
     child: Child,
     pub addr: SocketAddr,
+    /// What the server has written to stderr so far (after its listening line).
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl HttpServer {
@@ -229,12 +231,22 @@ impl HttpServer {
                 break rest.trim_end_matches("/mcp").parse().unwrap();
             }
         };
-        // Keep draining stderr so the server never blocks on a full pipe.
+        // Keep draining stderr so the server never blocks on a full pipe; kept for `stderr()`.
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = kept.clone();
         std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = stderr.read_to_string(&mut sink);
+            let mut line = String::new();
+            while stderr.read_line(&mut line).is_ok_and(|n| n > 0) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
         });
-        HttpServer { child, addr }
+        HttpServer { child, addr, stderr: kept }
+    }
+
+    /// The server's stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
     }
 }
 

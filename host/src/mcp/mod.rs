@@ -325,7 +325,11 @@ fn client_of(context: &RequestContext<RoleServer>) -> Client {
 
 /// The client named in a request's `_meta`, else in the session's `initialize`.
 fn client_from(in_request: Option<Implementation>, peer: &Peer<RoleServer>) -> Client {
-    let info = in_request.or_else(|| peer.peer_info().map(|p| p.client_info.clone()));
+    client_named(in_request.or_else(|| peer.peer_info().map(|p| p.client_info.clone())))
+}
+
+/// The client as it named itself, or "unknown".
+fn client_named(info: Option<Implementation>) -> Client {
     // A 2025-11-25 request served statelessly (`--stateless`) has no handshake behind it:
     // rmcp fills the peer's info with its own name and version, which would be a lie here.
     static PLACEHOLDER: OnceLock<Implementation> = OnceLock::new();
@@ -339,7 +343,8 @@ fn client_from(in_request: Option<Implementation>, peer: &Peer<RoleServer>) -> C
 
 /// What a tool call takes from the request that carried it: who asked, the token that stops
 /// it (the client's `notifications/cancelled`, or a client gone), and where progress goes.
-/// Built from rmcp's request context, or by the stdio transport's own path ([`stdio`]).
+/// Built from rmcp's request context, or by the stdio and HTTP transports' own paths ([`stdio`],
+/// [`http::direct`]).
 struct CallContext<'a> {
     client: Client,
     cancelled: &'a CancellationToken,

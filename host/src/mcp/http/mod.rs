@@ -5,7 +5,9 @@
 //! and per peer). In front of the MCP service, in this order: a bearer token when one is configured (always
 //! for a non-loopback bind, see [`HttpOptions::check`]); a request-size limit; a bound on
 //! requests in flight. Each refusal is a JSON-RPC error body with a sentence saying what to
-//! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here.
+//! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here. A
+//! plain stateless `tools/call` is then answered by [`direct`] without rmcp's per-request
+//! service; everything else is rmcp's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 use super::connections::ConnectionLimits;
 use super::ops::{self, Ops};
 use super::{McpServer, Transport};
+
+mod direct;
 
 /// How the HTTP endpoint is guarded.
 #[derive(Debug, Clone)]
@@ -296,6 +300,7 @@ pub fn router(
     let mut origins: Vec<String> =
         vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     origins.extend(options.allowed_origins.iter().cloned());
+    let direct = Arc::new(direct::Direct::new(server.clone(), &hosts, options.max_body_bytes, sessions_end.clone()));
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
@@ -321,10 +326,12 @@ pub fn router(
         max_in_flight: options.max_in_flight,
     });
     // The drain gate runs first (outermost), then the guard: nothing is read for a request
-    // either refuses.
+    // either refuses. Then a plain stateless call is answered directly ([`direct`]); the
+    // rest goes on to rmcp.
     let mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(session_calls, cancel_on_disconnect))
+        .layer(middleware::from_fn_with_state(direct, direct::answer))
         .layer(middleware::from_fn_with_state(guard_state.clone(), guard))
         .layer(middleware::from_fn_with_state(ops.clone(), ops::gate));
     let metrics = axum::Router::new()

@@ -1,0 +1,300 @@
+//! A stateless (2026-07-28) `tools/call` answered on the connection's own task, without rmcp's
+//! per-request service.
+//!
+//! Why: for each stateless request rmcp builds a handler of its own, starts a service loop for
+//! it on a new task, runs the request on another, and passes the answer back over a channel to
+//! the connection's task: two task spawns and two cross-task hand-offs (on two workers, a
+//! futex wake each) around a guest call that itself takes ~15 µs. Here the request is parsed
+//! once, run by the same [`SkillhostMcp::call`] rmcp's handler runs, and answered with rmcp's
+//! own types after the same 2026-07-28 result handling rmcp applies (cache hints, the error
+//! code of a missing resource, the JSON-RPC error's HTTP status), so the bytes are the ones
+//! rmcp would send (tests/mcp.rs compares them).
+//!
+//! Only a request rmcp would certainly route statelessly and accept is taken: `POST`, no
+//! `Origin` (browsers go through rmcp's origin check), no `Mcp-Session-Id`, a `Host` among
+//! the names the server accepts without a port, `Content-Type: application/json`, an `Accept`
+//! naming both JSON and event streams without parameters, a `Content-Length` body,
+//! `MCP-Protocol-Version: 2026-07-28` and the same version in `_meta` with every key that
+//! revision requires, `Mcp-Method: tools/call` and `Mcp-Name` equal to the tool (plain, not
+//! Base64-wrapped), each header once, and no progress token (progress needs rmcp's stream).
+//! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
+//! as before. (`Mcp-Param-*` headers are checked by rmcp only against `x-mcp-header`
+//! annotations in a tool's schema; skillhost's schemas are built from SKILL.md parameters and
+//! never carry one, so rmcp checks nothing there either.)
+//!
+//! As under rmcp, a client that closes its connection before the answer cancels the call, and
+//! so does the end of a drain; the call then still runs to its audit line, on a task of its own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt as _;
+use rmcp::ServerHandler as _;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode,
+    GetMeta, JsonRpcMessage, JsonRpcRequest, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
+use tokio_util::sync::CancellationToken;
+
+use super::super::{CallContext, Client, McpServer, Transport, client_named};
+use rmcp::ErrorData as McpError;
+
+/// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
+pub(super) struct Direct {
+    server: Arc<McpServer>,
+    /// `Host` values (without a port) rmcp's own check accepts, normalized as it normalizes them.
+    hosts: Vec<String>,
+    max_body_bytes: usize,
+    /// Ends every request still running (the drain's end), as rmcp's own cancellation token.
+    sessions_end: CancellationToken,
+    /// The handler accepts the 2026-07-28 revision (else rmcp refuses such requests).
+    revision_supported: bool,
+}
+
+impl Direct {
+    pub(super) fn new(
+        server: Arc<McpServer>,
+        allowed_hosts: &[String],
+        max_body_bytes: usize,
+        sessions_end: CancellationToken,
+    ) -> Direct {
+        let hosts = allowed_hosts
+            .iter()
+            .map(|h| h.trim())
+            .filter(|h| !h.is_empty())
+            // A name with a port (or one that does not parse) is left to rmcp.
+            .filter_map(|h| match axum::http::uri::Authority::try_from(h) {
+                Ok(a) if a.port().is_none() => Some(normalize_host(a.host())),
+                _ => None,
+            })
+            .collect();
+        let revision_supported = server
+            .connection(Transport::Http)
+            .supported_protocol_versions()
+            .contains(&ProtocolVersion::V_2026_07_28);
+        Direct { server, hosts, max_body_bytes, sessions_end, revision_supported }
+    }
+}
+
+/// rmcp's normalization of a host name: brackets off, lower case.
+fn normalize_host(host: &str) -> String {
+    host.trim_matches('[').trim_matches(']').to_ascii_lowercase()
+}
+
+/// The middleware: a plain stateless `tools/call` is answered here, anything else goes on.
+pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, next: Next) -> Response {
+    if !direct.revision_supported || request.method() != Method::POST || !headers_qualify(&direct, request.headers()) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, direct.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        // A body over the limit despite its Content-Length, or cut off: rmcp's answer to both.
+        Err(e) => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, format!("Failed to read request body: {e}")).into_response();
+        }
+    };
+    let Some(call) = plain_call(&bytes, &parts.headers) else {
+        return next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    };
+    tracing::debug!(id = %call.id, "tools/call answered by the HTTP transport");
+    run(&direct, call).await
+}
+
+/// The headers say this is a request rmcp would route statelessly and accept.
+fn headers_qualify(direct: &Direct, headers: &HeaderMap) -> bool {
+    if headers.contains_key(ORIGIN) || headers.contains_key("mcp-session-id") || headers.contains_key(TRANSFER_ENCODING)
+    {
+        return false;
+    }
+    let host_ok = only(headers, HOST.as_str())
+        .and_then(|h| axum::http::uri::Authority::try_from(h).ok())
+        .is_some_and(|a| direct.hosts.contains(&normalize_host(a.host())));
+    let json_body = only(headers, CONTENT_TYPE.as_str()).is_some_and(|t| {
+        let essence = t.split_once(';').map_or(t, |(essence, _)| essence);
+        essence.trim().eq_ignore_ascii_case("application/json")
+    });
+    host_ok
+        && json_body
+        && only(headers, CONTENT_LENGTH.as_str()).is_some()
+        && accepts_json_and_events(headers)
+        && only(headers, "mcp-protocol-version") == Some(ProtocolVersion::V_2026_07_28.as_str())
+        && only(headers, "mcp-method") == Some("tools/call")
+        && only(headers, "mcp-name").is_some_and(|n| !n.starts_with(BASE64_HEADER_PREFIX))
+}
+
+/// The one value of `name`, if it is there exactly once and is visible ASCII.
+fn only<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    values.next().is_none().then_some(())?;
+    first.to_str().ok()
+}
+
+/// `Accept` names `application/json` and `text/event-stream`, none of its entries with a
+/// parameter (a weight of zero would exclude one: rmcp reads those).
+fn accepts_json_and_events(headers: &HeaderMap) -> bool {
+    let (mut json, mut events) = (false, false);
+    for value in headers.get_all(ACCEPT) {
+        let Ok(value) = value.to_str() else { return false };
+        for entry in value.split(',') {
+            if entry.contains(';') || entry.contains('"') {
+                return false;
+            }
+            let essence = entry.trim();
+            json |= essence.eq_ignore_ascii_case("application/json");
+            events |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && events
+}
+
+/// A `tools/call` taken here: what the call needs from the request.
+struct PlainCall {
+    id: RequestId,
+    params: CallToolRequestParams,
+    client: Client,
+    tasks_declared: bool,
+}
+
+/// The body as a call this path answers: a 2026-07-28 `tools/call` with every `_meta` key that
+/// revision requires, the headers' tool, and no progress token.
+fn plain_call(body: &[u8], headers: &HeaderMap) -> Option<PlainCall> {
+    let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
+        serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?
+    else {
+        return None;
+    };
+    // rmcp's parse keeps `_meta` beside the request, not in its params.
+    let meta = request.get_meta();
+    if meta.protocol_version() != Some(ProtocolVersion::V_2026_07_28)
+        || !meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
+        || meta.get_progress_token().is_some()
+    {
+        return None;
+    }
+    let client = client_named(meta.client_info());
+    let tasks_declared = meta.client_capabilities().is_some_and(|c| c.supports_tasks());
+    let ClientRequest::CallToolRequest(call) = request else { return None };
+    if only(headers, "mcp-name") != Some(&*call.params.name) {
+        return None;
+    }
+    Some(PlainCall { id, params: call.params, client, tasks_declared })
+}
+
+/// What a call ends with: its outcome, or `None` if it panicked.
+type Calling = Pin<Box<dyn Future<Output = Option<Result<CallToolResponse, McpError>>> + Send>>;
+
+/// A call in progress; if dropped before it ends (the client went away) it is cancelled and
+/// finishes on a task of its own, so its audit line is still written.
+struct Running {
+    call: Option<Calling>,
+    cancel: CancellationToken,
+}
+
+impl Future for Running {
+    type Output = Option<Result<CallToolResponse, McpError>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else { return std::task::Poll::Ready(None) };
+        let polled = call.as_mut().poll(cx);
+        if polled.is_ready() {
+            self.call = None;
+        }
+        polled
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.cancel.cancel();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(call);
+            }
+        }
+    }
+}
+
+async fn run(direct: &Direct, call: PlainCall) -> Response {
+    let PlainCall { id, params, client, tasks_declared } = call;
+    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
+    let handler = direct.server.connection(Transport::Http);
+    let cancel = CancellationToken::new();
+    let calling = {
+        let cancel = cancel.clone();
+        async move { handler.call(params, CallContext { client, cancelled: &cancel, progress: None }).await }
+    };
+    // A panicking call has no answer (under rmcp its task dies and the request gets a 500).
+    let calling: Calling = Box::pin(std::panic::AssertUnwindSafe(calling).catch_unwind().map(Result::ok));
+    let running = Running { call: Some(calling), cancel };
+    let outcome = tokio::select! {
+        outcome = running => outcome,
+        // The drain's end: as under rmcp, the call is cancelled (and finishes on its own task).
+        _ = direct.sessions_end.cancelled() => None,
+    };
+    let Some(outcome) = outcome else {
+        tracing::error!("Internal server error when empty response: no response message received from handler");
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Encounter an error when empty response: no response message received from handler",
+        )
+            .into_response();
+    };
+    let message = answer_of(outcome, id, tasks_declared);
+    let status = status_of(&message);
+    match serde_json::to_vec(&message) {
+        Ok(body) => {
+            (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(body)).into_response()
+        }
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Encounter an error when serialize json response: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// The JSON-RPC answer as rmcp's server handler makes it for a 2026-07-28 request.
+fn answer_of(outcome: Result<CallToolResponse, McpError>, id: RequestId, tasks_declared: bool) -> ServerJsonRpcMessage {
+    let outcome = outcome.and_then(|response| {
+        // SEP-2663: no task handle for a client that did not declare the tasks extension.
+        if matches!(response, CallToolResponse::Task(_)) && !tasks_declared {
+            return Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            ));
+        }
+        let mut result = ServerResult::from(response);
+        result.fill_missing_cache_hints();
+        Ok(result)
+    });
+    match outcome {
+        Ok(result) => JsonRpcMessage::response(result, id),
+        Err(mut error) => {
+            if error.code == ErrorCode::RESOURCE_NOT_FOUND {
+                error.code = ErrorCode::INVALID_PARAMS;
+            }
+            JsonRpcMessage::error(error, Some(id))
+        }
+    }
+}
+
+/// The HTTP status rmcp gives a 2026-07-28 answer (its request's `_meta` being whole).
+fn status_of(message: &ServerJsonRpcMessage) -> StatusCode {
+    let ServerJsonRpcMessage::Error(error) = message else { return StatusCode::OK };
+    match error.error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
