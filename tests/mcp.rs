@@ -560,11 +560,11 @@ fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
 }
 
 /// A plain stateless `tools/call` over HTTP is answered without rmcp's per-request service
-/// (`mcp/http/direct.rs`), with the status, type and bytes rmcp sends for the same request.
-/// The same call is also sent with an `Accept` entry carrying a weight, which the direct path
-/// leaves to rmcp (rmcp reads weights; the answer is the same): five kinds of answer compared.
-/// Requests the direct path must not take get rmcp's refusals, and the server's debug log
-/// shows which path answered each request.
+/// (`mcp/http/direct.rs`), with the status, headers and bytes rmcp sends for the same request.
+/// The same call is also sent with a weight in its `Accept`, which the direct path leaves to
+/// rmcp (rmcp reads weights; the answer is the same): five kinds of answer compared. Requests
+/// the direct path must not take get rmcp's answers, and the server's debug log shows which
+/// path answered each request (a plain call after them is the marker that the log is current).
 #[test]
 fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
     let env = common::Env::new();
@@ -573,6 +573,45 @@ fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
     let server =
         HttpServer::start(env.home.path(), &["--memory", "none"], &[("RUST_LOG", "skillhost::mcp::http=debug")]);
     let answered_here = || server.stderr().matches("tools/call answered by the HTTP transport").count();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let body = |params: &Value, meta: &Value| {
+        let mut params = params.clone();
+        params["_meta"] = meta.clone();
+        json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params }).to_string()
+    };
+    let headers = |name: &str, accept: &str| -> Vec<(String, String)> {
+        [
+            ("Content-Type", "application/json"),
+            ("Accept", accept),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", name),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    const PLAIN: &str = "application/json, text/event-stream";
+    let send = |headers: &[(String, String)], body: &str| {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        http(server.addr, "POST", "/mcp", &headers, body.as_bytes())
+    };
+    let noop = json!({ "name": "probe", "arguments": { "mode": "noop" } });
+    // Every request before it has been answered and logged once the marker's line is there.
+    let marker = |expected: usize| {
+        assert_eq!(send(&headers("probe", PLAIN), &body(&noop, &meta)).status, 200);
+        wait_until(|| answered_here() >= expected, "the direct path's debug line");
+        assert_eq!(answered_here(), expected, "requests answered by the direct path");
+    };
+    let head_names = |r: &client::HttpResponse| {
+        let mut names: Vec<String> = r.headers.iter().map(|(k, _)| k.clone()).collect();
+        names.sort();
+        names
+    };
     let calls = [
         json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
         json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
@@ -580,67 +619,68 @@ fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
         json!({ "name": "no-such-tool", "arguments": {} }),
         json!({ "name": "memory_search", "arguments": { "query": "x" } }),
     ];
-    let content_type = |r: &client::HttpResponse| {
-        r.headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone()).unwrap_or_default()
-    };
-    for (n, params) in calls.iter().enumerate() {
-        let direct = rpc(server.addr, "tools/call", params.clone(), &[]);
-        wait_until(|| answered_here() == n + 1, "the direct path's debug line");
-        let weighted = ("Accept", "application/json;q=1, text/event-stream;q=0.5");
-        let via_rmcp = rpc(server.addr, "tools/call", params.clone(), &[weighted]);
-        assert_eq!(answered_here(), n + 1, "a weighted Accept must be left to rmcp");
+    let mut here = 0;
+    for params in &calls {
+        let name = params["name"].as_str().unwrap();
+        let direct = send(&headers(name, PLAIN), &body(params, &meta));
+        let via_rmcp = send(&headers(name, "application/json;q=1, text/event-stream;q=0.5"), &body(params, &meta));
+        here += 2; // the direct call and the marker
+        marker(here);
         assert_eq!(direct.status, via_rmcp.status, "status for {params}: {} / {}", direct.body, via_rmcp.body);
+        assert_eq!(head_names(&direct), head_names(&via_rmcp), "the headers sent for {params}");
+        let content_type = |r: &client::HttpResponse| r.headers.iter().find(|(k, _)| k == "content-type").cloned();
         assert_eq!(content_type(&direct), content_type(&via_rmcp), "content type for {params}");
         // Each stateless request is an audit session of its own, which the probe echoes.
         let same = |body: &str| without_sessions(&without_usage_figures(body));
         assert_eq!(same(&direct.body), same(&via_rmcp.body), "the answers to {params} differ");
     }
     let probe_calls = audit_lines(env.home.path()).iter().filter(|l| l["skill"] == "probe").count();
-    assert_eq!(probe_calls, 6, "each probe call once, on either path");
+    assert_eq!(probe_calls, 6 + calls.len(), "each probe call once, on either path, and the markers");
 
-    // What the direct path must leave to rmcp, and rmcp refuses.
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
-        "io.modelcontextprotocol/clientCapabilities": {}
-    });
-    let body = |meta: &Value| {
-        json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call",
-            "params": { "name": "probe", "arguments": { "mode": "noop" }, "_meta": meta } })
-        .to_string()
+    // What the direct path leaves to rmcp: answered as before, or refused.
+    let with = |mut h: Vec<(String, String)>, k: &str, v: &str| {
+        h.push((k.to_string(), v.to_string()));
+        h
     };
-    let headers = |name: &'static str| {
-        vec![
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", name),
-        ]
-    };
-    let send = |headers: &[(&str, &str)], body: &str| http(server.addr, "POST", "/mcp", headers, body.as_bytes());
-    let before = answered_here();
-    // The header names another tool than the body: rmcp's header mismatch.
-    let r = send(&headers("other"), &body(&meta));
+    let plain = || headers("probe", PLAIN);
+    // A progress token: answered (rmcp's stream), the same result.
+    let mut progress = meta.clone();
+    progress["progressToken"] = json!("p");
+    let r = send(&plain(), &body(&noop, &progress));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["structuredContent"]["output"], "ok", "{}", r.body);
+    // The tool's name Base64-wrapped in its header, as SEP-2243 allows: answered.
+    let r = send(&headers("=?base64?cHJvYmU=?=", PLAIN), &body(&noop, &meta));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["structuredContent"]["output"], "ok", "{}", r.body);
+    // The header names another tool than the body, or names one twice: header mismatch.
+    for h in [headers("other", PLAIN), with(plain(), "Mcp-Name", "probe")] {
+        let r = send(&h, &body(&noop, &meta));
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
+    }
+    // The header's version is not the one in `_meta`.
+    let mut older = plain();
+    older[2].1 = "2025-11-25".into();
+    let r = send(&older, &body(&noop, &meta));
     assert_eq!(r.status, 400, "{}", r.body);
-    assert_eq!(r.json()["error"]["code"], -32020, "{}", r.body);
-    // A `_meta` without the client's capabilities: rmcp's invalid params.
+    // A `_meta` without the client's capabilities: invalid params.
     let mut partial = meta.clone();
     partial.as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
-    let r = send(&headers("probe"), &body(&partial));
+    let r = send(&plain(), &body(&noop, &partial));
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], -32602, "{}", r.body);
-    // A page on another site, and a Host the server does not serve: rmcp's 403s.
-    let mut h = headers("probe");
-    h.push(("Origin", "http://evil.example"));
-    assert_eq!(send(&h, &body(&meta)).status, 403);
-    let mut h = headers("probe");
-    h.push(("Host", "evil.example"));
-    assert_eq!(send(&h, &body(&meta)).status, 403);
-    // A body that is not JSON: rmcp's answer.
-    let r = send(&headers("probe"), "{not json");
+    // A page on another site, and a Host the server does not serve: 403.
+    assert_eq!(send(&with(plain(), "Origin", "http://evil.example"), &body(&noop, &meta)).status, 403);
+    assert_eq!(send(&with(plain(), "Host", "evil.example"), &body(&noop, &meta)).status, 403);
+    // A session id (naming no session): left to rmcp, which serves a 2026-07-28 request
+    // statelessly all the same.
+    let r = send(&with(plain(), "Mcp-Session-Id", "no-such-session"), &body(&noop, &meta));
+    assert_eq!(r.status, 200, "{}", r.body);
+    // A body that is not JSON.
+    let r = send(&plain(), "{not json");
     assert_eq!(r.status, 415, "{}", r.body);
-    assert_eq!(answered_here(), before, "none of these may be answered by the direct path");
+    marker(here + 1);
     drop(server);
     cli(env.home.path(), &["audit", "verify"]);
 }

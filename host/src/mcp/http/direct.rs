@@ -18,12 +18,14 @@
 //! revision requires, `Mcp-Method: tools/call` and `Mcp-Name` equal to the tool (plain, not
 //! Base64-wrapped), each header once, and no progress token (progress needs rmcp's stream).
 //! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
-//! as before. (`Mcp-Param-*` headers are checked by rmcp only against `x-mcp-header`
-//! annotations in a tool's schema; skillhost's schemas are built from SKILL.md parameters and
-//! never carry one, so rmcp checks nothing there either.)
+//! as before. (`Mcp-Param-*` headers are checked by rmcp against `x-mcp-header` annotations in
+//! the schema its handler's `get_tool` returns; `SkillhostMcp` has no `get_tool`, so rmcp
+//! checks nothing there. Should a handler ever have one, its tools are left to rmcp here.)
 //!
 //! As under rmcp, a client that closes its connection before the answer cancels the call, and
 //! so does the end of a drain; the call then still runs to its audit line, on a task of its own.
+//! One deliberate difference: a call that panics is answered 500 at once, where under rmcp the
+//! request would wait for the client to go away or the drain to end, then get the same 500.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +37,7 @@ use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRA
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::FutureExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use rmcp::ServerHandler as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode,
@@ -44,7 +46,7 @@ use rmcp::model::{
 use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
 use tokio_util::sync::CancellationToken;
 
-use super::super::{CallContext, Client, McpServer, Transport, client_named};
+use super::super::{CallContext, Client, McpServer, SkillhostMcp, Transport, client_named};
 use rmcp::ErrorData as McpError;
 
 /// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
@@ -70,16 +72,16 @@ impl Direct {
             .iter()
             .map(|h| h.trim())
             .filter(|h| !h.is_empty())
-            // A name with a port (or one that does not parse) is left to rmcp.
+            // As rmcp reads an allowed name: an authority, else the raw text as a host. One
+            // with a port is left to rmcp.
             .filter_map(|h| match axum::http::uri::Authority::try_from(h) {
                 Ok(a) if a.port().is_none() => Some(normalize_host(a.host())),
-                _ => None,
+                Ok(_) => None,
+                Err(_) => Some(normalize_host(h)),
             })
             .collect();
-        let revision_supported = server
-            .connection(Transport::Http)
-            .supported_protocol_versions()
-            .contains(&ProtocolVersion::V_2026_07_28);
+        let revision_supported =
+            server.connection(Transport::Http).supported_protocol_versions().contains(&ProtocolVersion::V_2026_07_28);
         Direct { server, hosts, max_body_bytes, sessions_end, revision_supported }
     }
 }
@@ -95,18 +97,45 @@ pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, 
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, direct.max_body_bytes).await {
+    let bytes = match read_body(body, direct.max_body_bytes).await {
         Ok(bytes) => bytes,
-        // A body over the limit despite its Content-Length, or cut off: rmcp's answer to both.
-        Err(e) => {
-            return (StatusCode::INTERNAL_SERVER_ERROR, format!("Failed to read request body: {e}")).into_response();
-        }
+        Err(refused) => return refused,
     };
-    let Some(call) = plain_call(&bytes, &parts.headers) else {
+    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
+    let handler = direct.server.connection(Transport::Http);
+    let call = plain_call(&bytes, &parts.headers).filter(|call| handler.get_tool(&call.params.name).is_none());
+    let Some(call) = call else {
         return next.run(Request::from_parts(parts, Body::from(bytes))).await;
     };
     tracing::debug!(id = %call.id, "tools/call answered by the HTTP transport");
-    run(&direct, call).await
+    run(&direct, handler, call).await
+}
+
+/// The body, read as rmcp reads it, with rmcp's answers when that fails.
+async fn read_body(body: Body, max: usize) -> Result<Bytes, Response> {
+    let mut data = body.into_data_stream();
+    let mut collected = bytes::BytesMut::new();
+    while let Some(chunk) = data.next().await {
+        match chunk {
+            Ok(chunk) if chunk.len() > max.saturating_sub(collected.len()) => {
+                let refusal = format!("Payload Too Large: request body exceeds {max} bytes");
+                return Err(plain_text(StatusCode::PAYLOAD_TOO_LARGE, refusal));
+            }
+            Ok(chunk) => collected.extend_from_slice(&chunk),
+            Err(e) => {
+                let refusal = format!("Failed to read request body: {e}");
+                return Err(plain_text(StatusCode::INTERNAL_SERVER_ERROR, refusal));
+            }
+        }
+    }
+    Ok(collected.freeze())
+}
+
+/// A refusal as rmcp sends one: a status and a sentence, no content type.
+fn plain_text(status: StatusCode, text: String) -> Response {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    response
 }
 
 /// The headers say this is a request rmcp would route statelessly and accept.
@@ -224,16 +253,14 @@ impl Drop for Running {
     }
 }
 
-async fn run(direct: &Direct, call: PlainCall) -> Response {
+async fn run(direct: &Direct, handler: SkillhostMcp, call: PlainCall) -> Response {
     let PlainCall { id, params, client, tasks_declared } = call;
-    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
-    let handler = direct.server.connection(Transport::Http);
     let cancel = CancellationToken::new();
     let calling = {
         let cancel = cancel.clone();
         async move { handler.call(params, CallContext { client, cancelled: &cancel, progress: None }).await }
     };
-    // A panicking call has no answer (under rmcp its task dies and the request gets a 500).
+    // A panicking call has no answer: a 500 now (see the module doc).
     let calling: Calling = Box::pin(std::panic::AssertUnwindSafe(calling).catch_unwind().map(Result::ok));
     let running = Running { call: Some(calling), cancel };
     let outcome = tokio::select! {
@@ -242,12 +269,10 @@ async fn run(direct: &Direct, call: PlainCall) -> Response {
         _ = direct.sessions_end.cancelled() => None,
     };
     let Some(outcome) = outcome else {
-        tracing::error!("Internal server error when empty response: no response message received from handler");
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Encounter an error when empty response: no response message received from handler",
-        )
-            .into_response();
+        let error = "no response message received from handler";
+        tracing::error!("Internal server error when empty response: {error}");
+        let text = format!("Encounter an error when empty response: {error}");
+        return plain_text(StatusCode::INTERNAL_SERVER_ERROR, text);
     };
     let message = answer_of(outcome, id, tasks_declared);
     let status = status_of(&message);
@@ -255,11 +280,11 @@ async fn run(direct: &Direct, call: PlainCall) -> Response {
         Ok(body) => {
             (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(body)).into_response()
         }
-        Err(e) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("Encounter an error when serialize json response: {e}"),
-        )
-            .into_response(),
+        Err(e) => {
+            tracing::error!("Internal server error when serialize json response: {e}");
+            let text = format!("Encounter an error when serialize json response: {e}");
+            plain_text(StatusCode::INTERNAL_SERVER_ERROR, text)
+        }
     }
 }
 
