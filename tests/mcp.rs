@@ -559,20 +559,87 @@ fn stdio_answers_a_plain_call_with_the_bytes_rmcp_writes() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
-/// A plain stateless `tools/call` over HTTP is answered without rmcp's per-request service
-/// (`mcp/http/direct.rs`), with the status, headers and bytes rmcp sends for the same request.
-/// The same call is also sent with a weight in its `Accept`, which the direct path leaves to
-/// rmcp (rmcp reads weights; the answer is the same): five kinds of answer compared. Requests
-/// the direct path must not take get rmcp's answers, and the server's debug log shows which
-/// path answered each request (a plain call after them is the marker that the log is current).
+/// An HTTP server whose debug log names each request its direct path answered
+/// (`mcp/http/direct.rs`), and the requests to compare that path with rmcp's.
+struct DirectPath {
+    server: HttpServer,
+}
+
+/// An `Accept` the direct path takes, and one with weights it leaves to rmcp (which reads
+/// weights; the answer is the same).
+const PLAIN_ACCEPT: &str = "application/json, text/event-stream";
+const WEIGHTED_ACCEPT: &str = "application/json;q=1, text/event-stream;q=0.5";
+
+impl DirectPath {
+    fn start(home: &Path, args: &[&str]) -> DirectPath {
+        let server = HttpServer::start(home, args, &[("RUST_LOG", "skillhost::mcp::http=debug")]);
+        DirectPath { server }
+    }
+
+    fn send(&self, headers: &[(String, String)], body: &str) -> client::HttpResponse {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        http(self.server.addr, "POST", "/mcp", &headers, body.as_bytes())
+    }
+
+    fn answered_here(&self) -> usize {
+        self.server.stderr().matches("tools/call answered by the HTTP transport").count()
+    }
+
+    /// Send a request the direct path takes; once its debug line is there, every request
+    /// before it has been answered and logged: exactly `expected` of them by the direct path.
+    fn marker(&self, headers: &[(String, String)], body: &str, expected: usize) {
+        assert_eq!(self.send(headers, body).status, 200);
+        wait_until(|| self.answered_here() >= expected, "the direct path's debug line");
+        assert_eq!(self.answered_here(), expected, "requests answered by the direct path");
+    }
+
+    /// `body` sent with `headers(PLAIN_ACCEPT)` (the direct path) and `headers(WEIGHTED_ACCEPT)`
+    /// (rmcp): the same status, header names, type and body, once usage figures and the
+    /// per-request session name are set aside. Returns the direct path's answer.
+    fn same_on_both_paths(&self, headers: impl Fn(&str) -> Vec<(String, String)>, body: &str) -> client::HttpResponse {
+        let direct = self.send(&headers(PLAIN_ACCEPT), body);
+        let via_rmcp = self.send(&headers(WEIGHTED_ACCEPT), body);
+        assert_eq!(direct.status, via_rmcp.status, "status for {body}: {} / {}", direct.body, via_rmcp.body);
+        let head_names = |r: &client::HttpResponse| {
+            let mut names: Vec<String> = r.headers.iter().map(|(k, _)| k.clone()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(head_names(&direct), head_names(&via_rmcp), "the headers sent for {body}");
+        let content_type = |r: &client::HttpResponse| r.headers.iter().find(|(k, _)| k == "content-type").cloned();
+        assert_eq!(content_type(&direct), content_type(&via_rmcp), "content type for {body}");
+        // Each stateless request is an audit session of its own, which the probe echoes.
+        let same = |body: &str| without_sessions(&without_usage_figures(body));
+        assert_eq!(same(&direct.body), same(&via_rmcp.body), "the answers to {body} differ");
+        direct
+    }
+}
+
+/// Five kinds of answer: a result, a tool error, invalid arguments, an unknown tool, and a
+/// memory tool refused by `--memory none`. Three of them run the probe.
+fn five_kinds_of_call() -> [Value; 5] {
+    [
+        json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
+        json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
+        json!({ "name": "probe", "arguments": { "mode": 7 } }),
+        json!({ "name": "no-such-tool", "arguments": {} }),
+        json!({ "name": "memory_search", "arguments": { "query": "x" } }),
+    ]
+}
+
+fn header_list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A plain stateless 2026-07-28 `tools/call` over HTTP is answered without rmcp's per-request
+/// service, with the status, headers and bytes rmcp sends for the same request (five kinds of
+/// answer). Requests the direct path must not take get rmcp's answers.
 #[test]
 fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
     let env = common::Env::new();
     let lib = env.library();
     env.install_granted(&lib, "probe", "");
-    let server =
-        HttpServer::start(env.home.path(), &["--memory", "none"], &[("RUST_LOG", "skillhost::mcp::http=debug")]);
-    let answered_here = || server.stderr().matches("tools/call answered by the HTTP transport").count();
+    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "1" },
@@ -583,59 +650,29 @@ fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
         params["_meta"] = meta.clone();
         json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params }).to_string()
     };
-    let headers = |name: &str, accept: &str| -> Vec<(String, String)> {
-        [
+    let headers = |name: &str, accept: &str| {
+        header_list(&[
             ("Content-Type", "application/json"),
             ("Accept", accept),
             ("MCP-Protocol-Version", "2026-07-28"),
             ("Mcp-Method", "tools/call"),
             ("Mcp-Name", name),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        ])
     };
-    const PLAIN: &str = "application/json, text/event-stream";
-    let send = |headers: &[(String, String)], body: &str| {
-        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        http(server.addr, "POST", "/mcp", &headers, body.as_bytes())
-    };
+    let send = |headers: &[(String, String)], body: &str| path.send(headers, body);
     let noop = json!({ "name": "probe", "arguments": { "mode": "noop" } });
-    // Every request before it has been answered and logged once the marker's line is there.
-    let marker = |expected: usize| {
-        assert_eq!(send(&headers("probe", PLAIN), &body(&noop, &meta)).status, 200);
-        wait_until(|| answered_here() >= expected, "the direct path's debug line");
-        assert_eq!(answered_here(), expected, "requests answered by the direct path");
-    };
-    let head_names = |r: &client::HttpResponse| {
-        let mut names: Vec<String> = r.headers.iter().map(|(k, _)| k.clone()).collect();
-        names.sort();
-        names
-    };
-    let calls = [
-        json!({ "name": "probe", "arguments": { "mode": "echo", "arg": "same bytes" } }),
-        json!({ "name": "probe", "arguments": { "mode": "fail", "arg": "on purpose" } }),
-        json!({ "name": "probe", "arguments": { "mode": 7 } }),
-        json!({ "name": "no-such-tool", "arguments": {} }),
-        json!({ "name": "memory_search", "arguments": { "query": "x" } }),
-    ];
+    let marker = |expected| path.marker(&headers("probe", PLAIN_ACCEPT), &body(&noop, &meta), expected);
+    let calls = five_kinds_of_call();
     let mut here = 0;
     for params in &calls {
         let name = params["name"].as_str().unwrap();
-        let direct = send(&headers(name, PLAIN), &body(params, &meta));
-        let via_rmcp = send(&headers(name, "application/json;q=1, text/event-stream;q=0.5"), &body(params, &meta));
+        path.same_on_both_paths(|accept| headers(name, accept), &body(params, &meta));
         here += 2; // the direct call and the marker
         marker(here);
-        assert_eq!(direct.status, via_rmcp.status, "status for {params}: {} / {}", direct.body, via_rmcp.body);
-        assert_eq!(head_names(&direct), head_names(&via_rmcp), "the headers sent for {params}");
-        let content_type = |r: &client::HttpResponse| r.headers.iter().find(|(k, _)| k == "content-type").cloned();
-        assert_eq!(content_type(&direct), content_type(&via_rmcp), "content type for {params}");
-        // Each stateless request is an audit session of its own, which the probe echoes.
-        let same = |body: &str| without_sessions(&without_usage_figures(body));
-        assert_eq!(same(&direct.body), same(&via_rmcp.body), "the answers to {params} differ");
     }
     let probe_calls = audit_lines(env.home.path()).iter().filter(|l| l["skill"] == "probe").count();
     assert_eq!(probe_calls, 6 + calls.len(), "each probe call once, on either path, and the markers");
+    const PLAIN: &str = PLAIN_ACCEPT;
 
     // What the direct path leaves to rmcp: answered as before, or refused.
     let with = |mut h: Vec<(String, String)>, k: &str, v: &str| {
@@ -681,7 +718,52 @@ fn http_answers_a_plain_stateless_call_with_the_bytes_rmcp_sends() {
     let r = send(&plain(), "{not json");
     assert_eq!(r.status, 415, "{}", r.body);
     marker(here + 1);
-    drop(server);
+    drop(path);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// On a server started with `--stateless`, a `tools/call` of a revision before 2026-07-28
+/// (the header names it; no `_meta`) is answered by the direct path too, as rmcp answers it:
+/// the legacy shape (no `resultType`), every answer 200. On a server with sessions the same
+/// request is rmcp's (which asks for a session).
+#[test]
+fn http_answers_an_earlier_revision_without_sessions_with_the_bytes_rmcp_sends() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let body =
+        |params: &Value| json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params }).to_string();
+    let headers = |accept: &str| {
+        header_list(&[("Content-Type", "application/json"), ("Accept", accept), ("MCP-Protocol-Version", "2025-11-25")])
+    };
+    let noop = json!({ "name": "probe", "arguments": { "mode": "noop" } });
+    let path = DirectPath::start(env.home.path(), &["--memory", "none", "--stateless"]);
+    let mut here = 0;
+    for params in five_kinds_of_call() {
+        let answer = path.same_on_both_paths(headers, &body(&params));
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(
+            answer.json().get("error").is_some() || answer.json()["result"].get("resultType").is_none(),
+            "{}",
+            answer.body
+        );
+        here += 2;
+        path.marker(&headers(PLAIN_ACCEPT), &body(&noop), here);
+    }
+    // A progress token, or a revision in `_meta` too: rmcp's.
+    let r = path.send(
+        &headers(PLAIN_ACCEPT),
+        &body(&json!({ "name": "probe", "arguments": { "mode": "noop" }, "_meta": { "progressToken": 1 } })),
+    );
+    assert_eq!(r.json()["result"]["structuredContent"]["output"], "ok", "{}", r.body);
+    path.marker(&headers(PLAIN_ACCEPT), &body(&noop), here + 1);
+    drop(path);
+
+    let sessions = DirectPath::start(env.home.path(), &["--memory", "none"]);
+    let r = sessions.send(&headers(PLAIN_ACCEPT), &body(&noop));
+    assert_eq!(r.status, 400, "a server with sessions wants one: {}", r.body);
+    assert_eq!(sessions.answered_here(), 0);
+    drop(sessions);
     cli(env.home.path(), &["audit", "verify"]);
 }
 

@@ -1,5 +1,5 @@
-//! A stateless (2026-07-28) `tools/call` answered on the connection's own task, without rmcp's
-//! per-request service.
+//! A stateless `tools/call` answered on the connection's own task, without rmcp's per-request
+//! service.
 //!
 //! Why: for each stateless request rmcp builds a handler of its own, starts a service loop for
 //! it on a new task, runs the request on another, and passes the answer back over a channel to
@@ -13,10 +13,16 @@
 //! Only a request rmcp would certainly route statelessly and accept is taken: `POST`, no
 //! `Origin` (browsers go through rmcp's origin check), no `Mcp-Session-Id`, a `Host` among
 //! the names the server accepts without a port, `Content-Type: application/json`, an `Accept`
-//! naming both JSON and event streams without parameters, a `Content-Length` body,
-//! `MCP-Protocol-Version: 2026-07-28` and the same version in `_meta` with every key that
-//! revision requires, `Mcp-Method: tools/call` and `Mcp-Name` equal to the tool (plain, not
-//! Base64-wrapped), each header once, and no progress token (progress needs rmcp's stream).
+//! naming both JSON and event streams without parameters, a `Content-Length` body, each
+//! header once, no progress token (progress needs rmcp's stream), and one of two revisions:
+//! - 2026-07-28 ([`Revision::Inline`]): `MCP-Protocol-Version: 2026-07-28` and the same version
+//!   in `_meta` with every key that revision requires, `Mcp-Method: tools/call` and `Mcp-Name`
+//!   equal to the tool (plain, not Base64-wrapped);
+//! - an earlier revision on a server started with `--stateless` ([`Revision::Legacy`]): the
+//!   header names a known revision before 2026-07-28 and `_meta` names none; rmcp serves it
+//!   statelessly as that revision, and answers it as it answers a 2025-11-25 session (the
+//!   legacy-peer stripping, every answer 200).
+//!
 //! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
 //! as before. (`Mcp-Param-*` headers are checked by rmcp against `x-mcp-header` annotations in
 //! the schema its handler's `get_tool` returns; `SkillhostMcp` has no `get_tool`, so rmcp
@@ -59,6 +65,19 @@ pub(super) struct Direct {
     sessions_end: CancellationToken,
     /// The handler accepts the 2026-07-28 revision (else rmcp refuses such requests).
     revision_supported: bool,
+    /// No 2025-11-25 sessions (`--stateless`): rmcp serves requests of earlier revisions
+    /// statelessly too.
+    stateless: bool,
+}
+
+/// How rmcp serves a stateless request, by the revision it speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Revision {
+    /// 2026-07-28: the request carries its revision, client and capabilities in `_meta`.
+    Inline,
+    /// A revision before 2026-07-28, named by the `MCP-Protocol-Version` header only, on a
+    /// server without sessions.
+    Legacy,
 }
 
 impl Direct {
@@ -67,6 +86,7 @@ impl Direct {
         allowed_hosts: &[String],
         max_body_bytes: usize,
         sessions_end: CancellationToken,
+        stateless: bool,
     ) -> Direct {
         let hosts = allowed_hosts
             .iter()
@@ -82,7 +102,7 @@ impl Direct {
             .collect();
         let revision_supported =
             server.connection(Transport::Http).supported_protocol_versions().contains(&ProtocolVersion::V_2026_07_28);
-        Direct { server, hosts, max_body_bytes, sessions_end, revision_supported }
+        Direct { server, hosts, max_body_bytes, sessions_end, revision_supported, stateless }
     }
 }
 
@@ -93,9 +113,10 @@ fn normalize_host(host: &str) -> String {
 
 /// The middleware: a plain stateless `tools/call` is answered here, anything else goes on.
 pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, next: Next) -> Response {
-    if !direct.revision_supported || request.method() != Method::POST || !headers_qualify(&direct, request.headers()) {
+    let revision = (request.method() == Method::POST).then(|| revision_of(&direct, request.headers())).flatten();
+    let Some(revision) = revision else {
         return next.run(request).await;
-    }
+    };
     let (parts, body) = request.into_parts();
     let bytes = match read_body(body, direct.max_body_bytes).await {
         Ok(bytes) => bytes,
@@ -103,7 +124,8 @@ pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, 
     };
     // A handler of its own per request, as rmcp makes one: its audit session is this request's.
     let handler = direct.server.connection(Transport::Http);
-    let call = plain_call(&bytes, &parts.headers).filter(|call| handler.get_tool(&call.params.name).is_none());
+    let call =
+        plain_call(&bytes, &parts.headers, revision).filter(|call| handler.get_tool(&call.params.name).is_none());
     let Some(call) = call else {
         return next.run(Request::from_parts(parts, Body::from(bytes))).await;
     };
@@ -138,11 +160,12 @@ fn plain_text(status: StatusCode, text: String) -> Response {
     response
 }
 
-/// The headers say this is a request rmcp would route statelessly and accept.
-fn headers_qualify(direct: &Direct, headers: &HeaderMap) -> bool {
+/// The revision of a request whose headers say rmcp would route it statelessly and accept
+/// it; `None` leaves it to rmcp.
+fn revision_of(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
     if headers.contains_key(ORIGIN) || headers.contains_key("mcp-session-id") || headers.contains_key(TRANSFER_ENCODING)
     {
-        return false;
+        return None;
     }
     let host_ok = only(headers, HOST.as_str())
         .and_then(|h| axum::http::uri::Authority::try_from(h).ok())
@@ -151,13 +174,20 @@ fn headers_qualify(direct: &Direct, headers: &HeaderMap) -> bool {
         let essence = t.split_once(';').map_or(t, |(essence, _)| essence);
         essence.trim().eq_ignore_ascii_case("application/json")
     });
-    host_ok
-        && json_body
-        && only(headers, CONTENT_LENGTH.as_str()).is_some()
-        && accepts_json_and_events(headers)
-        && only(headers, "mcp-protocol-version") == Some(ProtocolVersion::V_2026_07_28.as_str())
-        && only(headers, "mcp-method") == Some("tools/call")
-        && only(headers, "mcp-name").is_some_and(|n| !n.starts_with(BASE64_HEADER_PREFIX))
+    if !(host_ok && json_body && only(headers, CONTENT_LENGTH.as_str()).is_some() && accepts_json_and_events(headers)) {
+        return None;
+    }
+    let version = only(headers, "mcp-protocol-version")?;
+    if version == ProtocolVersion::V_2026_07_28.as_str() {
+        let named = only(headers, "mcp-method") == Some("tools/call")
+            && only(headers, "mcp-name").is_some_and(|n| !n.starts_with(BASE64_HEADER_PREFIX));
+        return (direct.revision_supported && named).then_some(Revision::Inline);
+    }
+    // rmcp checks the standard headers (`Mcp-Method`, `Mcp-Name`) only from 2026-07-28 on.
+    let earlier = ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|known| known.as_str() == version && version < ProtocolVersion::STANDARD_HEADERS.as_str());
+    (direct.stateless && earlier).then_some(Revision::Legacy)
 }
 
 /// The one value of `name`, if it is there exactly once and is visible ASCII.
@@ -192,11 +222,13 @@ struct PlainCall {
     params: CallToolRequestParams,
     client: Client,
     tasks_declared: bool,
+    revision: Revision,
 }
 
-/// The body as a call this path answers: a 2026-07-28 `tools/call` with every `_meta` key that
-/// revision requires, the headers' tool, and no progress token.
-fn plain_call(body: &[u8], headers: &HeaderMap) -> Option<PlainCall> {
+/// The body as a call this path answers: a `tools/call` without a progress token; for
+/// 2026-07-28, with every `_meta` key that revision requires and the headers' tool; before it,
+/// with no revision in `_meta`.
+fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<PlainCall> {
     let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
         serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?
     else {
@@ -204,19 +236,23 @@ fn plain_call(body: &[u8], headers: &HeaderMap) -> Option<PlainCall> {
     };
     // rmcp's parse keeps `_meta` beside the request, not in its params.
     let meta = request.get_meta();
-    if meta.protocol_version() != Some(ProtocolVersion::V_2026_07_28)
-        || !meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
-        || meta.get_progress_token().is_some()
-    {
+    let meta_ok = match revision {
+        Revision::Inline => {
+            meta.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
+                && meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
+        }
+        Revision::Legacy => meta.protocol_version().is_none(),
+    };
+    if !meta_ok || meta.get_progress_token().is_some() {
         return None;
     }
     let client = client_named(meta.client_info());
     let tasks_declared = meta.client_capabilities().is_some_and(|c| c.supports_tasks());
     let ClientRequest::CallToolRequest(call) = request else { return None };
-    if only(headers, "mcp-name") != Some(&*call.params.name) {
+    if revision == Revision::Inline && only(headers, "mcp-name") != Some(&*call.params.name) {
         return None;
     }
-    Some(PlainCall { id, params: call.params, client, tasks_declared })
+    Some(PlainCall { id, params: call.params, client, tasks_declared, revision })
 }
 
 /// What a call ends with: its outcome, or `None` if it panicked.
@@ -254,7 +290,7 @@ impl Drop for Running {
 }
 
 async fn run(direct: &Direct, handler: SkillhostMcp, call: PlainCall) -> Response {
-    let PlainCall { id, params, client, tasks_declared } = call;
+    let PlainCall { id, params, client, tasks_declared, revision } = call;
     let cancel = CancellationToken::new();
     let calling = {
         let cancel = cancel.clone();
@@ -274,8 +310,8 @@ async fn run(direct: &Direct, handler: SkillhostMcp, call: PlainCall) -> Respons
         let text = format!("Encounter an error when empty response: {error}");
         return plain_text(StatusCode::INTERNAL_SERVER_ERROR, text);
     };
-    let message = answer_of(outcome, id, tasks_declared);
-    let status = status_of(&message);
+    let message = answer_of(outcome, id, tasks_declared, revision);
+    let status = status_of(&message, revision);
     match serde_json::to_vec(&message) {
         Ok(body) => {
             (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], Bytes::from(body)).into_response()
@@ -288,8 +324,13 @@ async fn run(direct: &Direct, handler: SkillhostMcp, call: PlainCall) -> Respons
     }
 }
 
-/// The JSON-RPC answer as rmcp's server handler makes it for a 2026-07-28 request.
-fn answer_of(outcome: Result<CallToolResponse, McpError>, id: RequestId, tasks_declared: bool) -> ServerJsonRpcMessage {
+/// The JSON-RPC answer as rmcp's server handler makes it for a request of `revision`.
+fn answer_of(
+    outcome: Result<CallToolResponse, McpError>,
+    id: RequestId,
+    tasks_declared: bool,
+    revision: Revision,
+) -> ServerJsonRpcMessage {
     let outcome = outcome.and_then(|response| {
         // SEP-2663: no task handle for a client that did not declare the tasks extension.
         if matches!(response, CallToolResponse::Task(_)) && !tasks_declared {
@@ -298,13 +339,19 @@ fn answer_of(outcome: Result<CallToolResponse, McpError>, id: RequestId, tasks_d
             ));
         }
         let mut result = ServerResult::from(response);
-        result.fill_missing_cache_hints();
+        match revision {
+            Revision::Inline => result.fill_missing_cache_hints(),
+            Revision::Legacy => {
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+            }
+        }
         Ok(result)
     });
     match outcome {
         Ok(result) => JsonRpcMessage::response(result, id),
         Err(mut error) => {
-            if error.code == ErrorCode::RESOURCE_NOT_FOUND {
+            if revision == Revision::Inline && error.code == ErrorCode::RESOURCE_NOT_FOUND {
                 error.code = ErrorCode::INVALID_PARAMS;
             }
             JsonRpcMessage::error(error, Some(id))
@@ -312,9 +359,13 @@ fn answer_of(outcome: Result<CallToolResponse, McpError>, id: RequestId, tasks_d
     }
 }
 
-/// The HTTP status rmcp gives a 2026-07-28 answer (its request's `_meta` being whole).
-fn status_of(message: &ServerJsonRpcMessage) -> StatusCode {
+/// The HTTP status rmcp gives the answer: for 2026-07-28 by the error (the request's `_meta`
+/// being whole), for earlier revisions always 200.
+fn status_of(message: &ServerJsonRpcMessage, revision: Revision) -> StatusCode {
     let ServerJsonRpcMessage::Error(error) = message else { return StatusCode::OK };
+    if revision == Revision::Legacy {
+        return StatusCode::OK;
+    }
     match error.error.code {
         ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
         | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY

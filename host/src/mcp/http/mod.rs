@@ -300,7 +300,13 @@ pub fn router(
     let mut origins: Vec<String> =
         vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     origins.extend(options.allowed_origins.iter().cloned());
-    let direct = Arc::new(direct::Direct::new(server.clone(), &hosts, options.max_body_bytes, sessions_end.clone()));
+    let direct = Arc::new(direct::Direct::new(
+        server.clone(),
+        &hosts,
+        options.max_body_bytes,
+        sessions_end.clone(),
+        options.stateless,
+    ));
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
