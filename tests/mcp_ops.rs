@@ -168,7 +168,7 @@ fn a_second_signal_cancels_the_calls_still_running_and_they_are_audited_as_cance
     let mut server = HttpServer::start(env.home.path(), &[], &[]);
     let addr = server.addr;
     let long = json!({ "name": "probe", "arguments": { "mode": "sleep", "n": 50000 } });
-    let _in_flight = start_rpc(addr, "tools/call", long);
+    let mut in_flight = start_rpc(addr, "tools/call", long);
     let started = Instant::now();
     while sample(&get(addr, "/metrics", &[]).body, "skillhost_call_slots_in_use") != Some(1.0) {
         assert!(started.elapsed() < Duration::from_secs(20), "the long call never started");
@@ -184,6 +184,12 @@ fn a_second_signal_cancels_the_calls_still_running_and_they_are_audited_as_cance
     let status = server.wait_exit(Duration::from_secs(15)).expect("still running 15 s after the second signal");
     assert!(status.success(), "{status:?}");
     assert!(second.elapsed() < Duration::from_secs(10), "{:?}", second.elapsed());
+    // Its client is told, as rmcp tells it: a 500 with a sentence and no content type.
+    let mut answer = String::new();
+    let _ = in_flight.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 500"), "{answer}");
+    assert!(answer.ends_with("no response message received from handler"), "{answer}");
+    assert!(!answer.to_ascii_lowercase().contains("content-type"), "{answer}");
     let lines = audit_lines(env.home.path());
     let call = lines.iter().find(|l| l["skill"] == "probe").expect("the cancelled call has no audit line");
     assert_eq!(call["status"], "cancelled", "{call}");
