@@ -16,8 +16,8 @@
 //! Why ~770 lines in one file: rmcp's `ServerHandler` is one trait whose methods (tools,
 //! prompts, resources, skills, completion) share the server's state and its audit helper;
 //! what each method serves lives in [`tools`] and [`skills`], the transports in [`http`],
-//! [`connections`] and [`stdio`] (which answers a plain `tools/call` itself, through the
-//! same [`SkillhostMcp::call`] as rmcp's handler).
+//! [`connections`] and [`stdio`] (stdio and HTTP each answer a plain `tools/call` themselves,
+//! [`stdio`] and `http::direct`, through the same [`SkillhostMcp::call`] as rmcp's handler).
 
 pub mod connections;
 pub mod http;

@@ -6,7 +6,7 @@
 //! for a non-loopback bind, see [`HttpOptions::check`]); a request-size limit; a bound on
 //! requests in flight. Each refusal is a JSON-RPC error body with a sentence saying what to
 //! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here. A
-//! plain stateless `tools/call` is then answered by [`direct`] without rmcp's per-request
+//! plain stateless `tools/call` is then answered by `direct` without rmcp's per-request
 //! service; everything else is rmcp's.
 
 use std::net::SocketAddr;
