@@ -44,6 +44,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::{FutureExt as _, StreamExt as _};
+use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler as _;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode,
@@ -53,7 +54,6 @@ use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
 use tokio_util::sync::CancellationToken;
 
 use super::super::{CallContext, Client, McpServer, SkillhostMcp, Transport, client_named};
-use rmcp::ErrorData as McpError;
 
 /// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
 pub(super) struct Direct {
@@ -122,13 +122,14 @@ pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, 
         Ok(bytes) => bytes,
         Err(refused) => return refused,
     };
-    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
-    let handler = direct.server.connection(Transport::Http);
-    let call =
-        plain_call(&bytes, &parts.headers, revision).filter(|call| handler.get_tool(&call.params.name).is_none());
-    let Some(call) = call else {
+    let Some(call) = plain_call(&bytes, &parts.headers, revision) else {
         return next.run(Request::from_parts(parts, Body::from(bytes))).await;
     };
+    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
+    let handler = direct.server.connection(Transport::Http);
+    if handler.get_tool(&call.params.name).is_some() {
+        return next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    }
     tracing::debug!(id = %call.id, "tools/call answered by the HTTP transport");
     run(&direct, handler, call).await
 }
