@@ -38,8 +38,9 @@
 //! appends, verification and reading dispatch to `postgres` (its module doc says how appends
 //! are serialized and group-committed), and `verify` walks the rows with the same code.
 //!
-//! Files: `entry` the typed entries writers fill in, `chain` the canonical form, hashing
-//! and walking of lines, `sync` group commit, `read` reading entries back and
+//! Files: `entry` the typed entries writers fill in, `canonical` an entry in canonical
+//! form before it is chained (a call's entry is written into it straight from its fields),
+//! `chain` the canonical form, hashing and walking of lines, `sync` group commit, `read` reading entries back and
 //! summarising sessions, `seal` setting a damaged log aside, `postgres` the chain in a
 //! PostgreSQL store.
 
@@ -51,10 +52,10 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use crate::fsutil::FileStamp;
 
+mod canonical;
 mod chain;
 mod entry;
 mod postgres;
@@ -62,6 +63,7 @@ mod read;
 mod seal;
 mod sync;
 
+pub use canonical::CanonicalEntry;
 pub use chain::canonical_json;
 use chain::{Tail, chained_line, check_entry, last_entry, walk};
 pub use entry::{
@@ -308,7 +310,8 @@ impl AuditLog {
 
     /// Append `entry` (which must have a `kind` of `call` or `step`, and a `session`) as
     /// the next line of the chain.
-    pub fn append(&self, entry: Map<String, Value>) -> Result<Appended> {
+    pub fn append(&self, entry: impl Into<CanonicalEntry>) -> Result<Appended> {
+        let entry = entry.into();
         check_entry(&entry)?;
         if let Some(pg) = &self.pg {
             return pg.append(entry);
@@ -330,8 +333,9 @@ impl AuditLog {
     /// otherwise the entry comes back untouched, for [`AuditLog::append`] off the executor.
     pub fn try_append_now(
         &self,
-        entry: Map<String, Value>,
-    ) -> std::result::Result<Result<Appended>, Map<String, Value>> {
+        entry: impl Into<CanonicalEntry>,
+    ) -> std::result::Result<Result<Appended>, CanonicalEntry> {
+        let entry = entry.into();
         if let Err(e) = check_entry(&entry) {
             return Ok(Err(e));
         }
@@ -367,7 +371,8 @@ impl AuditLog {
 
     /// [`AuditLog::append`] for async callers: a PostgreSQL chain's append is awaited; a
     /// file's runs on the blocking pool unless it need not wait ([`AuditLog::try_append_now`]).
-    pub async fn append_async(&self, entry: Map<String, Value>) -> Result<Appended> {
+    pub async fn append_async(&self, entry: impl Into<CanonicalEntry>) -> Result<Appended> {
+        let entry = entry.into();
         if let Some(pg) = &self.pg {
             check_entry(&entry)?;
             return pg.append_async(entry).await;
@@ -395,7 +400,7 @@ impl AuditLog {
         file: Arc<File>,
         known: Option<Writer>,
         stat: Option<FileStamp>,
-        mut entry: Map<String, Value>,
+        mut entry: CanonicalEntry,
     ) -> Result<Appended> {
         // Under the flock from here; an error still unlocks (the file may stay open, kept
         // for the syncer, and an open file keeps its flock).
@@ -418,7 +423,7 @@ impl AuditLog {
             if tail.torn_bytes > 0 {
                 file.set_len(tail.complete_len)
                     .with_context(|| format!("cannot cut the torn last line of {}", self.path.display()))?;
-                entry.insert("torn_tail_bytes".into(), tail.torn_bytes.into());
+                entry.insert("torn_tail_bytes", &tail.torn_bytes);
             }
             let (line, hash) = chained_line(entry, tail.seq + 1, &tail.hash);
             (&*file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;

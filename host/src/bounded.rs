@@ -6,6 +6,8 @@
 //! kept as its size, its sha256 and a prefix, so the line still says what was sent and a
 //! copy of the full value can be matched against it.
 
+use std::borrow::Cow;
+
 use serde_json::{Value, json};
 
 /// Most bytes of a client string kept as it is (a name, a version).
@@ -21,9 +23,27 @@ pub fn string(text: &str, max: usize) -> Value {
 }
 
 /// `value` if its compact JSON has at most `max` bytes, else the digest and prefix of that JSON.
-pub fn value(value: &Value, max: usize) -> Value {
-    let json = value.to_string();
-    if json.len() <= max { value.clone() } else { digest(&json) }
+/// (Measured without writing it out: a call's arguments pass here on every call.)
+pub fn value(value: &Value, max: usize) -> Cow<'_, Value> {
+    if compact_len(value) <= max { Cow::Borrowed(value) } else { Cow::Owned(digest(&value.to_string())) }
+}
+
+/// Bytes of `value`'s compact JSON (what `to_string` writes).
+fn compact_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Counting cannot fail, nor can writing a `Value`.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The form an over-long value takes in the log.
@@ -54,7 +74,13 @@ mod tests {
         assert!(kept["prefix"].as_str().unwrap().len() <= PREFIX_BYTES);
         assert!(kept.to_string().len() < 600);
         let args = json!({ "path": "/w/a.log" });
-        assert_eq!(value(&args, MAX_VALUE_BYTES), args);
+        assert_eq!(value(&args, MAX_VALUE_BYTES).into_owned(), args);
+        // The bound is on the compact JSON's bytes, escapes and all: kept at the bound,
+        // digested one byte past it.
+        let at_bound = json!({ "q": "\"é\n", "n": [1.5, -2, null] });
+        let len = at_bound.to_string().len();
+        assert!(matches!(value(&at_bound, len), Cow::Borrowed(_)));
+        assert_eq!(value(&at_bound, len - 1)["bytes"], len);
         let big = json!({ "blob": "x".repeat(900_000) });
         let kept = value(&big, MAX_VALUE_BYTES);
         assert_eq!(kept["truncated"], true);

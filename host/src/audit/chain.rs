@@ -9,6 +9,7 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::canonical::CanonicalEntry;
 use super::{ChainBreak, EntryKind, GENESIS, MAX_LINE_BYTES, Problem, RESERVED, TornTail};
 
 /// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
@@ -20,7 +21,7 @@ pub fn canonical_json(value: &Value) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+pub(super) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             write_canonical_object(map, out, |_| false);
@@ -90,16 +91,17 @@ pub(super) fn now_rfc3339() -> String {
 }
 
 /// An entry an append takes: a `kind` of `call` or `step`, a `session`, no field the log sets.
-pub(super) fn check_entry(entry: &Map<String, Value>) -> Result<()> {
-    match entry.get("kind").cloned().map(serde_json::from_value::<EntryKind>) {
+pub(super) fn check_entry(entry: &CanonicalEntry) -> Result<()> {
+    match entry.get_json("kind").map(serde_json::from_slice::<EntryKind>) {
         Some(Ok(EntryKind::Call | EntryKind::Step | EntryKind::Install)) => {}
         Some(Ok(EntryKind::Seal)) => bail!("`seal` entries are written by `skillhost audit seal` only"),
         _ => bail!("an audit entry needs `kind`: \"call\", \"step\" or \"install\""),
     }
-    if !matches!(entry.get("session"), Some(Value::String(s)) if !s.is_empty()) {
+    // A non-empty JSON string: more than its two quotes.
+    if !matches!(entry.get_json("session"), Some(json) if json.len() > 2 && json[0] == b'"') {
         bail!("an audit entry needs a non-empty `session`");
     }
-    if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(**k)) {
+    if let Some(k) = RESERVED.iter().find(|k| entry.contains_key(k)) {
         bail!("`{k}` is set by the audit log itself; leave it out of the entry");
     }
     Ok(())
@@ -107,14 +109,14 @@ pub(super) fn check_entry(entry: &Map<String, Value>) -> Result<()> {
 
 /// `entry` as line `seq` after `prev`: the canonical JSON with `seq`, `ts`, `prev` and
 /// `hash`, newline-terminated, and its hash.
-pub(super) fn chained_line(mut entry: Map<String, Value>, seq: u64, prev: &str) -> (String, String) {
-    entry.insert("seq".into(), seq.into());
-    entry.insert("ts".into(), now_rfc3339().into());
-    entry.insert("prev".into(), prev.into());
+pub(super) fn chained_line(mut entry: CanonicalEntry, seq: u64, prev: &str) -> (String, String) {
+    entry.insert("seq", &seq);
+    entry.insert("ts", &now_rfc3339());
+    entry.insert("prev", prev);
     // One canonical text serves both: hashed without `hash`, then `hash` spliced in where
     // its key sorts (the same bytes as writing the whole entry with it).
     let mut text = Vec::with_capacity(1024);
-    let at = write_canonical_object(&entry, &mut text, |k| k > "hash");
+    let at = entry.write(&mut text, |k| k > &b"hash"[..]);
     let hash = hash_of(prev, &text);
     let field = format!("\"hash\":\"{hash}\"");
     let spliced = if text[at] == b'}' {

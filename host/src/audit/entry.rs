@@ -39,7 +39,7 @@ pub fn new_entry(kind: EntryKind, session: &str) -> Map<String, Value> {
 }
 
 /// `fields` (a struct serialized to an object) as an entry of `kind` for `session`.
-fn entry_of(kind: EntryKind, session: &str, fields: &impl Serialize) -> Map<String, Value> {
+pub(super) fn entry_of(kind: EntryKind, session: &str, fields: &impl Serialize) -> Map<String, Value> {
     let mut m = new_entry(kind, session);
     if let Ok(Value::Object(fields)) = serde_json::to_value(fields) {
         m.extend(fields);
@@ -244,8 +244,10 @@ pub struct ClientInfo {
 }
 
 impl CallEntry {
-    pub fn into_entry(self) -> Map<String, Value> {
-        entry_of(EntryKind::Call, &self.session, &self)
+    /// The entry in canonical form, written straight from the fields (a line per call:
+    /// no `Map` in between; the same bytes, see [`super::CanonicalEntry`]).
+    pub fn into_entry(self) -> super::CanonicalEntry {
+        super::CanonicalEntry::typed(EntryKind::Call, &self.session, &self)
     }
 }
 

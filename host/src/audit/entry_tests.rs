@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::audit::CanonicalEntry;
 use crate::audit::canonical_json;
 use crate::capabilities::{CapabilityKind, Limits};
 use crate::library::RunReport;
@@ -91,7 +92,7 @@ fn old_call_entry(report: &RunReport) -> Map<String, Value> {
     if let Some(p) = &report.provenance {
         m.insert("oci".into(), p.audit_value());
     }
-    m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES));
+    m.insert("params".into(), crate::bounded::value(&report.params, crate::bounded::MAX_VALUE_BYTES).into_owned());
     match &report.outcome.result {
         Ok(out) => {
             m.insert("status".into(), serde_json::to_value(out.status).unwrap_or(Value::Null));
@@ -129,7 +130,7 @@ fn old_refused(name: &str, params: &Value, session: &str, step: u32, error: &any
     let mut m = new_entry(EntryKind::Call, session);
     m.insert("step".into(), step.into());
     m.insert("skill".into(), name.into());
-    m.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
+    m.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES).into_owned());
     m.insert("status".into(), "refused".into());
     m.insert("error".into(), format!("{error:#}").into());
     let denial = json!({ "capability": "integrity", "message": format!("call refused before running: {error:#}") });
@@ -151,7 +152,7 @@ fn old_mcp_line(
     let mut entry = new_entry(EntryKind::Call, session);
     entry.insert("step".into(), 0.into());
     entry.insert("skill".into(), tool.into());
-    entry.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES));
+    entry.insert("params".into(), crate::bounded::value(params, crate::bounded::MAX_VALUE_BYTES).into_owned());
     entry.insert("status".into(), status.into());
     entry.insert("transport".into(), transport.into());
     entry.insert(
@@ -185,8 +186,8 @@ fn old_install(
     entry
 }
 
-fn same(new: Map<String, Value>, old: Map<String, Value>) {
-    assert_eq!(canonical_json(&Value::Object(new)), canonical_json(&Value::Object(old)));
+fn same(new: impl Into<CanonicalEntry>, old: Map<String, Value>) {
+    assert_eq!(new.into().canonical_text(), canonical_json(&Value::Object(old)));
 }
 
 #[test]
@@ -235,7 +236,10 @@ fn call_lines_are_the_old_ones_for_every_status() {
             for params in [json!({ "mode": "echo", "arg": "x" }), big.clone(), Value::Null] {
                 let r = report(result.clone(), provenance.clone(), params);
                 assert_eq!(r.status().as_str(), old_call_entry(&r)["status"], "{:?}", r.outcome.result);
-                same(crate::library::call_entry(&r).into_entry(), old_call_entry(&r));
+                let entry = crate::library::call_entry(&r);
+                // Written straight, not through a `Map` (the point of the typed route).
+                assert!(CanonicalEntry::typed_route(EntryKind::Call, &entry.session, &entry).is_ok());
+                same(entry.into_entry(), old_call_entry(&r));
             }
         }
     }
@@ -309,6 +313,7 @@ fn mcp_lines_are_the_old_ones_for_every_status() {
                 extra.insert("memories_read".into(), Value::Array(ids));
             }
             let old = old_mcp_line(session, transport, "memory_search", client, &params, status.as_str(), extra);
+            assert!(CanonicalEntry::typed_route(EntryKind::Call, &entry.session, &entry).is_ok());
             same(entry.into_entry(), old);
         }
     }

@@ -47,6 +47,7 @@ use anyhow::{Result, anyhow};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::canonical::CanonicalEntry;
 use super::chain::{chained_line, walk};
 use super::{Appended, AuditRead, ChainBreak, Problem, Verified, VerifyError};
 use crate::store::PgStore;
@@ -105,7 +106,7 @@ WHERE EXISTS (SELECT 1 FROM head)";
 type Reply = Box<dyn FnOnce(Result<Appended>) + Send>;
 
 struct Pending {
-    entry: Map<String, Value>,
+    entry: CanonicalEntry,
     reply: Reply,
 }
 
@@ -171,20 +172,20 @@ impl PgChain {
     }
 
     /// Queue `entry` (already checked) and wait, blocking, until its transaction committed.
-    pub(super) fn append(&self, entry: Map<String, Value>) -> Result<Appended> {
+    pub(super) fn append(&self, entry: CanonicalEntry) -> Result<Appended> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.enqueue(entry, Box::new(move |r| drop(tx.send(r))))?;
         rx.recv().map_err(|_| anyhow!("the audit writer of {} stopped", self.location()))?
     }
 
     /// [`PgChain::append`] for async callers.
-    pub(super) async fn append_async(&self, entry: Map<String, Value>) -> Result<Appended> {
+    pub(super) async fn append_async(&self, entry: CanonicalEntry) -> Result<Appended> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(entry, Box::new(move |r| drop(tx.send(r))))?;
         rx.await.map_err(|_| anyhow!("the audit writer of {} stopped", self.location()))?
     }
 
-    fn enqueue(&self, entry: Map<String, Value>, reply: Reply) -> Result<()> {
+    fn enqueue(&self, entry: CanonicalEntry, reply: Reply) -> Result<()> {
         self.queue
             .send(Pending { entry, reply })
             .map_err(|_| anyhow!("the audit writer of {} stopped", self.location()))
@@ -557,7 +558,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            let entries: Vec<Map<String, Value>> = batch.iter_mut().map(|p| std::mem::take(&mut p.entry)).collect();
+            let entries: Vec<CanonicalEntry> = batch.iter_mut().map(|p| std::mem::take(&mut p.entry)).collect();
             let mut result = self.commit(&entries).await;
             if let Err(Failed { before_commit: true, .. }) = &result {
                 result = self.commit(&entries).await;
@@ -591,7 +592,7 @@ impl Writer {
 
     /// One transaction: chain `entries` to the head, insert them, move the head. On the
     /// head this writer knows when it guesses no other host wrote, else under the head's lock.
-    async fn commit(&mut self, entries: &[Map<String, Value>]) -> Result<Vec<Appended>, Failed> {
+    async fn commit(&mut self, entries: &[CanonicalEntry]) -> Result<Vec<Appended>, Failed> {
         let client = self.pool.get().await.map_err(|e| Failed {
             before_commit: true,
             error: anyhow!("cannot connect to the PostgreSQL store {}: {e}", self.store_name),
@@ -627,7 +628,7 @@ impl Writer {
     async fn commit_on_known(
         &mut self,
         client: &deadpool_postgres::ClientWrapper,
-        entries: &[Map<String, Value>],
+        entries: &[CanonicalEntry],
         known: (i64, String),
     ) -> Result<Option<Vec<Appended>>, Failed> {
         let insert = client.prepare_cached(INSERT_IF_HEAD_AT).await.map_err(|e| before(self.db(&e)))?;
@@ -680,7 +681,7 @@ impl Writer {
     async fn commit_on(
         &mut self,
         client: &deadpool_postgres::ClientWrapper,
-        entries: &[Map<String, Value>],
+        entries: &[CanonicalEntry],
     ) -> Result<Vec<Appended>, Failed> {
         let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(self.db(&e)))?;
         let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(self.db(&e)))?;
@@ -727,7 +728,7 @@ struct Rows {
 }
 
 impl Rows {
-    fn chain(entries: &[Map<String, Value>], mut seq: i64, prev: &str) -> Rows {
+    fn chain(entries: &[CanonicalEntry], mut seq: i64, prev: &str) -> Rows {
         let n = entries.len();
         let mut prev = prev.to_string();
         let mut rows = Rows {
@@ -742,7 +743,7 @@ impl Rows {
         };
         for entry in entries {
             seq += 1;
-            let session = entry.get("session").and_then(Value::as_str).unwrap_or_default().to_string();
+            let session = entry.session().unwrap_or_default();
             let (mut line, hash) = chained_line(entry.clone(), seq as u64, &prev);
             line.pop(); // the newline
             rows.appended.push(Appended { seq: seq as u64, hash: hash.clone(), torn_tail_bytes: 0 });

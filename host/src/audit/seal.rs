@@ -89,7 +89,7 @@ impl AuditLog {
         entry.insert("sealed_verified_head".into(), sealed.verified_head.clone().into());
         entry.insert("sealed_damaged_line".into(), sealed.damaged_line.into());
         entry.insert("error".into(), sealed.damage.clone().into());
-        let (line, head) = chained_line(entry, 1, GENESIS);
+        let (line, head) = chained_line(entry.into(), 1, GENESIS);
         let sealed = Sealed { head, ..sealed };
         crate::fsutil::write_atomic(
             &note_path,

@@ -2,7 +2,7 @@
 
 use super::chain::line_hash;
 use super::*;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 #[test]
 fn a_kept_log_file_sees_other_writers_edits_and_seals() {
@@ -48,7 +48,7 @@ fn a_chained_line_is_the_canonical_entry_with_its_hash() {
     ];
     for e in entries {
         let Value::Object(m) = e else { unreachable!() };
-        let (line, hash) = chained_line(m, 7, GENESIS);
+        let (line, hash) = chained_line(m.into(), 7, GENESIS);
         let Value::Object(mut back) = serde_json::from_str::<Value>(&line).unwrap() else { panic!("{line}") };
         assert_eq!(format!("{}\n", canonical_json(&Value::Object(back.clone()))), line);
         back.remove("hash");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Result, anyhow};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::Library;
 use super::loaded::{Loaded, LoadedSkill, off_the_executor};
@@ -415,7 +415,7 @@ impl Library {
     /// Append `entry` to the audit log: inline when the append need not wait (a server's
     /// file log syncs in the background), else off the executor (a synced file append on
     /// the blocking pool; a PostgreSQL commit awaited on the store's writer).
-    pub(crate) async fn append_entry(&self, entry: Map<String, Value>) -> Result<()> {
+    pub(crate) async fn append_entry(&self, entry: impl Into<crate::audit::CanonicalEntry>) -> Result<()> {
         self.audit.append_async(entry).await.map(|_| ())
     }
 }
