@@ -17,12 +17,14 @@
 //! prompts, resources, skills, completion) share the server's state and its audit helper;
 //! what each method serves lives in [`tools`] and [`skills`], the transports in [`http`],
 //! [`connections`] and [`stdio`] (stdio and HTTP each answer a plain `tools/call` themselves,
-//! [`stdio`] and `http::direct`, through the same [`SkillhostMcp::call`] as rmcp's handler).
+//! [`stdio`] and `http::direct`, through the same [`SkillhostMcp::call`] as rmcp's handler;
+//! `request` reads such a call without rmcp's general parse when it has no `_meta`).
 
 pub mod connections;
 pub mod http;
 pub mod metrics;
 pub mod ops;
+mod request;
 mod skills;
 pub mod stdio;
 mod tools;

@@ -48,6 +48,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
+use super::request::{contains, plain_tools_call};
 use super::{CallContext, McpServer, SkillhostMcp, Transport, client_from};
 
 /// Longest client line looked at here; a longer one goes to rmcp as it arrives.
@@ -332,6 +333,9 @@ impl Front {
         }
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some((id, params)) = plain_tools_call(line) {
+            return Some(Taken::Call { peer: peer.clone(), id, params, named: None });
+        }
         match serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()? {
             JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
                 // rmcp's parse keeps `_meta` beside the request, not in its params.
@@ -416,10 +420,6 @@ fn encode(message: &ServerJsonRpcMessage, out: &mut BytesMut) {
         }
         Err(e) => tracing::error!("cannot encode an MCP answer: {e}"),
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

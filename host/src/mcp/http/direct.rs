@@ -53,6 +53,7 @@ use rmcp::model::{
 use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
 use tokio_util::sync::CancellationToken;
 
+use super::super::request::plain_tools_call;
 use super::super::{CallContext, Client, McpServer, SkillhostMcp, Transport, client_named};
 
 /// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
@@ -230,6 +231,12 @@ struct PlainCall {
 /// 2026-07-28, with every `_meta` key that revision requires and the headers' tool; before it,
 /// with no revision in `_meta`.
 fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<PlainCall> {
+    // No `_meta` at all: what the earlier revisions send (the parse rmcp's would give).
+    if revision == Revision::Legacy
+        && let Some((id, params)) = plain_tools_call(body)
+    {
+        return Some(PlainCall { id, params, client: client_named(None), tasks_declared: false, revision });
+    }
     let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
         serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?
     else {
