@@ -1,21 +1,34 @@
-//! The commonest message a client sends, a `tools/call` with no `_meta`, read without
-//! rmcp's general parse.
+//! The commonest message a client sends, a `tools/call`, read without rmcp's general parse.
 //!
 //! Why: rmcp reads every message as an untagged `JsonRpcMessage` over untagged request
 //! types, with `_meta` flattened beside the params; serde buffers the whole message into
-//! a tree for that and walks it once per variant it tries (~7% of a stdio call's server
+//! a tree for that and walks it once per variant it tries (7-9% of a stdio call's server
 //! CPU). A message that is plainly a `tools/call` is read here straight into rmcp's own
-//! `CallToolRequestParams` instead. Anything else, or anything in doubt (a `_meta` anywhere,
-//! a field rmcp's parse could read otherwise, a parse error), is `None`, and the caller
-//! takes rmcp's parse as before; what is read here is what rmcp's parse yields for the
-//! same bytes (the tests hold the two side by side).
+//! types instead, `_meta` included (rmcp's `CallToolRequestParams` has a field for it; rmcp's
+//! parse moves it beside the params, and so does [`tools_call`]). Anything else or in doubt
+//! (a parse error, another method) is `None`, and the caller takes rmcp's parse
+//! ([`rmcp_tools_call`]) as before; what is read here is what rmcp's parse yields for the same
+//! bytes (the tests hold the two side by side).
 
-use rmcp::model::{CallToolRequestMethod, CallToolRequestParams, JsonRpcVersion2_0, RequestId};
+use rmcp::model::{
+    CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage,
+    JsonRpcRequest, JsonRpcVersion2_0, RequestId, RequestMetaObject,
+};
 use serde::Deserialize;
 
-/// The envelope of a plain `tools/call`; other members are ignored, as rmcp ignores them.
+/// A `tools/call` request as rmcp's parse yields it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ToolsCall {
+    pub(super) id: RequestId,
+    /// Without `_meta` (rmcp keeps it beside them).
+    pub(super) params: CallToolRequestParams,
+    /// The request's `_meta`; empty when it has none.
+    pub(super) meta: RequestMetaObject,
+}
+
+/// The envelope of a `tools/call`; other members are ignored, as rmcp ignores them.
 #[derive(Deserialize)]
-struct PlainToolsCall {
+struct ToolsCallMessage {
     #[allow(dead_code)] // checked by its type: exactly "2.0"
     jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
@@ -24,20 +37,27 @@ struct PlainToolsCall {
     params: CallToolRequestParams,
 }
 
-/// `message` (one JSON-RPC message) as a `tools/call` request with no `_meta`, or `None`
-/// to leave it to rmcp's parse.
-pub(super) fn plain_tools_call(message: &[u8]) -> Option<(RequestId, CallToolRequestParams)> {
-    // rmcp lifts `_meta` out of the params into the request's extensions; such a request
-    // is left to it. (An escaped key is not found here, but then the params come back
-    // with `meta` set, and are left to it too.)
-    if contains(message, b"_meta") {
+/// `message` (one JSON-RPC message) as a `tools/call` request, or `None` to leave it to
+/// rmcp's parse.
+pub(super) fn tools_call(message: &[u8]) -> Option<ToolsCall> {
+    let mut call: ToolsCallMessage = serde_json::from_slice(message).ok()?;
+    let meta = call.params.meta.take().unwrap_or_default();
+    Some(ToolsCall { id: call.id, params: call.params, meta })
+}
+
+/// `message` as a `tools/call` through rmcp's own parse (the way everything was read before
+/// [`tools_call`]).
+pub(super) fn rmcp_tools_call(message: &[u8]) -> Option<ToolsCall> {
+    let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
+        serde_json::from_slice::<ClientJsonRpcMessage>(message).ok()?
+    else {
         return None;
+    };
+    let meta = request.get_meta().clone();
+    match request {
+        ClientRequest::CallToolRequest(call) => Some(ToolsCall { id, params: call.params, meta }),
+        _ => None,
     }
-    let call: PlainToolsCall = serde_json::from_slice(message).ok()?;
-    if call.params.meta.is_some() {
-        return None;
-    }
-    Some((call.id, call.params))
 }
 
 /// Whether `needle` occurs in `haystack`.
@@ -47,28 +67,10 @@ pub(super) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage, JsonRpcRequest};
-
     use super::*;
 
-    /// What rmcp's parse makes of `message`, when it is a `tools/call` without `_meta`.
-    fn rmcp_reads(message: &str) -> Option<(RequestId, CallToolRequestParams)> {
-        let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
-            serde_json::from_str::<ClientJsonRpcMessage>(message).ok()?
-        else {
-            return None;
-        };
-        if !request.get_meta().is_empty() {
-            return None;
-        }
-        match request {
-            ClientRequest::CallToolRequest(call) => Some((id, call.params)),
-            _ => None,
-        }
-    }
-
     #[test]
-    fn a_plain_call_reads_as_rmcp_reads_it() {
+    fn a_call_reads_as_rmcp_reads_it() {
         let taken = [
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","arguments":{"mode":"noop"}}}"#,
             r#"{"method":"tools/call","params":{"arguments":{"b":[1,2.5,-3,1e300,null],"a":{"é":"\u00e9\n"}},"name":"p\u0072obe"},"id":"req-7","jsonrpc":"2.0"}"#,
@@ -76,22 +78,26 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":"","method":"tools/call","params":{"name":"probe","arguments":null,"extra":1},"more":true}"#,
             r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"probe","requestState":"s","inputResponses":{}}}"#,
             r#" {"jsonrpc" : "2.0", "id" : 4, "method" : "tools\/call", "params" : {"name" : "probe"}} "#,
+            // `_meta`, as each revision sends it, escaped, empty, `null`, or only in the arguments.
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"probe","_meta":{"progressToken":1}}}"#,
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"tasks":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"}},"name":"probe","arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"probe","\u005fmeta":{"progressToken":"t"}}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"probe","_meta":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"probe","_meta":null}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"probe","arguments":{"_meta":1}}}"#,
         ];
         for message in taken {
-            let here = plain_tools_call(message.as_bytes());
+            let here = tools_call(message.as_bytes());
             assert!(here.is_some(), "taken here: {message}");
-            assert_eq!(here, rmcp_reads(message), "{message}");
+            assert_eq!(here, rmcp_tools_call(message.as_bytes()), "{message}");
         }
+        let with_meta = tools_call(taken[6].as_bytes()).unwrap();
+        assert!(with_meta.params.meta.is_none() && with_meta.meta.get_progress_token().is_some());
     }
 
     #[test]
     fn anything_else_is_left_to_rmcp() {
         let left = [
-            // `_meta`, plain or escaped, at any level.
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","_meta":{"progressToken":1}}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","\u005fmeta":{"progressToken":1}}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","arguments":{"_meta":1}}}"#,
-            // Not a tools/call, not 2.0, no id, no name, or not one well-formed object.
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"probe"}}"#,
             r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"probe"}}"#,
             r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"probe"}}"#,
@@ -99,11 +105,13 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
             r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"probe"}}"#,
             r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"probe"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","_meta":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","_meta":{},"_meta":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"}} trailing"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"}}]"#,
         ];
         for message in left {
-            assert_eq!(plain_tools_call(message.as_bytes()), None, "{message}");
+            assert_eq!(tools_call(message.as_bytes()), None, "{message}");
         }
     }
 }

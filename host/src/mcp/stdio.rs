@@ -38,9 +38,8 @@ use bytes::{Buf, BytesMut};
 use futures::FutureExt as _;
 use futures::stream::{FuturesUnordered, StreamExt};
 use rmcp::model::{
-    CallToolRequestParams, ClientJsonRpcMessage, ClientNotification, ClientRequest, GetMeta, Implementation,
-    JsonRpcMessage, JsonRpcNotification, JsonRpcRequest, ProtocolVersion, RequestId, ServerJsonRpcMessage,
-    ServerResult,
+    CallToolRequestParams, ClientJsonRpcMessage, ClientNotification, Implementation, JsonRpcMessage,
+    JsonRpcNotification, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::Peer;
 use rmcp::{RoleServer, ServiceExt as _};
@@ -48,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use super::request::{contains, plain_tools_call};
+use super::request::{ToolsCall, contains, rmcp_tools_call, tools_call};
 use super::{CallContext, McpServer, SkillhostMcp, Transport, client_from};
 
 /// Longest client line looked at here; a longer one goes to rmcp as it arrives.
@@ -333,24 +332,13 @@ impl Front {
         }
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some((id, params)) = plain_tools_call(line) {
-            return Some(Taken::Call { peer: peer.clone(), id, params, named: None });
+        if let Some(ToolsCall { id, params, meta }) = tools_call(line).or_else(|| rmcp_tools_call(line)) {
+            if meta.protocol_version().is_some() || meta.get_progress_token().is_some() {
+                return None;
+            }
+            return Some(Taken::Call { peer: peer.clone(), id, params, named: meta.client_info() });
         }
         match serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()? {
-            JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) => {
-                // rmcp's parse keeps `_meta` beside the request, not in its params.
-                let meta = request.get_meta();
-                if meta.protocol_version().is_some() || meta.get_progress_token().is_some() {
-                    return None;
-                }
-                let named = meta.client_info();
-                match request {
-                    ClientRequest::CallToolRequest(call) => {
-                        Some(Taken::Call { peer: peer.clone(), id, params: call.params, named })
-                    }
-                    _ => None,
-                }
-            }
             JsonRpcMessage::Notification(JsonRpcNotification {
                 notification: ClientNotification::CancelledNotification(cancelled),
                 ..

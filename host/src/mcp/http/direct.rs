@@ -47,13 +47,13 @@ use futures::{FutureExt as _, StreamExt as _};
 use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode,
-    GetMeta, JsonRpcMessage, JsonRpcRequest, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, JsonRpcMessage, ProtocolVersion, RequestId,
+    ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
 use tokio_util::sync::CancellationToken;
 
-use super::super::request::plain_tools_call;
+use super::super::request::{ToolsCall, rmcp_tools_call, tools_call};
 use super::super::{CallContext, Client, McpServer, SkillhostMcp, Transport, client_named};
 
 /// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
@@ -231,19 +231,8 @@ struct PlainCall {
 /// 2026-07-28, with every `_meta` key that revision requires and the headers' tool; before it,
 /// with no revision in `_meta`.
 fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<PlainCall> {
-    // No `_meta` at all: what the earlier revisions send (the parse rmcp's would give).
-    if revision == Revision::Legacy
-        && let Some((id, params)) = plain_tools_call(body)
-    {
-        return Some(PlainCall { id, params, client: client_named(None), tasks_declared: false, revision });
-    }
-    let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
-        serde_json::from_slice::<ClientJsonRpcMessage>(body).ok()?
-    else {
-        return None;
-    };
-    // rmcp's parse keeps `_meta` beside the request, not in its params.
-    let meta = request.get_meta();
+    // As rmcp's parse yields it: `_meta` beside the params, not in them.
+    let ToolsCall { id, params, meta } = tools_call(body).or_else(|| rmcp_tools_call(body))?;
     let meta_ok = match revision {
         Revision::Inline => {
             meta.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
@@ -256,11 +245,10 @@ fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<Pl
     }
     let client = client_named(meta.client_info());
     let tasks_declared = meta.client_capabilities().is_some_and(|c| c.supports_tasks());
-    let ClientRequest::CallToolRequest(call) = request else { return None };
-    if revision == Revision::Inline && only(headers, "mcp-name") != Some(&*call.params.name) {
+    if revision == Revision::Inline && only(headers, "mcp-name") != Some(&*params.name) {
         return None;
     }
-    Some(PlainCall { id, params: call.params, client, tasks_declared, revision })
+    Some(PlainCall { id, params, client, tasks_declared, revision })
 }
 
 /// What a call ends with: its outcome, or `None` if it panicked.
