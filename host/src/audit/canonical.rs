@@ -236,6 +236,13 @@ fn json_scalar(
     write(&mut serde_json::Serializer::new(out)).map_err(|_| Unsupported)
 }
 
+/// serde_json's own private types (an arbitrary-precision number, a raw value) pass through
+/// a serializer as structs or newtypes under names like these; `to_value` turns them into
+/// what they stand for, so they take the `Map` route.
+fn is_private(name: &str) -> bool {
+    name.starts_with("$serde_json")
+}
+
 /// Writes one value as canonical JSON into `out`.
 struct Canonical<'a> {
     out: &'a mut Vec<u8>,
@@ -313,8 +320,7 @@ impl<'a> ser::Serializer for Canonical<'a> {
         self.serialize_str(variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Result<(), Unsupported> {
-        // serde_json's raw values and arbitrary-precision numbers pass as private newtypes.
-        if name.starts_with("$serde_json") {
+        if is_private(name) {
             return Err(Unsupported);
         }
         value.serialize(self)
@@ -357,7 +363,10 @@ impl<'a> ser::Serializer for Canonical<'a> {
     fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Unsupported> {
         Ok(Object::new(self.out, len.unwrap_or(0), false))
     }
-    fn serialize_struct(self, _: &'static str, len: usize) -> Result<Object<'a>, Unsupported> {
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Object<'a>, Unsupported> {
+        if is_private(name) {
+            return Err(Unsupported);
+        }
         Ok(Object::new(self.out, len, false))
     }
     fn serialize_struct_variant(
@@ -454,6 +463,8 @@ struct Object<'a> {
 
 impl<'a> Object<'a> {
     fn new(out: &'a mut Vec<u8>, len: usize, variant: bool) -> Object<'a> {
+        // `len` is the serializer's hint: bounded, not trusted.
+        let len = len.min(64);
         Object { out, fields: Fields::with_capacity(len, 64 * len), key: None, variant }
     }
 
@@ -622,7 +633,10 @@ impl<'a> ser::Serializer for TopLevel<'a> {
     fn serialize_map(self, _: Option<usize>) -> Result<TopFields<'a>, Unsupported> {
         Ok(TopFields { fields: self.fields, key: None })
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<TopFields<'a>, Unsupported> {
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<TopFields<'a>, Unsupported> {
+        if is_private(name) {
+            return Err(Unsupported);
+        }
         Ok(TopFields { fields: self.fields, key: None })
     }
 }
@@ -804,6 +818,34 @@ mod tests {
         assert!(map_route_only(&NumberKeys { by_id: HashMap::from([(3, "c")]) }).contains(r#"{"3":"c"}"#));
         // Not an object at all: the entry is its kind and session.
         assert_eq!(map_route_only(&[1, 2]), r#"{"kind":"call","session":"s-1"}"#);
+    }
+
+    #[test]
+    fn serde_jsons_private_types_take_the_map_route() {
+        // What serde_json's `arbitrary_precision` number and `raw_value` look like to a
+        // serializer, whether or not those features are on in this build.
+        struct LikeNumber;
+        impl Serialize for LikeNumber {
+            fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use ser::SerializeStruct as _;
+                let mut st = s.serialize_struct("$serde_json::private::Number", 1)?;
+                st.serialize_field("$serde_json::private::Number", "1")?;
+                st.end()
+            }
+        }
+        struct LikeRaw;
+        impl Serialize for LikeRaw {
+            fn serialize<S: ser::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_newtype_struct("$serde_json::private::RawValue", "1")
+            }
+        }
+        #[derive(Serialize)]
+        struct Holds<T> {
+            n: T,
+        }
+        assert!(CanonicalEntry::typed_route(EntryKind::Call, "s-1", &Holds { n: LikeNumber }).is_err());
+        assert!(CanonicalEntry::typed_route(EntryKind::Call, "s-1", &Holds { n: LikeRaw }).is_err());
+        assert!(CanonicalEntry::typed_route(EntryKind::Call, "s-1", &LikeNumber).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use rmcp::model::{
     JsonRpcRequest, JsonRpcVersion2_0, RequestId, RequestMetaObject,
 };
 use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 /// A `tools/call` request as rmcp's parse yields it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,15 +27,78 @@ pub(super) struct ToolsCall {
     pub(super) meta: RequestMetaObject,
 }
 
-/// The envelope of a `tools/call`; other members are ignored, as rmcp ignores them.
-#[derive(Deserialize)]
+/// The envelope of a `tools/call`, read as rmcp reads a request: a JSON object (serde would
+/// take a struct from an array too; rmcp's flattened types never do) with `method` and `id`
+/// and neither `result` nor `error` (rmcp classifies a message by which keys it has). Other
+/// members are ignored, as rmcp ignores them.
 struct ToolsCallMessage {
-    #[allow(dead_code)] // checked by its type: exactly "2.0"
-    jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
-    #[allow(dead_code)] // checked by its type: exactly "tools/call"
-    method: CallToolRequestMethod,
     params: CallToolRequestParams,
+}
+
+impl<'de> Deserialize<'de> for ToolsCallMessage {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Envelope;
+
+        impl<'de> Visitor<'de> for Envelope {
+            type Value = ToolsCallMessage;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON-RPC tools/call request object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ToolsCallMessage, A::Error> {
+                let (mut version, mut id, mut method, mut params) = (None, None, None, None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "jsonrpc" => put(&mut version, map.next_value::<JsonRpcVersion2_0>()?)?,
+                        "id" => put(&mut id, map.next_value::<RequestId>()?)?,
+                        "method" => put(&mut method, map.next_value::<CallToolRequestMethod>()?)?,
+                        "params" => put(&mut params, map.next_value::<ParamsObject>()?.0)?,
+                        "result" | "error" => return Err(de::Error::custom("not a request")),
+                        _ => drop(map.next_value::<IgnoredAny>()?),
+                    }
+                }
+                match (version, id, method, params) {
+                    (Some(_), Some(id), Some(_), Some(params)) => Ok(ToolsCallMessage { id, params }),
+                    _ => Err(de::Error::custom("an incomplete request")),
+                }
+            }
+        }
+
+        deserializer.deserialize_map(Envelope)
+    }
+}
+
+/// A member seen once, as serde's derived types require.
+fn put<T, E: de::Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
+    if slot.replace(value).is_some() {
+        return Err(E::custom("a member given twice"));
+    }
+    Ok(())
+}
+
+/// `params` read only from a JSON object, into rmcp's type.
+struct ParamsObject(CallToolRequestParams);
+
+impl<'de> Deserialize<'de> for ParamsObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Params;
+
+        impl<'de> Visitor<'de> for Params {
+            type Value = ParamsObject;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("tools/call params as an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ParamsObject, A::Error> {
+                CallToolRequestParams::deserialize(de::value::MapAccessDeserializer::new(map)).map(ParamsObject)
+            }
+        }
+
+        deserializer.deserialize_map(Params)
+    }
 }
 
 /// `message` (one JSON-RPC message) as a `tools/call` request, or `None` to leave it to
@@ -48,15 +112,23 @@ pub(super) fn tools_call(message: &[u8]) -> Option<ToolsCall> {
 /// `message` as a `tools/call` through rmcp's own parse (the way everything was read before
 /// [`tools_call`]).
 pub(super) fn rmcp_tools_call(message: &[u8]) -> Option<ToolsCall> {
-    let JsonRpcMessage::Request(JsonRpcRequest { id, request, .. }) =
-        serde_json::from_slice::<ClientJsonRpcMessage>(message).ok()?
-    else {
-        return None;
-    };
-    let meta = request.get_meta().clone();
-    match request {
-        ClientRequest::CallToolRequest(call) => Some(ToolsCall { id, params: call.params, meta }),
-        _ => None,
+    tools_call_of(serde_json::from_slice::<ClientJsonRpcMessage>(message).ok()?).ok()
+}
+
+/// A message rmcp parsed, as a `tools/call` (or given back).
+pub(super) fn tools_call_of(message: ClientJsonRpcMessage) -> Result<ToolsCall, Box<ClientJsonRpcMessage>> {
+    match message {
+        JsonRpcMessage::Request(JsonRpcRequest { id, request, .. })
+            if matches!(request, ClientRequest::CallToolRequest(_)) =>
+        {
+            // rmcp's parse keeps `_meta` beside the request, not in its params.
+            let meta = request.get_meta().clone();
+            match request {
+                ClientRequest::CallToolRequest(call) => Ok(ToolsCall { id, params: call.params, meta }),
+                other => Err(Box::new(JsonRpcMessage::Request(JsonRpcRequest::new(id, other)))),
+            }
+        }
+        other => Err(Box::new(other)),
     }
 }
 
@@ -109,9 +181,23 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe","_meta":{},"_meta":{}}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"}} trailing"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"}}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call","params":{"name":"probe"}}"#,
         ];
         for message in left {
             assert_eq!(tools_call(message.as_bytes()), None, "{message}");
+        }
+        // Shapes serde would read into a struct (an array for an object) or that carry a
+        // response's member: not requests to rmcp either, so not calls.
+        let not_requests = [
+            r#"["2.0",1,"tools/call",{"name":"probe"}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[null,"probe",null,null,null]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"},"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"probe"},"re\u0073ult":1}"#,
+        ];
+        for message in not_requests {
+            assert_eq!(tools_call(message.as_bytes()), None, "{message}");
+            assert_eq!(rmcp_tools_call(message.as_bytes()), None, "rmcp takes {message}");
         }
     }
 }

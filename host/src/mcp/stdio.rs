@@ -47,7 +47,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_util::codec::{Decoder, FramedRead};
 use tokio_util::sync::CancellationToken;
 
-use super::request::{ToolsCall, contains, rmcp_tools_call, tools_call};
+use super::request::{ToolsCall, contains, tools_call, tools_call_of};
 use super::{CallContext, McpServer, SkillhostMcp, Transport, client_from};
 
 /// Longest client line looked at here; a longer one goes to rmcp as it arrives.
@@ -332,19 +332,27 @@ impl Front {
         }
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(ToolsCall { id, params, meta }) = tools_call(line).or_else(|| rmcp_tools_call(line)) {
-            if meta.protocol_version().is_some() || meta.get_progress_token().is_some() {
-                return None;
-            }
-            return Some(Taken::Call { peer: peer.clone(), id, params, named: meta.client_info() });
+        // A call read straight, else rmcp's parse (once) for a call or a cancellation.
+        let call = match tools_call(line) {
+            Some(call) => call,
+            None => match tools_call_of(serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()?) {
+                Ok(call) => call,
+                Err(other) => {
+                    return match *other {
+                        JsonRpcMessage::Notification(JsonRpcNotification {
+                            notification: ClientNotification::CancelledNotification(cancelled),
+                            ..
+                        }) => Some(Taken::Cancel(cancelled.params.request_id)),
+                        _ => None,
+                    };
+                }
+            },
+        };
+        let ToolsCall { id, params, meta } = call;
+        if meta.protocol_version().is_some() || meta.get_progress_token().is_some() {
+            return None;
         }
-        match serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()? {
-            JsonRpcMessage::Notification(JsonRpcNotification {
-                notification: ClientNotification::CancelledNotification(cancelled),
-                ..
-            }) => Some(Taken::Cancel(cancelled.params.request_id)),
-            _ => None,
-        }
+        Some(Taken::Call { peer: peer.clone(), id, params, named: meta.client_info() })
     }
 
     fn start_call(
