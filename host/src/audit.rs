@@ -64,7 +64,7 @@ mod seal;
 mod sync;
 
 pub use canonical::CanonicalEntry;
-pub use chain::canonical_json;
+pub use canonical::canonical_json;
 use chain::{Tail, chained_line, check_entry, last_entry, walk};
 pub use entry::{
     CallDetail, CallEntry, CallStatus, ClientInfo, EntryKind, InstallEntry, InstallStatus, McpCall, RanCall,

@@ -1,5 +1,6 @@
-//! An entry in the chain's canonical form before it is chained: its top-level fields
-//! sorted by key, each value already written as canonical JSON (see [`super::canonical_json`]).
+//! The canonical form the chain hashes ([`canonical_json`]: no whitespace, object keys
+//! sorted by bytes at every level), and an entry in that form before it is chained
+//! ([`CanonicalEntry`]): its top-level fields sorted by key, each value already written.
 //!
 //! Why: a call's line used to be built as a `serde_json::Map` (every key and value an
 //! allocation, a B-tree of them) and then walked again to write the canonical text. A
@@ -14,7 +15,63 @@ use serde::Serialize;
 use serde::ser::{self, Impossible};
 use serde_json::{Map, Value};
 
-use super::chain::write_canonical;
+/// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
+/// scalars as serde_json writes them. What the chain hashes.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out);
+    // Only serde_json's own output and ASCII punctuation were written.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+pub(super) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            write_canonical_object(map, out, |_| false);
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(b']');
+        }
+        // Writing a scalar into a Vec cannot fail.
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
+    }
+}
+
+/// `map` as a canonical object; returns the offset of the first key for which `mark`
+/// holds (or of the closing brace when none does).
+pub(super) fn write_canonical_object(
+    map: &Map<String, Value>,
+    out: &mut Vec<u8>,
+    mark: impl Fn(&str) -> bool,
+) -> usize {
+    let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    let mut marked = None;
+    for (i, (k, v)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if marked.is_none() && mark(k) {
+            marked = Some(out.len());
+        }
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        write_canonical(v, out);
+    }
+    let end = out.len();
+    out.push(b'}');
+    marked.unwrap_or(end)
+}
 
 /// Fields gathered in one buffer: each key's text and its value's canonical JSON are
 /// ranges of `buf`, so a field costs no allocation of its own.
@@ -407,49 +464,28 @@ impl Seq<'_> {
     }
 }
 
-impl ser::SerializeSeq for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unsupported> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
+// The four sequence traits serde asks for, with one body.
+macro_rules! seq_trait {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for Seq<'_> {
+            type Ok = ();
+            type Error = Unsupported;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unsupported> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Unsupported> {
+                self.close()
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unsupported> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unsupported> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Seq<'_> {
-    type Ok = ();
-    type Error = Unsupported;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unsupported> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Unsupported> {
-        self.close()
-    }
-}
+seq_trait!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 /// An object being written: its fields are gathered, then written sorted when it closes.
 struct Object<'a> {

@@ -1,5 +1,5 @@
-//! The chain itself: the canonical JSON a line is hashed as, how a line is written after
-//! the previous one, and how a log is walked and its end read back.
+//! The chain itself: how a line is hashed and written after the previous one (its
+//! canonical form is `canonical`'s), and how a log is walked and its end read back.
 
 use std::fs::File;
 use std::io::BufRead;
@@ -9,66 +9,8 @@ use anyhow::{Result, anyhow, bail};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::canonical::CanonicalEntry;
+use super::canonical::{CanonicalEntry, write_canonical_object};
 use super::{ChainBreak, EntryKind, GENESIS, MAX_LINE_BYTES, Problem, RESERVED, TornTail};
-
-/// `value` as canonical JSON: no whitespace, object keys sorted by bytes at every level,
-/// scalars as serde_json writes them. What the chain hashes.
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::new();
-    write_canonical(value, &mut out);
-    // Only serde_json's own output and ASCII punctuation were written.
-    String::from_utf8(out).unwrap_or_default()
-}
-
-pub(super) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Object(map) => {
-            write_canonical_object(map, out, |_| false);
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(v, out);
-            }
-            out.push(b']');
-        }
-        // Writing a scalar into a Vec cannot fail.
-        scalar => {
-            let _ = serde_json::to_writer(&mut *out, scalar);
-        }
-    }
-}
-
-/// `map` as a canonical object; returns the offset of the first key for which `mark`
-/// holds (or of the closing brace when none does).
-pub(super) fn write_canonical_object(
-    map: &Map<String, Value>,
-    out: &mut Vec<u8>,
-    mark: impl Fn(&str) -> bool,
-) -> usize {
-    let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
-    pairs.sort_by(|a, b| a.0.cmp(b.0));
-    out.push(b'{');
-    let mut marked = None;
-    for (i, (k, v)) in pairs.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if marked.is_none() && mark(k) {
-            marked = Some(out.len());
-        }
-        let _ = serde_json::to_writer(&mut *out, k);
-        out.push(b':');
-        write_canonical(v, out);
-    }
-    let end = out.len();
-    out.push(b'}');
-    marked.unwrap_or(end)
-}
 
 /// The hash a line records: sha256 over `prev` and the canonical line without `hash`.
 pub(super) fn line_hash(prev: &str, without_hash: &Map<String, Value>) -> String {
