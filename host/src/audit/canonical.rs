@@ -614,6 +614,27 @@ macro_rules! unsupported {
     };
 }
 
+/// The three generic methods, refused alike.
+macro_rules! unsupported_generic {
+    () => {
+        fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Unsupported> {
+            Err(Unsupported)
+        }
+        fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Unsupported> {
+            Err(Unsupported)
+        }
+        fn serialize_newtype_variant<T: Serialize + ?Sized>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: &T,
+        ) -> Result<(), Unsupported> {
+            Err(Unsupported)
+        }
+    };
+}
+
 impl<'a> ser::Serializer for TopLevel<'a> {
     type Ok = ();
     type Error = Unsupported;
@@ -651,21 +672,7 @@ impl<'a> ser::Serializer for TopLevel<'a> {
         serialize_struct_variant(&'static str, u32, &'static str, usize) -> Self::SerializeStructVariant;
     }
 
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
+    unsupported_generic!();
     fn serialize_map(self, _: Option<usize>) -> Result<TopFields<'a>, Unsupported> {
         Ok(TopFields { fields: self.fields, key: None })
     }
@@ -726,21 +733,7 @@ impl ser::Serializer for KeyOnly<'_> {
         serialize_struct_variant(&'static str, u32, &'static str, usize) -> Self::SerializeStructVariant;
     }
 
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, _: &T) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<(), Unsupported> {
-        Err(Unsupported)
-    }
+    unsupported_generic!();
 }
 
 #[cfg(test)]
