@@ -423,7 +423,7 @@ impl AuditLog {
             if tail.torn_bytes > 0 {
                 file.set_len(tail.complete_len)
                     .with_context(|| format!("cannot cut the torn last line of {}", self.path.display()))?;
-                entry.insert("torn_tail_bytes", &tail.torn_bytes);
+                entry.insert("torn_tail_bytes", tail.torn_bytes);
             }
             let (line, hash) = chained_line(entry, tail.seq + 1, &tail.hash);
             (&*file).write_all(line.as_bytes()).with_context(|| format!("cannot write to {}", self.path.display()))?;

@@ -222,22 +222,15 @@ impl CanonicalEntry {
         self.fields.position(key).is_ok()
     }
 
-    /// Field `key` set to `value` (replacing it if present).
-    pub(super) fn insert(&mut self, key: &str, value: &(impl Serialize + ?Sized)) {
+    /// Field `key` set to `value` (replacing it if present): the log's own fields (`seq`,
+    /// `ts`, `prev`, `torn_tail_bytes`), numbers and strings, which always write.
+    pub(super) fn insert(&mut self, key: &str, value: impl Into<Value>) {
+        let value = value.into();
         let at = self.fields.position(key);
-        let span = self.fields.spans.len();
         let key_range = self.fields.push_key(key);
-        let written = self.fields.push_with(key_range, |buf| value.serialize(Canonical { out: buf }));
-        if written.is_err() {
-            // Only the log's own scalars are inserted; should one not be writable here,
-            // the `Map` route's form of it.
-            let v = serde_json::to_value(value).unwrap_or(Value::Null);
-            let _ = self.fields.push_with(key_range, |buf| {
-                write_canonical(&v, buf);
-                Ok(())
-            });
-        }
-        let new = self.fields.spans.remove(span);
+        let start = self.fields.buf.len();
+        write_canonical(&value, &mut self.fields.buf);
+        let new = Span { key: key_range, value: (start, self.fields.buf.len()) };
         match at {
             Ok(i) => self.fields.spans[i] = new,
             Err(i) => self.fields.spans.insert(i, new),
@@ -881,9 +874,9 @@ mod tests {
     fn fields_are_found_replaced_and_inserted_in_order() {
         let mut e = CanonicalEntry::typed(EntryKind::Call, "s-2", &json!({ "skill": "probe" }));
         assert_eq!(e.session().as_deref(), Some("s-2"));
-        e.insert("seq", &5u64);
+        e.insert("seq", 5u64);
         e.insert("skill", "other");
-        e.insert("a", &Value::Null);
+        e.insert("a", Value::Null);
         assert_eq!(e.get_json("seq"), Some(&b"5"[..]));
         assert!(e.contains_key("a") && !e.contains_key("hash"));
         assert_eq!(e.canonical_text(), r#"{"a":null,"kind":"call","seq":5,"session":"s-2","skill":"other"}"#);

@@ -52,8 +52,8 @@ pub(super) fn check_entry(entry: &CanonicalEntry) -> Result<()> {
 /// `entry` as line `seq` after `prev`: the canonical JSON with `seq`, `ts`, `prev` and
 /// `hash`, newline-terminated, and its hash.
 pub(super) fn chained_line(mut entry: CanonicalEntry, seq: u64, prev: &str) -> (String, String) {
-    entry.insert("seq", &seq);
-    entry.insert("ts", &now_rfc3339());
+    entry.insert("seq", seq);
+    entry.insert("ts", now_rfc3339());
     entry.insert("prev", prev);
     // One canonical text serves both: hashed without `hash`, then `hash` spliced in where
     // its key sorts (the same bytes as writing the whole entry with it).

@@ -11,8 +11,8 @@
 //! bytes (the tests hold the two side by side).
 
 use rmcp::model::{
-    CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage,
-    JsonRpcRequest, JsonRpcVersion2_0, RequestId, RequestMetaObject,
+    CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest,
+    JsonRpcVersion2_0, RequestId, RequestMetaObject,
 };
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -118,15 +118,11 @@ pub(super) fn rmcp_tools_call(message: &[u8]) -> Option<ToolsCall> {
 /// A message rmcp parsed, as a `tools/call` (or given back).
 pub(super) fn tools_call_of(message: ClientJsonRpcMessage) -> Result<ToolsCall, Box<ClientJsonRpcMessage>> {
     match message {
-        JsonRpcMessage::Request(JsonRpcRequest { id, request, .. })
-            if matches!(request, ClientRequest::CallToolRequest(_)) =>
-        {
-            // rmcp's parse keeps `_meta` beside the request, not in its params.
-            let meta = request.get_meta().clone();
-            match request {
-                ClientRequest::CallToolRequest(call) => Ok(ToolsCall { id, params: call.params, meta }),
-                other => Err(Box::new(JsonRpcMessage::Request(JsonRpcRequest::new(id, other)))),
-            }
+        JsonRpcMessage::Request(JsonRpcRequest { id, request: ClientRequest::CallToolRequest(call), .. }) => {
+            // rmcp's parse keeps `_meta` beside the params, in the request's extensions
+            // (where its `get_meta` reads it).
+            let meta = call.extensions.get::<RequestMetaObject>().cloned().unwrap_or_default();
+            Ok(ToolsCall { id, params: call.params, meta })
         }
         other => Err(Box::new(other)),
     }
