@@ -103,6 +103,11 @@ fn two_hosts_share_skills_grants_secrets_memory_and_one_audit_chain() {
     assert!(b.ok(&["secret", "list"]).contains("API_TOKEN"));
     let stored = db.psql("SELECT encode(content, 'escape') FROM skillhost_home_units WHERE unit = 'secrets.json'");
     assert!(!stored.is_empty() && !stored.contains(SECRET), "the secret is stored in the clear: {stored}");
+    // Nor a plain digest of them, which would let a reader of the database test guesses.
+    let digest = db.psql("SELECT digest FROM skillhost_home_units WHERE unit = 'secrets.json'");
+    let plain = std::fs::read(b.home.path().join("secrets.json")).unwrap();
+    let unkeyed = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&plain));
+    assert!(digest.trim().starts_with("hmac-sha256:") && !digest.contains(&unkeyed), "{digest}");
     // A host with another key cannot open them, and says why.
     let other_keys = tempfile::tempdir().unwrap();
     let wrong = key_file(other_keys.path(), &"ab".repeat(32));
@@ -240,4 +245,151 @@ fn a_run_paused_on_one_host_resumes_on_another() {
     );
     // And the run's steps from both hosts are one chain.
     assert!(b.ok(&["audit", "verify"]).contains("audit log intact"));
+}
+
+/// Several processes on one home (here `HomeSync`s of their own, each with the in-process
+/// lock a process has): four grant again and again, and one pulls as fast as it can, as every
+/// command does when it starts and a server's follower does every 0.2 s. A pull that read the
+/// store before a grant was shared must never write the store's older policy over that grant
+/// (the grant would then be shared by no one, or dropped by the next change): every grant
+/// reaches the store and stays in the home.
+#[test]
+fn a_pull_on_a_home_never_undoes_a_change_being_made_on_it() {
+    use skillhost::capabilities::CapabilitySet;
+    use skillhost::policy::Policy;
+    use skillhost::store::HomeSync;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CHANGERS: usize = 4;
+    const GRANTS_EACH: usize = 30;
+    let store = database().migrated();
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("policy.toml");
+    let sync = || HomeSync::new(&store, home.path()).unwrap();
+    let (changing, pulls) = (AtomicUsize::new(CHANGERS), AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        let (puller, changing, pulls) = (sync(), &changing, &pulls);
+        s.spawn(move || {
+            while changing.load(Ordering::SeqCst) > 0 {
+                puller.pull().unwrap();
+                pulls.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        for c in 0..CHANGERS {
+            let (changer, policy) = (sync(), &policy);
+            s.spawn(move || {
+                for i in 0..GRANTS_EACH {
+                    let grant = CapabilitySet { env: vec![format!("V{c}_{i}")], ..Default::default() };
+                    // The command goes on working for a moment after writing the policy.
+                    let granted = changer.change(|| {
+                        Policy::update(policy, |p| {
+                            p.grant("p", &grant);
+                            Ok(())
+                        })?;
+                        std::thread::sleep(Duration::from_millis(2));
+                        Ok(())
+                    });
+                    granted.unwrap();
+                }
+                changing.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    assert!(pulls.load(Ordering::SeqCst) > 0, "the puller ran alongside the grants");
+    // What the store holds, as a new host's home pulls it.
+    let fresh = tempfile::tempdir().unwrap();
+    HomeSync::new(&store, fresh.path()).unwrap().pull().unwrap();
+    let all: Vec<String> = (0..CHANGERS).flat_map(|c| (0..GRANTS_EACH).map(move |i| format!("V{c}_{i}"))).collect();
+    let missing = |held: Vec<String>| all.iter().filter(|g| !held.contains(g)).cloned().collect::<Vec<_>>();
+    let shared = Policy::load(&fresh.path().join("policy.toml")).unwrap().granted("p").env;
+    assert_eq!(missing(shared), Vec::<String>::new(), "grants lost in the store");
+    let kept = Policy::load(&policy).unwrap().granted("p").env;
+    assert_eq!(missing(kept), Vec::<String>::new(), "grants lost in the home");
+}
+
+/// A pull that finds nothing new takes no lock and writes nothing, so it never waits for a
+/// change another process is making on the same home (which may sit at a prompt); a pull
+/// that has something to apply waits for it.
+#[test]
+fn only_a_pull_with_something_to_apply_waits_for_the_home_lock() {
+    use skillhost::store::HomeSync;
+    let store = database().migrated();
+    let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let write = |home: &Path, text: &'static str| {
+        let sync = HomeSync::new(&store, home).unwrap();
+        let path = home.join("trust.toml");
+        sync.change(|| Ok(std::fs::write(&path, text)?)).unwrap();
+    };
+    write(home.path(), "# one\n");
+    let held = skillhost::fsutil::lock_exclusive(&home.path().join("cache").join("home-sync.lock")).unwrap();
+    let pull_in_background = || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sync = HomeSync::new(&store, home.path()).unwrap();
+        std::thread::spawn(move || tx.send(sync.pull().map_err(|e| format!("{e:#}"))));
+        rx
+    };
+    let nothing_new = pull_in_background();
+    nothing_new.recv_timeout(Duration::from_secs(20)).expect("a pull with nothing new waited for the lock").unwrap();
+    // Another host shares a change: this home's next pull applies it, under the lock.
+    write(elsewhere.path(), "# two\n");
+    let something_new = pull_in_background();
+    assert!(something_new.recv_timeout(Duration::from_millis(500)).is_err(), "a pull applied units without the lock");
+    drop(held);
+    something_new.recv_timeout(Duration::from_secs(20)).expect("the pull went on once the lock was free").unwrap();
+    assert_eq!(std::fs::read_to_string(home.path().join("trust.toml")).unwrap(), "# two\n");
+}
+
+/// A change that fails to be shared (here: secrets, on a host without the store key) ends
+/// its transaction at once: the store's home lock is not left with a pooled connection
+/// for as long as the process lives, and another host's change goes through.
+#[test]
+fn a_change_that_cannot_be_shared_does_not_keep_the_store_locked() {
+    use skillhost::policy::Policy;
+    use skillhost::store::HomeSync;
+    assert!(
+        std::env::var_os("SKILLHOST_STORE_KEY").is_none() && std::env::var_os("SKILLHOST_STORE_KEY_FILE").is_none(),
+        "this test needs a test process without a store key"
+    );
+    let db = database();
+    let (store, other_store) = (db.migrated(), db.connect());
+    let (home, other_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let secrets = home.path().join("secrets.json");
+    let err = HomeSync::new(&store, home.path()).unwrap().change(|| Ok(std::fs::write(&secrets, "{}")?)).unwrap_err();
+    let err = format!("{err:#}");
+    assert!(err.contains("could not be shared") && err.contains("SKILLHOST_STORE_KEY_FILE"), "{err}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let policy = other_home.path().join("policy.toml");
+    let other = HomeSync::new(&other_store, other_home.path()).unwrap();
+    std::thread::spawn(move || {
+        let grant = skillhost::capabilities::CapabilitySet { env: vec!["HOME".into()], ..Default::default() };
+        let done = other.change(|| {
+            Policy::update(&policy, |p| {
+                p.grant("p", &grant);
+                Ok(())
+            })
+        });
+        tx.send(done.map(|_| ()).map_err(|e| format!("{e:#}")))
+    });
+    rx.recv_timeout(Duration::from_secs(20)).expect("the other host's change waited for a lock nobody holds").unwrap();
+    // The store (and this test's pool) is still usable from the first host.
+    HomeSync::new(&store, home.path()).unwrap().pull().unwrap();
+    let shared = Policy::load(&home.path().join("policy.toml")).unwrap().granted("p").env;
+    assert_eq!(shared, vec!["HOME".to_string()]);
+}
+
+/// A removal reaches a home that does not know it held the unit (its state file lost, as
+/// `cache/` is derived): the home must not keep, and share again, what the store removed.
+#[test]
+fn a_removal_reaches_a_home_that_lost_its_state() {
+    use skillhost::store::HomeSync;
+    let store = database().migrated();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let trust = a.path().join("trust.toml");
+    let on_a = HomeSync::new(&store, a.path()).unwrap();
+    on_a.change(|| Ok(std::fs::write(&trust, "# keys\n")?)).unwrap();
+    HomeSync::new(&store, b.path()).unwrap().pull().unwrap();
+    assert!(b.path().join("trust.toml").exists());
+    std::fs::remove_file(b.path().join("cache").join("home-sync.json")).unwrap();
+    on_a.change(|| Ok(std::fs::remove_file(&trust)?)).unwrap();
+    HomeSync::new(&store, b.path()).unwrap().pull().unwrap();
+    assert!(!b.path().join("trust.toml").exists(), "a unit the store removed is kept");
 }

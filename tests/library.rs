@@ -259,6 +259,15 @@ fn scratch_directories_are_named_with_pid_and_randomness_and_recovered_after_a_c
     assert!(!staging.exists() && !old.exists(), "a dead process's scratch is cleaned up");
     assert!(live.exists(), "a live process's scratch is left alone");
     std::fs::remove_dir_all(&live).unwrap();
+    // What a shared store's pull moved aside (a skill replaced or removed there) is deleted,
+    // never put back: the store, not the copy, says what the home holds.
+    let pulled = skills.join(format!(".pulled-gone-{dead_pid}-0123456789abcdef"));
+    std::fs::create_dir_all(&pulled).unwrap();
+    std::fs::write(pulled.join("SKILL.md"), "---\nname: gone\n---\n").unwrap();
+    drop(lib);
+    let lib = env.library();
+    assert!(!pulled.exists() && !skills.join("gone").exists(), "a pull's aside copy came back");
+    assert_eq!(lib.names().unwrap(), vec!["tool".to_string()]);
 
     // New scratch names carry the pid and a random part, so two installs of one process never share one.
     let a = skillhost::fsutil::ScratchName::new_path(&skills, "staging", "tool");

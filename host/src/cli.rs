@@ -460,7 +460,13 @@ fn changes_home(command: &Command) -> bool {
                 | SkillCmd::Rollback { .. }
         ),
         Command::Policy(c) => !matches!(c, PolicyCmd::Show { .. }),
-        Command::Secret(_) | Command::Trust(_) | Command::Agent(_) => true,
+        // Listing and showing change nothing: they need not wait for another host's change
+        // (`agent route` asks a model, which may take long).
+        Command::Secret(c) => !matches!(c, secret::SecretCmd::List),
+        Command::Trust(c) => !matches!(c, oci::TrustCmd::List),
+        Command::Agent(c) => {
+            !matches!(c, agent::AgentCmd::List | agent::AgentCmd::Show { .. } | agent::AgentCmd::Route { .. })
+        }
         _ => false,
     }
 }

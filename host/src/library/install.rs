@@ -532,7 +532,8 @@ pub(super) fn recover_interrupted_installs(skills: &Path) {
                     archive(root, name, &path, granted.describe());
                 }
             }
-            "staging" => {
+            // A pull's aside copy: the store holds what the home should (see `HomeSync`).
+            "staging" | crate::store::home_sync::PULLED_ASIDE => {
                 let _ = std::fs::remove_dir_all(&path);
             }
             _ => {}

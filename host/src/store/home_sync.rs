@@ -19,6 +19,16 @@
 //!   does (staged, then swapped in), so a call never sees half a skill. The library's
 //!   per-call revalidation then serves the new version on the next call.
 //!
+//! Several processes may run on one home (a server and the CLI, or eight `policy grant`s
+//! at once). A change, and a pull that has something to apply, hold the home's lock file
+//! (`cache/home-sync.lock`) from reading `cache/home-sync.json` to writing it back:
+//! otherwise a process starting up could pull the store's last policy over the one a change
+//! has just written and not yet shared, and the change would then find nothing to share
+//! (its grant lost). A change records the home as current before its command runs, so a
+//! pull with nothing to apply (most of them) never waits for a command at a prompt. A
+//! change that fails before its commit closes its connection rather than pooling it inside
+//! the transaction ([`HeadLock`]), so no host waits for a lock nobody holds.
+//!
 //! Compiled code stays a per-host cache keyed by the component's hash: a host compiles a
 //! skill it pulled on first use.
 //!
@@ -27,8 +37,10 @@
 //! `secrets.json` is never stored in the clear: it is sealed with ChaCha20-Poly1305 under a
 //! 32-byte key each host reads from `SKILLHOST_STORE_KEY_FILE` (a file holding 64 hex
 //! digits) or `SKILLHOST_STORE_KEY` (the hex itself), with the unit's name as associated
-//! data. A host without the key refuses to upload or apply secrets and says how to give it
-//! one; a wrong key fails to open them, saying so.
+//! data. Its digest in the store is an HMAC under a key derived from the store key (a plain
+//! sha256 beside the sealed bytes would let a reader of the database test guesses). A host
+//! without the key refuses to upload or apply secrets and says how to give it one; a wrong
+//! key fails to open them, saying so.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -67,6 +79,9 @@ INSERT INTO skillhost_home_head (version) VALUES (0);
 /// The directories whose entries are units, and the files that are.
 const DIR_UNITS: &[&str] = &["skills", "history", "agents"];
 const FILE_UNITS: &[&str] = &["policy.toml", "trust.toml", "secrets.json"];
+/// The [`ScratchName`] kind of what a pull moved aside (replaced or removed); a dead
+/// process's leftover of this kind is deleted, never put back.
+pub const PULLED_ASIDE: &str = "pulled";
 /// The unit sealed with the store key.
 const SECRET_UNIT: &str = "secrets.json";
 
@@ -85,7 +100,7 @@ struct Pulled {
 pub struct HomeSync {
     store: PgStore,
     home: PathBuf,
-    key: Option<ring::aead::LessSafeKey>,
+    key: Option<StoreKey>,
     /// Held while pulling or changing: one at a time in this process.
     busy: std::sync::Arc<std::sync::Mutex<()>>,
     /// The version this home was last brought to, and the checks of [`HomeSync::ensure_current`].
@@ -203,8 +218,17 @@ fn scan(home: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
     Ok(units)
 }
 
+/// The store key: it seals `secrets.json`, and keys its digest (a plain sha256 of the
+/// secrets, kept in the clear beside them, would let whoever reads the database test
+/// guesses of them).
+#[derive(Clone)]
+struct StoreKey {
+    seal: ring::aead::LessSafeKey,
+    digest: ring::hmac::Key,
+}
+
 /// The store key from the environment, if one is given.
-fn store_key() -> Result<Option<ring::aead::LessSafeKey>> {
+fn store_key() -> Result<Option<StoreKey>> {
     let hex_key = match (std::env::var("SKILLHOST_STORE_KEY_FILE"), std::env::var("SKILLHOST_STORE_KEY")) {
         (Ok(file), _) => std::fs::read_to_string(&file)
             .with_context(|| format!("cannot read the store key file {file} (SKILLHOST_STORE_KEY_FILE)"))?,
@@ -217,7 +241,47 @@ fn store_key() -> Result<Option<ring::aead::LessSafeKey>> {
         .ok_or_else(|| anyhow!("the store key must be 64 hex digits (32 random bytes: `openssl rand -hex 32`)"))?;
     let key = ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, &bytes)
         .map_err(|_| anyhow!("cannot use the store key"))?;
-    Ok(Some(ring::aead::LessSafeKey::new(key)))
+    // The digest's key is derived from the store key, not the store key itself.
+    let derived = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes), b"skillhost home digest");
+    Ok(Some(StoreKey {
+        seal: ring::aead::LessSafeKey::new(key),
+        digest: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref()),
+    }))
+}
+
+/// The store's home lock: a connection inside `BEGIN` that holds the head row `FOR UPDATE`.
+/// Dropped without [`HeadLock::release`] (an error before the commit, a panic in the
+/// command), the connection is closed instead of going back to the pool, so the server rolls
+/// the transaction back and the other hosts' changes go on at once; a connection returned
+/// to the pool inside the transaction would hold the lock until this process exits.
+struct HeadLock(Option<Object>);
+
+impl HeadLock {
+    fn client(&self) -> &Object {
+        self.0.as_ref().expect("a HeadLock holds its connection until it is released or dropped")
+    }
+
+    /// Back to the pool, after the transaction ended (`COMMIT`).
+    fn release(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for HeadLock {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            drop(Object::take(client));
+        }
+    }
+}
+
+/// A unit as the store holds it: the version that wrote it, its digest and stored bytes
+/// (`None` for a removed unit).
+struct StoredUnit {
+    unit: String,
+    version: u64,
+    digest: Option<String>,
+    content: Option<Vec<u8>>,
 }
 
 const NO_KEY: &str = "the secrets are kept in the shared store sealed with a key every host must have: set SKILLHOST_STORE_KEY_FILE to a file holding 64 hex digits (`openssl rand -hex 32`), the same on every host";
@@ -273,22 +337,40 @@ impl HomeSync {
         self.home.join("cache").join("home-sync.json")
     }
 
+    /// The home's lock, held by a pull or a change from reading the state to saving it (see
+    /// the module doc). Taken after `busy`, and before the store's home lock by a change,
+    /// always in that order.
+    fn lock_home(&self) -> Result<std::fs::File> {
+        let cache = self.home.join("cache");
+        crate::fsutil::create_private_dir(&cache).with_context(|| format!("cannot create {}", cache.display()))?;
+        crate::fsutil::lock_exclusive(&cache.join("home-sync.lock"))
+    }
+
     fn load_state(&self) -> Pulled {
         std::fs::read(self.state_path()).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
     }
 
     fn save_state(&self, state: &Pulled) -> Result<()> {
-        std::fs::create_dir_all(self.home.join("cache"))?;
+        crate::fsutil::create_private_dir(&self.home.join("cache"))?;
         write_atomic(&self.state_path(), &serde_json::to_vec(state)?)?;
         self.fresh.applied.store(state.version, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// The digest `unit`'s plain content is known by: sha256, keyed for the secrets.
+    fn digest(&self, unit: &str, plain: &[u8]) -> Result<String> {
+        if unit != SECRET_UNIT {
+            return Ok(crate::text::sha256_hex(plain));
+        }
+        let key = &self.key.as_ref().ok_or_else(|| anyhow!("cannot share the secrets: {NO_KEY}"))?.digest;
+        Ok(format!("hmac-sha256:{}", hex::encode(ring::hmac::sign(key, plain))))
     }
 
     fn seal(&self, unit: &str, plain: Vec<u8>) -> Result<Vec<u8>> {
         if unit != SECRET_UNIT {
             return Ok(plain);
         }
-        let key = self.key.as_ref().ok_or_else(|| anyhow!("cannot share the secrets: {NO_KEY}"))?;
+        let key = &self.key.as_ref().ok_or_else(|| anyhow!("cannot share the secrets: {NO_KEY}"))?.seal;
         let mut nonce = [0u8; 12];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
             .map_err(|_| anyhow!("no randomness for sealing the secrets"))?;
@@ -308,7 +390,7 @@ impl HomeSync {
         if unit != SECRET_UNIT {
             return Ok(stored);
         }
-        let key = self.key.as_ref().ok_or_else(|| anyhow!("cannot read the shared secrets: {NO_KEY}"))?;
+        let key = &self.key.as_ref().ok_or_else(|| anyhow!("cannot read the shared secrets: {NO_KEY}"))?.seal;
         let (nonce, sealed) = stored
             .split_first_chunk::<12>()
             .ok_or_else(|| anyhow!("the store's sealed secrets are damaged (too short)"))?;
@@ -342,7 +424,9 @@ impl HomeSync {
         }
         let parent = self.home.join(parent_name);
         std::fs::create_dir_all(&parent)?;
-        let aside = ScratchName::new_path(&parent, "old", name);
+        // Its own kind of scratch name: what a pull moved aside is never put back by the
+        // recovery of interrupted installs (the store, not the aside copy, is the record).
+        let aside = ScratchName::new_path(&parent, PULLED_ASIDE, name);
         match content {
             Some(bytes) => {
                 let staging = ScratchName::new_path(&parent, "staging", name);
@@ -379,21 +463,45 @@ impl HomeSync {
         Ok(())
     }
 
-    /// Apply the units changed since `state.version`, read with `client`.
-    async fn pull_with(&self, client: &Object, state: &mut Pulled) -> Result<()> {
+    /// The store's head version, read with `client`.
+    async fn head(&self, client: &Object) -> Result<u64> {
+        let row = client
+            .query_one("SELECT version FROM skillhost_home_head", &[])
+            .await
+            .map_err(|e| self.store.error("cannot read the shared home of", &e))?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    /// The units written after version `since`, oldest first, read with `client`.
+    async fn changed_since(&self, client: &Object, since: u64) -> Result<Vec<StoredUnit>> {
         let rows = client
             .query(
                 "SELECT unit, version, digest, content FROM skillhost_home_units WHERE version > $1 ORDER BY version",
-                &[&(state.version as i64)],
+                &[&(since as i64)],
             )
             .await
             .map_err(|e| self.store.error("cannot read the shared home of", &e))?;
-        for row in rows {
-            let unit: String = row.get(0);
-            let version = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-            let digest: Option<String> = row.get(2);
-            if state.digests.get(&unit) != digest.as_ref() {
-                let content = row.get::<_, Option<Vec<u8>>>(3).map(|c| self.open_sealed(&unit, c)).transpose()?;
+        Ok(rows
+            .into_iter()
+            .map(|row| StoredUnit {
+                unit: row.get(0),
+                version: u64::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+                digest: row.get(2),
+                content: row.get(3),
+            })
+            .collect())
+    }
+
+    /// Apply `units` (oldest first) to the home and record them in `state`. On the calling
+    /// thread, not the store's: a unit's files are written with an fsync each, and the
+    /// store's one runtime thread drives every connection of the process.
+    fn apply_all(&self, units: Vec<StoredUnit>, state: &mut Pulled) -> Result<()> {
+        for StoredUnit { unit, version, digest, content } in units {
+            // A removal is always applied: removing what is not there does nothing, and a
+            // home whose state does not list the unit (its state file lost, a copy joined
+            // late) must not keep, and later share again, what the store removed.
+            if digest.is_none() || state.digests.get(&unit) != digest.as_ref() {
+                let content = content.map(|c| self.open_sealed(&unit, c)).transpose()?;
                 self.apply(&unit, content).with_context(|| format!("cannot apply {unit} from the shared store"))?;
                 match digest {
                     Some(d) => state.digests.insert(unit, d),
@@ -408,28 +516,29 @@ impl HomeSync {
     /// Bring this home up to what the store holds.
     pub fn pull(&self) -> Result<()> {
         let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut state = self.load_state();
+        // Most pulls find nothing new (a follower looks every 0.2 s): those read the state
+        // and the head without the home's lock and write nothing, so they never wait for a
+        // change another process is making on this home (which saved its state first).
+        let state = self.load_state();
         // What this home holds, whatever brought it there (another process on the same
         // home may have pulled).
         self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
         let this = self.clone();
-        let pulled = self.store.block_on(async move {
-            let client = this.store.client().await?;
-            let head = client
-                .query_one("SELECT version FROM skillhost_home_head", &[])
-                .await
-                .map_err(|e| this.store.error("cannot read the shared home of", &e))?;
-            if u64::try_from(head.get::<_, i64>(0)).unwrap_or(0) <= state.version {
-                return Ok(None);
-            }
-            this.pull_with(&client, &mut state).await?;
-            Ok(Some(state))
-        })?;
-        // A follower pulls every 0.2 s: the state file is written only when something came.
-        match pulled {
-            Some(state) => self.save_state(&state),
-            None => Ok(()),
+        let head = self.store.block_on(async move { this.head(&this.store.client().await?).await })?;
+        if head <= state.version {
+            return Ok(());
         }
+        let _home = self.lock_home()?;
+        // Read again under the lock: another process may have pulled or changed meanwhile.
+        let mut state = self.load_state();
+        let (this, since) = (self.clone(), state.version);
+        let units = self.store.block_on(async move { this.changed_since(&this.store.client().await?, since).await })?;
+        if units.is_empty() {
+            self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.apply_all(units, &mut state)?;
+        self.save_state(&state)
     }
 
     /// Run `change` on an up-to-date home while holding the store's home lock, then share
@@ -437,36 +546,41 @@ impl HomeSync {
     /// changed before failing is shared too.
     pub fn change<T>(&self, change: impl FnOnce() -> Result<T>) -> Result<T> {
         let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _home = self.lock_home()?;
         let mut state = self.load_state();
-        let this = self.clone();
-        let (client, pulled) = self.store.block_on(async move {
+        let (this, since) = (self.clone(), state.version);
+        let (held, head, units) = self.store.block_on(async move {
             let client = this.store.client().await?;
             let locked = async {
                 client.batch_execute("BEGIN").await?;
                 client.query_one("SELECT version FROM skillhost_home_head FOR UPDATE", &[]).await
             }
             .await;
+            let held = HeadLock(Some(client));
             let head = match locked {
                 Ok(row) => u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
-                Err(e) => {
-                    drop(Object::take(client));
-                    return Err(this.store.error("cannot lock the shared home of", &e));
-                }
+                Err(e) => return Err(this.store.error("cannot lock the shared home of", &e)),
             };
-            if let Err(e) = this.pull_with(&client, &mut state).await {
-                drop(Object::take(client));
-                return Err(e);
-            }
-            state.version = state.version.max(head);
-            Ok((client, state))
+            let units = this.changed_since(held.client(), since).await?;
+            Ok((held, head, units))
         })?;
-        let mut state = pulled;
-        let outcome = change();
-        let shared = self.push(client, &mut state);
+        self.apply_all(units, &mut state)?;
+        state.version = state.version.max(head);
+        // The home is current: a pull by another process on it now finds nothing to do and
+        // does not wait for this command (which may prompt, download or compile).
         self.save_state(&state)?;
+        let outcome = change();
+        let shared = self.push(held, &mut state);
+        if let Err(e) = self.save_state(&state) {
+            // The next pull applies again what this change shared: nothing is lost.
+            tracing::warn!("cannot record the shared home's version in {}: {e:#}", self.state_path().display());
+        }
         match (outcome, shared) {
             (Ok(v), Ok(())) => Ok(v),
-            (Err(e), _) => Err(e),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(not_shared)) => Err(anyhow!(
+                "{e:#}\n(and what the command changed before it failed could not be shared with the other hosts: {not_shared:#})"
+            )),
             (Ok(_), Err(e)) => {
                 Err(e.context("the change was made on this host but could not be shared with the others; run it again"))
             }
@@ -474,11 +588,11 @@ impl HomeSync {
     }
 
     /// Upload the units that differ from `state`, under the next version, and commit.
-    fn push(&self, client: Object, state: &mut Pulled) -> Result<()> {
+    fn push(&self, held: HeadLock, state: &mut Pulled) -> Result<()> {
         let units = scan(&self.home)?;
         let mut changed: Vec<(String, Option<Sealed>)> = Vec::new();
         for (unit, plain) in units.iter() {
-            let digest = crate::text::sha256_hex(plain);
+            let digest = self.digest(unit, plain)?;
             if state.digests.get(unit) != Some(&digest) {
                 changed.push((unit.clone(), Some((digest, self.seal(unit, plain.clone())?))));
             }
@@ -493,6 +607,7 @@ impl HomeSync {
         let to_send = changed.clone();
         let pg = self.store.clone();
         self.store.block_on(async move {
+            let client = held.client();
             let sent = async {
                 if !to_send.is_empty() {
                     let upsert = client
@@ -514,11 +629,11 @@ impl HomeSync {
             }
             .await;
             match sent {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    drop(Object::take(client));
-                    Err(pg.error("cannot share the change with", &e))
+                Ok(()) => {
+                    held.release();
+                    Ok(())
                 }
+                Err(e) => Err(pg.error("cannot share the change with", &e)),
             }
         })?;
         if !changed.is_empty() {
@@ -540,7 +655,7 @@ impl HomeSync {
     pub fn import_home(&self) -> Result<Vec<String>> {
         let mut sealed: Vec<(String, String, Vec<u8>)> = Vec::new();
         for (unit, plain) in scan(&self.home)? {
-            let digest = crate::text::sha256_hex(&plain);
+            let digest = self.digest(&unit, &plain)?;
             let bytes = self.seal(&unit, plain)?;
             sealed.push((unit, digest, bytes));
         }
