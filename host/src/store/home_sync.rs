@@ -27,7 +27,7 @@
 //! (its grant lost). A change records the home as current before its command runs, so a
 //! pull with nothing to apply (most of them) never waits for a command at a prompt. A
 //! change that fails before its commit closes its connection rather than pooling it inside
-//! the transaction ([`HeadLock`]), so no host waits for a lock nobody holds.
+//! the transaction (`HeadLock`), so no host waits for a lock nobody holds.
 //!
 //! Compiled code stays a per-host cache keyed by the component's hash: a host compiles a
 //! skill it pulled on first use.
