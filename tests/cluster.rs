@@ -393,3 +393,34 @@ fn a_removal_reaches_a_home_that_lost_its_state() {
     HomeSync::new(&store, b.path()).unwrap().pull().unwrap();
     assert!(!b.path().join("trust.toml").exists(), "a unit the store removed is kept");
 }
+
+/// A store behind the home's copy of it (restored from a backup, or another store than the
+/// one the home copied): the versions the home saw mean nothing there, so the home takes
+/// every unit the store holds again instead of waiting, unaware, for the store's versions
+/// to pass its own.
+#[test]
+fn a_home_ahead_of_its_store_takes_the_store_as_it_is() {
+    use skillhost::store::HomeSync;
+    let (first, second) = (database().migrated(), database().migrated());
+    let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let trust = home.path().join("trust.toml");
+    let sync = HomeSync::new(&first, home.path()).unwrap();
+    for n in 0..3 {
+        sync.change(|| Ok(std::fs::write(&trust, format!("# first store, change {n}\n"))?)).unwrap();
+    }
+    // The second store holds one change, made by another host: version 1.
+    let other = elsewhere.path().join("trust.toml");
+    HomeSync::new(&second, elsewhere.path())
+        .unwrap()
+        .change(|| Ok(std::fs::write(&other, "# second store\n")?))
+        .unwrap();
+    HomeSync::new(&second, home.path()).unwrap().pull().unwrap();
+    assert_eq!(std::fs::read_to_string(&trust).unwrap(), "# second store\n");
+    // And a change made here now goes to the second store under its next version.
+    HomeSync::new(&second, home.path())
+        .unwrap()
+        .change(|| Ok(std::fs::write(&trust, "# changed on the second store\n")?))
+        .unwrap();
+    HomeSync::new(&second, elsewhere.path()).unwrap().pull().unwrap();
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "# changed on the second store\n");
+}

@@ -525,20 +525,47 @@ impl HomeSync {
         self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
         let this = self.clone();
         let head = self.store.block_on(async move { this.head(&this.store.client().await?).await })?;
-        if head <= state.version {
+        if head == state.version {
             return Ok(());
         }
         let _home = self.lock_home()?;
         // Read again under the lock: another process may have pulled or changed meanwhile.
         let mut state = self.load_state();
         let (this, since) = (self.clone(), state.version);
-        let units = self.store.block_on(async move { this.changed_since(&this.store.client().await?, since).await })?;
-        if units.is_empty() {
+        let (head, units) = self.store.block_on(async move {
+            let client = this.store.client().await?;
+            let head = this.head(&client).await?;
+            Ok((head, this.missing(&client, head, since).await?))
+        })?;
+        if units.is_empty() && head >= state.version {
             self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
             return Ok(());
         }
+        self.restart_if_ahead(&mut state, head);
         self.apply_all(units, &mut state)?;
+        state.version = state.version.max(head);
         self.save_state(&state)
+    }
+
+    /// What a home brought to version `since` needs from a store whose head is `head`: the
+    /// units written after `since`, or every unit when the store is behind the home (the
+    /// store was restored from a backup, or is not the one this home copied), as the
+    /// versions this home saw may have been given to other changes since.
+    async fn missing(&self, client: &Object, head: u64, since: u64) -> Result<Vec<StoredUnit>> {
+        self.changed_since(client, if head < since { 0 } else { since }).await
+    }
+
+    /// After [`HomeSync::missing`]: start `state` afresh when the store is behind it.
+    fn restart_if_ahead(&self, state: &mut Pulled, head: u64) {
+        if head < state.version {
+            tracing::warn!(
+                "the shared home of {} is at version {head}, behind this home's {} ({}): the store was restored or replaced; taking every unit it holds again (units only this home has are shared by its next change)",
+                self.store.url(),
+                state.version,
+                self.home.display()
+            );
+            *state = Pulled::default();
+        }
     }
 
     /// Run `change` on an up-to-date home while holding the store's home lock, then share
@@ -561,9 +588,10 @@ impl HomeSync {
                 Ok(row) => u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
                 Err(e) => return Err(this.store.error("cannot lock the shared home of", &e)),
             };
-            let units = this.changed_since(held.client(), since).await?;
+            let units = this.missing(held.client(), head, since).await?;
             Ok((held, head, units))
         })?;
+        self.restart_if_ahead(&mut state, head);
         self.apply_all(units, &mut state)?;
         state.version = state.version.max(head);
         // The home is current: a pull by another process on it now finds nothing to do and
