@@ -531,3 +531,14 @@ impl MemoryStore for Memory {
         self.run(ops::SessionKeys { session: session.into() })
     }
 }
+
+#[cfg(test)]
+impl Memory {
+    /// The store and replica this process owns (for the replica's tests).
+    pub(super) fn owned_for_tests(&self) -> (Arc<Store>, Option<Arc<Replica>>) {
+        match &self.state.read().unwrap().backend {
+            Backend::Owner(o) => (o.store.clone(), o.replica.clone()),
+            Backend::Client(_) => panic!("this process does not own the memory store"),
+        }
+    }
+}

@@ -171,6 +171,9 @@ impl Replica {
                     // Every op after this replica is gone: compacted while it was away.
                     return Err(self.compacted(store, *applied, head));
                 }
+                if head < *applied {
+                    return Err(self.behind_replica(store, *applied, head));
+                }
                 return Ok(());
             }
             for op in &ops {
@@ -223,6 +226,7 @@ impl Replica {
 
     /// Replay one op another host wrote (or this one, before a restart).
     fn apply(&self, store: &Store, applied: &mut u64, logged: &LoggedOp) -> Result<()> {
+        self.check_whole(store, *applied)?;
         if logged.seq > *applied + 1 {
             return Err(self.compacted(store, *applied, logged.seq - 1));
         }
@@ -262,14 +266,38 @@ impl Replica {
         if self.stop.load(Ordering::SeqCst) {
             bail!("this host's memory replica is closed (the host is shutting down); {not_done}");
         }
+        self.check_whole(store, *applied)?;
         let mut head = self.log.lock_head()?;
         for op in head.read_after(*applied)? {
             self.apply(store, &mut applied, &op)?;
+        }
+        if head.seq() < *applied {
+            return Err(self.behind_replica(store, *applied, head.seq()));
         }
         if head.seq() != *applied {
             return Err(self.compacted(store, *applied, head.seq()));
         }
         Ok((applied, head))
+    }
+
+    /// Diverge when an op committed here beyond `applied` (the last op applied whole): one
+    /// stopped half way in this process (a panic, or a failure recording it whole) would
+    /// otherwise be applied again, or its number given to the next write.
+    fn check_whole(&self, store: &Store, applied: u64) -> Result<()> {
+        let (applying, _) = store.replica_marks()?;
+        if applying != applied {
+            return Err(self.diverge(store, format!("op {applying} began here and was not applied whole")));
+        }
+        Ok(())
+    }
+
+    /// Diverge because the log's head `head` is behind op `at`, which this replica holds:
+    /// the store was restored from a backup, or is not the one this replica copied.
+    fn behind_replica(&self, store: &Store, at: u64, head: u64) -> anyhow::Error {
+        self.diverge(
+            store,
+            format!("the log ends at op {head}, behind this replica's op {at}: the store was restored or replaced"),
+        )
     }
 
     /// Diverge because the ops after `at` up to `last` are gone from the log (a checkpoint
@@ -310,7 +338,7 @@ impl Replica {
             let diverged =
                 self.diverge(store, format!("op {seq} ran here but could not be appended to the log: {e:#}"));
             bail!(
-                "this memory write may or may not have been recorded ({e:#}): check (e.g. `skillhost memory search`) before retrying. {diverged:#}"
+                "this memory write may or may not have been recorded ({e:#}): once the host is restarted (which rebuilds its memory from the log), check (e.g. `skillhost memory search`) before retrying. {diverged:#}"
             );
         }
         store.set_replica_applied(seq, false)?;
@@ -368,10 +396,11 @@ impl Replica {
         store.set_replica_applied(*applied, true)
     }
 
-    /// The log head is ahead of this replica.
+    /// The log head is not where this replica is: ahead of it (ops to apply), or behind it
+    /// (a restored or replaced store, which `catch_up` refuses).
     fn behind(&self) -> Result<bool> {
         let applied = *self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(self.log.head()? > applied)
+        Ok(self.log.head()? != applied)
     }
 }
 
@@ -383,7 +412,12 @@ pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Res
             let answer = replica.handle(store, op.into())?;
             serde_json::from_value(answer).context("a replicated memory write gave an unexpected answer")
         }
-        _ => op.run(store),
+        // A diverged replica answers no read either: it may hold a write the log never took.
+        Some(replica) => {
+            replica.check()?;
+            op.run(store)
+        }
+        None => op.run(store),
     }
 }
 
@@ -391,7 +425,11 @@ pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Res
 pub(super) fn serve(replica: Option<&Replica>, store: &Store, request: Request) -> Result<Value> {
     match replica {
         Some(replica) if !request.is_read() => replica.handle(store, request),
-        _ => request.serve(store),
+        Some(replica) => {
+            replica.check()?;
+            request.serve(store)
+        }
+        None => request.serve(store),
     }
 }
 
@@ -433,7 +471,8 @@ fn replayable_from(log: &dyn MemoryLog, applied: u64) -> Result<bool> {
     let head = log.head()?;
     Ok(match log.read_after(applied, 1)?.first() {
         Some(next) => next.seq == applied + 1,
-        None => head <= applied,
+        // A head behind the replica: the store was restored or replaced; rebuild from it.
+        None => head == applied,
     })
 }
 

@@ -178,7 +178,7 @@ impl MemoryLog for PgMemoryLog {
 
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
         let pg = self.store.clone();
-        self.store.block_on(async move {
+        let row = self.store.block_on(async move {
             let client = pg.client().await?;
             let row = client
                 .query_opt(
@@ -187,13 +187,18 @@ impl MemoryLog for PgMemoryLog {
                 )
                 .await
                 .map_err(|e| pg.error("cannot read the memory checkpoint of", &e))?;
-            Ok(row.map(|row| Checkpoint {
-                seq: seq_of(row.get(0)),
-                at_ms: seq_of(row.get(1)),
-                model: row.get(2),
-                snapshot: serde_json::from_str(row.get::<_, &str>(3)).unwrap_or(serde_json::Value::Null),
+            Ok(row.map(|row| {
+                (seq_of(row.get(0)), seq_of(row.get(1)), row.get::<_, Option<String>>(2), row.get::<_, String>(3))
             }))
-        })
+        })?;
+        // Parsed here, not on the store's one runtime thread: a snapshot of a large memory
+        // takes a while, and that thread drives every connection of the process.
+        Ok(row.map(|(seq, at_ms, model, snapshot)| Checkpoint {
+            seq,
+            at_ms,
+            model,
+            snapshot: serde_json::from_str(&snapshot).unwrap_or(serde_json::Value::Null),
+        }))
     }
 
     fn describe(&self) -> String {

@@ -204,6 +204,9 @@ fn a_replica_stopped_inside_a_write_or_cut_off_from_the_log_is_rebuilt() {
     log.refuse.store(false, Ordering::Relaxed);
     let err = a.add(record("third fact")).unwrap_err().to_string();
     assert!(err.contains("diverged") && err.contains("restart the host"), "{err}");
+    // Nor does it answer reads: it holds a write the log may never have taken.
+    let err = a.search("second fact dma engine", &SearchFilter::default(), 5).unwrap_err().to_string();
+    assert!(err.contains("diverged"), "{err}");
     drop(a);
     // Restarted, it rebuilds from the log: the unlogged write is gone, the logged one is there.
     let a = host(a_dir.path(), &log);
@@ -306,4 +309,59 @@ fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
     drop(d);
     let d = host(d_dir.path(), &log);
     assert_eq!(contents(&d), contents(&c), "restarted, it starts from the newest checkpoint");
+}
+
+/// A log that ends before a replica's last op (the store restored from a backup, or
+/// replaced): a running replica stops serving, saying so, and a restarted one is rebuilt
+/// from the log as it is, instead of waiting, unaware, for the log to pass its op.
+#[test]
+fn a_replica_ahead_of_its_log_is_refused_then_rebuilt() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    for fact in ["kept fact about the uart", "lost fact about the dma", "another lost fact about the bus"] {
+        a.add(record(fact)).unwrap();
+    }
+    // The store goes back to its first op.
+    log.ops.lock().unwrap().truncate(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match a.search("uart", &SearchFilter::default(), 5) {
+            Err(e) => break e.to_string(),
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(_) => panic!("a replica ahead of its log went on serving"),
+        }
+    };
+    assert!(refused.contains("diverged") && refused.contains("behind this replica"), "{refused}");
+    let err = a.add(record("a new fact")).unwrap_err().to_string();
+    assert!(err.contains("diverged"), "{err}");
+    drop(a);
+    let a = host(dir.path(), &log);
+    let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
+    assert_eq!(kept, vec!["kept fact about the uart".to_string()]);
+    a.add(record("a new fact")).unwrap();
+}
+
+/// A replica whose store holds an op beyond the last one it applied whole (here: as a
+/// write that panicked after committing leaves it) refuses to go on rather than apply that
+/// op again or give its number to the next write.
+#[test]
+fn a_replica_holding_an_op_not_applied_whole_refuses_to_go_on() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    a.add(record("first fact about the uart")).unwrap();
+    // What a panic between the op's commit and `set_replica_applied` leaves: the store's
+    // marks one op ahead of the replica's count.
+    let (store, replica) = a.owned_for_tests();
+    let replica = replica.unwrap();
+    {
+        let _replaying = Replaying::start(2, 0);
+        let txn = store.begin().unwrap();
+        txn.set_meta("unrelated_test_key", 1).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = a.add(record("second fact")).unwrap_err().to_string();
+    assert!(err.contains("diverged") && err.contains("op 2 began here"), "{err}");
+    assert!(replica.check().is_err());
 }
