@@ -442,7 +442,19 @@ fn follow(store: Weak<Store>, replica: Weak<Replica>) {
         if replica.stop.load(Ordering::Relaxed) || replica.check().is_err() {
             return;
         }
-        let caught = replica.behind().and_then(|behind| if behind { replica.catch_up(&store) } else { Ok(()) });
+        let followed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            replica.behind().and_then(|behind| if behind { replica.catch_up(&store) } else { Ok(()) })
+        }));
+        let caught = match followed {
+            Ok(caught) => caught,
+            Err(panic) => {
+                // A follower that died quietly would leave this host's reads stale for ever:
+                // it diverges instead, so calls say so and a restart rebuilds the replica.
+                let why = format!("following the log panicked: {}", super::store::panic_message(&*panic));
+                let _ = replica.diverge(&store, why);
+                return;
+            }
+        };
         match caught {
             Ok(()) if failing => {
                 tracing::info!("the memory log is reachable again");

@@ -17,6 +17,8 @@ struct VecLog {
     writer: Mutex<()>,
     /// Refuse appends (a lost database connection).
     refuse: AtomicBool,
+    /// Panic when asked for the head (a bug in the follower's path).
+    panic_on_head: AtomicBool,
 }
 
 impl VecLog {
@@ -34,6 +36,7 @@ struct Held<'a> {
 
 impl MemoryLog for VecLog {
     fn head(&self) -> Result<u64> {
+        assert!(!self.panic_on_head.load(Ordering::SeqCst), "the test log panics on head()");
         Ok(self.head_op().0)
     }
     fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>> {
@@ -364,4 +367,29 @@ fn a_replica_holding_an_op_not_applied_whole_refuses_to_go_on() {
     let err = a.add(record("second fact")).unwrap_err().to_string();
     assert!(err.contains("diverged") && err.contains("op 2 began here"), "{err}");
     assert!(replica.check().is_err());
+}
+
+/// A follower that panics marks the replica diverged (calls say so, a restart rebuilds it)
+/// instead of dying quietly and leaving this host's reads stale for ever.
+#[test]
+fn a_follower_that_panics_diverges_the_replica() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    a.add(record("a fact about the uart")).unwrap();
+    log.panic_on_head.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let refused = loop {
+        match a.search("uart", &SearchFilter::default(), 5) {
+            Err(e) => break e.to_string(),
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(_) => panic!("the follower panicked and the replica went on serving"),
+        }
+    };
+    assert!(refused.contains("diverged") && refused.contains("following the log panicked"), "{refused}");
+    log.panic_on_head.store(false, Ordering::SeqCst);
+    drop(a);
+    let a = host(dir.path(), &log);
+    let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
+    assert_eq!(kept, vec!["a fact about the uart".to_string()]);
 }
