@@ -161,6 +161,8 @@ impl Replica {
     pub(super) fn catch_up(&self, store: &Store) -> Result<()> {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Once per catch-up, not per op: an op applied here leaves the marks equal.
+        self.check_whole(store, *applied)?;
         loop {
             // The head first: every op up to it was in the log when it was read, so if none
             // comes back after it, they were removed since (never: appended since).
@@ -226,7 +228,6 @@ impl Replica {
 
     /// Replay one op another host wrote (or this one, before a restart).
     fn apply(&self, store: &Store, applied: &mut u64, logged: &LoggedOp) -> Result<()> {
-        self.check_whole(store, *applied)?;
         if logged.seq > *applied + 1 {
             return Err(self.compacted(store, *applied, logged.seq - 1));
         }

@@ -327,14 +327,7 @@ fn a_replica_ahead_of_its_log_is_refused_then_rebuilt() {
     }
     // The store goes back to its first op.
     log.ops.lock().unwrap().truncate(1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let refused = loop {
-        match a.search("uart", &SearchFilter::default(), 5) {
-            Err(e) => break e.to_string(),
-            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(_) => panic!("a replica ahead of its log went on serving"),
-        }
-    };
+    let refused = refused_within_10s(&a, "a replica ahead of its log went on serving");
     assert!(refused.contains("diverged") && refused.contains("behind this replica"), "{refused}");
     let err = a.add(record("a new fact")).unwrap_err().to_string();
     assert!(err.contains("diverged"), "{err}");
@@ -378,18 +371,24 @@ fn a_follower_that_panics_diverges_the_replica() {
     let a = host(dir.path(), &log);
     a.add(record("a fact about the uart")).unwrap();
     log.panic_on_head.store(true, Ordering::SeqCst);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let refused = loop {
-        match a.search("uart", &SearchFilter::default(), 5) {
-            Err(e) => break e.to_string(),
-            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(_) => panic!("the follower panicked and the replica went on serving"),
-        }
-    };
+    let refused = refused_within_10s(&a, "the follower panicked and the replica went on serving");
     assert!(refused.contains("diverged") && refused.contains("following the log panicked"), "{refused}");
     log.panic_on_head.store(false, Ordering::SeqCst);
     drop(a);
     let a = host(dir.path(), &log);
     let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
     assert_eq!(kept, vec!["a fact about the uart".to_string()]);
+}
+
+/// The error a search on `m` ends in within 10 s (the follower finds the fault on its own);
+/// panics with `still_serving` if it keeps answering.
+fn refused_within_10s(m: &Memory, still_serving: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match m.search("uart", &SearchFilter::default(), 5) {
+            Err(e) => return e.to_string(),
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(_) => panic!("{still_serving}"),
+        }
+    }
 }
