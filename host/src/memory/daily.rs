@@ -64,12 +64,19 @@ impl DailyNotes {
         self.dir.join(format!("{date}.md"))
     }
 
-    /// Append `text` (one entry; line breaks become ` / `) to the note of the day of `now_ms`.
-    pub fn append(&self, now_ms: u64, text: &str) -> Result<DailyEntry> {
+    /// `text` as one entry's line (line breaks become ` / `), or why it cannot be one.
+    pub fn entry_text(text: &str) -> Result<String> {
         let text = text.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" / ");
         if text.is_empty() {
             bail!("a daily note needs some text");
         }
+        Ok(text)
+    }
+
+    /// Append `text` (one entry, see [`DailyNotes::entry_text`]) to the note of the day of
+    /// `now_ms`.
+    pub fn append(&self, now_ms: u64, text: &str) -> Result<DailyEntry> {
+        let text = Self::entry_text(text)?;
         let date = date_of(now_ms);
         std::fs::create_dir_all(&self.dir).with_context(|| format!("cannot create {}", self.dir.display()))?;
         let path = self.path(&date);

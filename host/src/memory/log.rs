@@ -132,6 +132,20 @@ impl Drop for Replaying {
     }
 }
 
+/// The error of an op that committed on a replica and then failed part way (a daily note
+/// marked in redb whose line could not be written). Its replica diverges, so a restart
+/// rebuilds it whole from the log, and a writer does not log the op.
+#[derive(Debug)]
+pub(super) struct PartlyApplied(pub(super) String);
+
+impl std::fmt::Display for PartlyApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PartlyApplied {}
+
 /// The meta keys of a replica's position: the last log op that committed here, and the
 /// last one applied whole.
 pub(super) const APPLYING: &str = "replica_applying";

@@ -63,7 +63,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
-use super::log::{APPLIED, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, Replaying};
+use super::log::{
+    APPLIED, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, PartlyApplied, Replaying,
+};
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
 use super::store::Store;
@@ -239,9 +241,14 @@ impl Replica {
             .map_err(|e| self.diverge(store, format!("op {} is not an operation this host knows: {e}", logged.seq)))?;
         {
             let _replaying = Replaying::start(logged.seq, logged.at_ms);
-            // The writer's outcome, error or not, is the outcome here too.
-            if let Err(e) = request.serve(store) {
-                tracing::debug!(seq = logged.seq, "replayed op ended in an error, as where it was written: {e:#}");
+            // The writer's outcome, error or not, is the outcome here too, unless the op
+            // stopped part way here.
+            match request.serve(store) {
+                Err(e) if e.downcast_ref::<PartlyApplied>().is_some() => return Err(self.diverge(store, e.to_string())),
+                Err(e) => {
+                    tracing::debug!(seq = logged.seq, "replayed op ended in an error, as where it was written: {e:#}")
+                }
+                Ok(_) => {}
             }
         }
         if store.replica_marks()?.0 != logged.seq {
@@ -334,6 +341,13 @@ impl Replica {
             // Nothing committed (refused or invalid): nothing to log.
             return answer;
         }
+        if let Err(e) = &answer
+            && let Some(partly) = e.downcast_ref::<PartlyApplied>()
+        {
+            // Not logged: no host applies it, and this one is rebuilt without it.
+            let diverged = self.diverge(store, partly.to_string());
+            bail!("this memory write was not made ({partly}). {diverged:#}");
+        }
         let logged = LoggedOp { seq, at_ms, model: store.vectors.model().map(|m| m.identity().to_string()), op };
         if let Err(e) = head.append(&logged) {
             let diverged =
@@ -372,7 +386,24 @@ impl Replica {
             Request::Checkpoint(c) => {
                 Ok(serde_json::to_value(self.checkpoint(store, Duration::from_secs(c.retain_secs))?)?)
             }
-            request => self.write(store, request),
+            request => {
+                let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write(store, request)));
+                written.unwrap_or_else(|panic| Err(self.write_panicked(store, &*panic)))
+            }
+        }
+    }
+
+    /// The error of a write that panicked. If it had committed here (its op may or may not
+    /// have reached the log), the replica diverges at once: its reads would otherwise serve
+    /// a write no other host may ever see, until the next write found it.
+    fn write_panicked(&self, store: &Store, panic: &(dyn std::any::Any + Send)) -> anyhow::Error {
+        let why = super::store::panic_message(panic);
+        let applied = *self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match store.replica_marks() {
+            Ok((applying, _)) if applying == applied => {
+                anyhow!("the memory write failed (it panicked: {why}); nothing was written")
+            }
+            _ => self.diverge(store, format!("a memory write panicked after committing here: {why}")),
         }
     }
 

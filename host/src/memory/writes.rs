@@ -593,11 +593,15 @@ impl Store {
         if text.len() > self.config.max_record_bytes {
             bail!("the note is {} bytes, over the limit of {}; summarize it", text.len(), self.config.max_record_bytes);
         }
+        super::daily::DailyNotes::entry_text(text)?;
         let _written = self.write_guard();
-        let entry = self.daily.append(self.now_ms(), text)?;
-        if super::log::replaying().is_some() {
+        let entry = if let Some((seq, _)) = super::log::replaying() {
             // A note is a file, not a row: commit a count of them so that the shared log sees
             // that this op changed the store and logs it (replicas append the same line).
+            // The count (which marks the op begun) commits before the line is written: a kill
+            // between the two leaves the op begun and not applied, so the replica is rebuilt
+            // from the log on its next open, where the other order would replay the op and
+            // write its line twice.
             let txn = super::schema::Txn {
                 txn: self.db.begin_write().context("cannot start a memory store transaction")?,
                 cache: None,
@@ -606,7 +610,14 @@ impl Store {
             };
             txn.set_meta("daily_notes_written", txn.meta("daily_notes_written")? + 1)?;
             txn.commit()?;
-        }
+            self.daily.append(self.now_ms(), text).map_err(|e| {
+                anyhow::Error::new(super::log::PartlyApplied(format!(
+                    "op {seq} (a daily note) began here but its line could not be written: {e:#}"
+                )))
+            })?
+        } else {
+            self.daily.append(self.now_ms(), text)?
+        };
         self.refresh_daily_fingerprint()?;
         self.reindex(&[], &[], std::slice::from_ref(&entry))?;
         Ok(entry)

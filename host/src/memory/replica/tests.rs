@@ -19,6 +19,10 @@ struct VecLog {
     refuse: AtomicBool,
     /// Panic when asked for the head (a bug in the follower's path).
     panic_on_head: AtomicBool,
+    /// Panic when a writer takes the head (before its op runs here).
+    panic_on_lock_head: AtomicBool,
+    /// Panic when asked to append (after the writer's op committed here).
+    panic_on_append: AtomicBool,
 }
 
 impl VecLog {
@@ -43,6 +47,7 @@ impl MemoryLog for VecLog {
         Ok(self.ops.lock().unwrap().iter().filter(|o| o.seq > after).take(limit).cloned().collect())
     }
     fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
+        assert!(!self.panic_on_lock_head.load(Ordering::SeqCst), "the test log panics on lock_head()");
         Ok(Box::new(Held { log: self, _writer: self.writer.lock().unwrap() }))
     }
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
@@ -67,6 +72,7 @@ impl HeldHead for Held<'_> {
         if self.log.refuse.load(Ordering::Relaxed) {
             bail!("connection lost");
         }
+        assert!(!self.log.panic_on_append.load(Ordering::SeqCst), "the test log panics on append()");
         assert_eq!(op.seq, self.log.head_op().0 + 1, "appends follow the head");
         self.log.ops.lock().unwrap().push(op.clone());
         Ok(())
@@ -378,6 +384,71 @@ fn a_follower_that_panics_diverges_the_replica() {
     let a = host(dir.path(), &log);
     let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
     assert_eq!(kept, vec!["a fact about the uart".to_string()]);
+}
+
+/// A write that panics after committing here (its op may or may not be in the log) marks
+/// the replica diverged at once: reads must not serve a write no other host may see. One
+/// that panics before anything committed is an error and nothing more.
+#[test]
+fn a_write_that_panics_after_committing_diverges_at_once() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    a.add(record("a fact about the uart")).unwrap();
+
+    log.panic_on_lock_head.store(true, Ordering::SeqCst);
+    let err = format!("{:#}", a.add(record("a fact about the dma")).unwrap_err());
+    assert!(err.contains("panicked") && err.contains("nothing was written") && !err.contains("diverged"), "{err}");
+    log.panic_on_lock_head.store(false, Ordering::SeqCst);
+    assert_eq!(found(&a, "uart").len(), 1, "a write that panicked before committing leaves the replica serving");
+
+    log.panic_on_append.store(true, Ordering::SeqCst);
+    let err = format!("{:#}", a.add(record("a fact about the uart baud rate")).unwrap_err());
+    assert!(err.contains("diverged") && err.contains("panicked after committing"), "{err}");
+    let read = format!("{:#}", a.search("uart", &SearchFilter::default(), 5).unwrap_err());
+    assert!(read.contains("diverged"), "a read served a write the log never took: {read}");
+    log.panic_on_append.store(false, Ordering::SeqCst);
+    drop(a);
+    let a = host(dir.path(), &log);
+    let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
+    assert_eq!(kept, vec!["a fact about the uart".to_string()], "restarted, it holds what the log holds");
+}
+
+/// A daily note's op is marked begun before its line is written: a line that cannot be
+/// written diverges the writer's replica and logs nothing (no host gets a line this one
+/// lacks), and a restart rebuilds it. (A kill between the mark and the line leaves the op
+/// begun and not applied, which an open rebuilds; the other order replayed it, writing the
+/// line twice.)
+#[test]
+fn a_daily_note_that_cannot_be_written_after_its_mark_is_not_logged() {
+    let log = Arc::new(VecLog::default());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (host(a_dir.path(), &log), host(b_dir.path(), &log));
+    a.note("first note of the day").unwrap();
+    // The note directory cannot be made: a file holds its name.
+    let (store, _) = a.owned_for_tests();
+    let daily = store.dir.join("daily");
+    std::fs::rename(&daily, store.dir.join("daily.kept")).unwrap();
+    std::fs::write(&daily, "not a directory").unwrap();
+    let err = format!("{:#}", a.note("second note of the day").unwrap_err());
+    assert!(err.contains("diverged") && err.contains("could not be written") && err.contains("not made"), "{err}");
+    assert_eq!(log.ops.lock().unwrap().len(), 1, "the note that was not written was logged");
+    let err = format!("{:#}", a.daily(None).unwrap_err());
+    assert!(err.contains("diverged"), "{err}");
+    drop((a, store));
+    std::fs::remove_file(&daily).unwrap();
+    std::fs::rename(a_dir.path().join("daily.kept"), &daily).unwrap();
+    let a = host(a_dir.path(), &log);
+    let lines = |m: &Memory| m.daily(None).unwrap().1.into_iter().map(|e| e.text).collect::<Vec<_>>();
+    assert_eq!(lines(&a).len(), 1, "{:?}", lines(&a));
+    assert!(lines(&a)[0].ends_with("first note of the day"));
+    a.note("third note of the day").unwrap();
+    let started = Instant::now();
+    while lines(&b) != lines(&a) {
+        assert!(started.elapsed() < Duration::from_secs(5), "B: {:?}, A: {:?}", lines(&b), lines(&a));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(lines(&b).len(), 2);
 }
 
 /// The error a search on `m` ends in within 10 s (the follower finds the fault on its own);
