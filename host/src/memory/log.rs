@@ -61,13 +61,33 @@ pub struct CheckpointReport {
     pub pruned: Pruned,
 }
 
+/// Where a log ends: its last op's number and the time that op was written at. The time
+/// tells two histories' op N apart (a store restored from a backup and written on since).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogHead {
+    /// 0: the log is empty.
+    pub seq: u64,
+    pub at_ms: u64,
+}
+
+/// What [`MemoryLog::read_after`] finds after op `after`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpsAfter {
+    /// The time op `after` itself was written at, while the log still holds it (`None`:
+    /// `after` is 0, or a compaction removed it): a replica checks that it is the op it
+    /// applied last.
+    pub after_at_ms: Option<u64>,
+    /// The ops after it, in order.
+    pub ops: Vec<LoggedOp>,
+}
+
 /// The shared, ordered log of memory writes (PostgreSQL's `memory_log`, or an in-process
 /// one in tests).
 pub trait MemoryLog: Send + Sync + 'static {
-    /// The last op's seq (0: empty).
-    fn head(&self) -> Result<u64>;
+    /// The last op's seq and time ((0, 0): empty).
+    fn head(&self) -> Result<LogHead>;
     /// Up to `limit` ops after `after`, in order.
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>>;
+    fn read_after(&self, after: u64, limit: usize) -> Result<OpsAfter>;
     /// Hold the head for one write: no other writer appends until the returned value is
     /// appended to or dropped (dropped: nothing is appended).
     fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
@@ -83,7 +103,7 @@ pub trait HeldHead {
     fn seq(&self) -> u64;
     fn at_ms(&self) -> u64;
     /// The ops after `after` (all of them: the head is held, so they are final).
-    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>>;
+    fn read_after(&mut self, after: u64) -> Result<OpsAfter>;
     /// Append `op` (whose seq is `seq() + 1`) and release the head; `Ok` only once the
     /// append is durable.
     fn append(self: Box<Self>, op: &LoggedOp) -> Result<()>;
@@ -150,3 +170,5 @@ impl std::error::Error for PartlyApplied {}
 /// last one applied whole.
 pub(super) const APPLYING: &str = "replica_applying";
 pub(super) const APPLIED: &str = "replica_seq";
+/// The time of the last op applied whole (0: not recorded, a replica made before it was).
+pub(super) const APPLIED_AT: &str = "replica_seq_at_ms";

@@ -64,7 +64,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
 use super::log::{
-    APPLIED, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, PartlyApplied, Replaying,
+    APPLIED, APPLIED_AT, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, PartlyApplied,
+    Replaying,
 };
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
@@ -95,9 +96,9 @@ impl Replica {
     pub(super) fn check_before_open(dir: &Path, log: &dyn MemoryLog) -> Result<()> {
         let path = dir.join("store.redb");
         let diverged = dir.join(DIVERGED_MARK).exists();
-        let (applying, applied) = if path.exists() { read_marks(&path)? } else { (0, 0) };
+        let (applying, applied, applied_at) = if path.exists() { read_marks(&path)? } else { (0, 0, 0) };
         let interrupted = !diverged && applying > applied;
-        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied)?;
+        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied, applied_at)?;
         if diverged || interrupted || passed {
             tracing::warn!(
                 dir = %dir.display(),
@@ -106,7 +107,7 @@ impl Replica {
                 } else if interrupted {
                     "it was stopped inside a write"
                 } else {
-                    "the ops after it were compacted into a checkpoint while it was away"
+                    "the log no longer continues from it (compacted while it was away, or the store was restored or replaced)"
                 },
                 "rebuilding this host's memory replica from the shared log"
             );
@@ -163,13 +164,19 @@ impl Replica {
     pub(super) fn catch_up(&self, store: &Store) -> Result<()> {
         self.check()?;
         let mut applied = self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Once per catch-up, not per op: an op applied here leaves the marks equal.
+        // Once per catch-up, not per op: an op applied here leaves the marks equal, and the
+        // ops after the first batch continue what this replica read from this log.
         self.check_whole(store, *applied)?;
+        let mut first_batch = true;
         loop {
             // The head first: every op up to it was in the log when it was read, so if none
             // comes back after it, they were removed since (never: appended since).
-            let head = self.log.head()?;
-            let ops = self.log.read_after(*applied, CATCH_UP_BATCH)?;
+            let head = self.log.head()?.seq;
+            let read = self.log.read_after(*applied, CATCH_UP_BATCH)?;
+            if std::mem::take(&mut first_batch) {
+                self.check_same_history(store, *applied, read.after_at_ms)?;
+            }
+            let ops = read.ops;
             if ops.is_empty() {
                 if head > *applied {
                     // Every op after this replica is gone: compacted while it was away.
@@ -206,7 +213,7 @@ impl Replica {
                 self.diverge(store, format!("the checkpoint at op {} cannot be loaded: {e:#}", checkpoint.seq))
             })?;
         }
-        store.set_replica_applied(checkpoint.seq, true)?;
+        store.set_replica_applied(checkpoint.seq, checkpoint.at_ms, true)?;
         *applied = checkpoint.seq;
         tracing::info!(seq = checkpoint.seq, "memory replica started from the log's checkpoint");
         Ok(())
@@ -256,7 +263,7 @@ impl Replica {
                 self.diverge(store, format!("op {} changed nothing here, unlike where it was written", logged.seq))
             );
         }
-        store.set_replica_applied(logged.seq, false)?;
+        store.set_replica_applied(logged.seq, logged.at_ms, false)?;
         *applied = logged.seq;
         Ok(())
     }
@@ -276,7 +283,9 @@ impl Replica {
         }
         self.check_whole(store, *applied)?;
         let mut head = self.log.lock_head()?;
-        for op in head.read_after(*applied)? {
+        let read = head.read_after(*applied)?;
+        self.check_same_history(store, *applied, read.after_at_ms)?;
+        for op in read.ops {
             self.apply(store, &mut applied, &op)?;
         }
         if head.seq() < *applied {
@@ -295,6 +304,23 @@ impl Replica {
         let (applying, _) = store.replica_marks()?;
         if applying != applied {
             return Err(self.diverge(store, format!("op {applying} began here and was not applied whole")));
+        }
+        Ok(())
+    }
+
+    /// Diverge when the log's op `applied` (written at `logged_at`, while the log holds it)
+    /// is not the op this replica applied last: the store was restored from a backup, or
+    /// replaced, and written on since, so the ops after it continue another history.
+    fn check_same_history(&self, store: &Store, applied: u64, logged_at: Option<u64>) -> Result<()> {
+        let Some(logged_at) = logged_at else { return Ok(()) };
+        let ours = store.replica_applied_at()?;
+        if applied > 0 && ours != 0 && logged_at != ours {
+            return Err(self.diverge(
+                store,
+                format!(
+                    "the log's op {applied} is not the one this replica applied (written at {logged_at} ms, not {ours} ms): the store was restored or replaced"
+                ),
+            ));
         }
         Ok(())
     }
@@ -356,7 +382,7 @@ impl Replica {
                 "this memory write may or may not have been recorded ({e:#}): once the host is restarted (which rebuilds its memory from the log), check (e.g. `skillhost memory search`) before retrying. {diverged:#}"
             );
         }
-        store.set_replica_applied(seq, false)?;
+        store.set_replica_applied(seq, at_ms, false)?;
         *applied = seq;
         answer
     }
@@ -425,14 +451,20 @@ impl Replica {
             // marks as they are, so that the next open rebuilds.
             return Ok(());
         }
-        store.set_replica_applied(*applied, true)
+        store.set_replica_applied(*applied, store.replica_applied_at()?, true)
     }
 
-    /// The log head is not where this replica is: ahead of it (ops to apply), or behind it
-    /// (a restored or replaced store, which `catch_up` refuses).
-    fn behind(&self) -> Result<bool> {
+    /// The log head is not where this replica is: ahead of it (ops to apply), behind it, or
+    /// at its op's number with another op (a restored or replaced store, which `catch_up`
+    /// refuses).
+    fn behind(&self, store: &Store) -> Result<bool> {
         let applied = *self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(self.log.head()? != applied)
+        let head = self.log.head()?;
+        if head.seq != applied {
+            return Ok(true);
+        }
+        let applied_at = store.replica_applied_at()?;
+        Ok(applied > 0 && applied_at != 0 && head.at_ms != applied_at)
     }
 }
 
@@ -475,7 +507,7 @@ fn follow(store: Weak<Store>, replica: Weak<Replica>) {
             return;
         }
         let followed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            replica.behind().and_then(|behind| if behind { replica.catch_up(&store) } else { Ok(()) })
+            replica.behind(&store).and_then(|behind| if behind { replica.catch_up(&store) } else { Ok(()) })
         }));
         let caught = match followed {
             Ok(caught) => caught,
@@ -510,28 +542,36 @@ impl Drop for Replica {
 
 /// Whether a replica at op `applied` can go on by replaying: its next op is still in the log
 /// (or there is none yet).
-fn replayable_from(log: &dyn MemoryLog, applied: u64) -> Result<bool> {
+fn replayable_from(log: &dyn MemoryLog, applied: u64, applied_at: u64) -> Result<bool> {
     // The head first, as in `catch_up`: an op appended in between is not a gap.
-    let head = log.head()?;
-    Ok(match log.read_after(applied, 1)?.first() {
+    let head = log.head()?.seq;
+    let read = log.read_after(applied, 1)?;
+    if let Some(logged_at) = read.after_at_ms
+        && applied_at != 0
+        && logged_at != applied_at
+    {
+        // The log's op `applied` is another op: restored or replaced, and written on since.
+        return Ok(false);
+    }
+    Ok(match read.ops.first() {
         Some(next) => next.seq == applied + 1,
         // A head behind the replica: the store was restored or replaced; rebuild from it.
         None => head == applied,
     })
 }
 
-/// `(replica_applying, replica_seq)` of a closed store file.
-fn read_marks(path: &Path) -> Result<(u64, u64)> {
+/// `(replica_applying, replica_seq, replica_seq_at_ms)` of a closed store file.
+fn read_marks(path: &Path) -> Result<(u64, u64, u64)> {
     use redb::ReadableDatabase;
     let db = redb::Database::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let txn = db.begin_read()?;
     let meta = match txn.open_table(super::schema::META) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0)),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0, 0)),
         Err(e) => return Err(e.into()),
     };
     let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
-    Ok((get(APPLYING)?, get(APPLIED)?))
+    Ok((get(APPLYING)?, get(APPLIED)?, get(APPLIED_AT)?))
 }
 
 #[cfg(test)]

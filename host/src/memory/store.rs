@@ -304,14 +304,23 @@ impl Store {
     /// Record that log op `seq` is applied whole. Not synced unless `durable`: a crash that
     /// loses it leaves `replica_applying` ahead, and the replica is rebuilt (never trusted).
     /// A clean stop records it `durable` ([`super::replica::Replica::stop`]).
-    pub(super) fn set_replica_applied(&self, seq: u64, durable: bool) -> Result<()> {
+    /// `at_ms` is the op's time, which tells it apart from another history's op `seq`.
+    pub(super) fn set_replica_applied(&self, seq: u64, at_ms: u64, durable: bool) -> Result<()> {
         let mut txn = self.begin()?;
         if !durable {
             txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
         }
         txn.set_meta(super::log::APPLIED, seq)?;
+        txn.set_meta(super::log::APPLIED_AT, at_ms)?;
         txn.commit()?;
         Ok(())
+    }
+
+    /// The time of the last op applied whole (0: not recorded).
+    pub(super) fn replica_applied_at(&self) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta.get(super::log::APPLIED_AT)?.map(|v| v.value()).unwrap_or(0))
     }
 
     /// Wait for the writes before this one (it protects no data: a panic does not poison it).

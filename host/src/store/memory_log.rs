@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow};
 use deadpool_postgres::Object;
 
 use super::PgStore;
-use crate::memory::{Checkpoint, HeldHead, LoggedOp, MemoryLog, Pruned};
+use crate::memory::{Checkpoint, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned};
 
 /// Migration 2: the log, and its head (the last seq, its time, and the log's identity).
 pub const PG_SCHEMA: &str = "
@@ -121,32 +121,43 @@ fn logged(row: &tokio_postgres::Row) -> LoggedOp {
 const LOCK_HEAD: &str = "SELECT seq, at_ms FROM skillhost_memory_head FOR UPDATE";
 const APPEND: &str = "INSERT INTO skillhost_memory_log (seq, at_ms, model, op, host) VALUES ($1, $2, $3, $4, $5)";
 const MOVE_HEAD: &str = "UPDATE skillhost_memory_head SET seq = $1, at_ms = $2";
-const READ_AFTER: &str = "SELECT seq, at_ms, model, op FROM skillhost_memory_log WHERE seq > $1 ORDER BY seq LIMIT $2";
+/// The ops after `$1`, and op `$1` itself without its body (its time is checked).
+const READ_AFTER: &str = "SELECT seq, at_ms, model, CASE WHEN seq > $1 THEN op END FROM skillhost_memory_log WHERE seq >= $1 ORDER BY seq LIMIT $2";
+
+/// [`READ_AFTER`]'s rows as what follows op `after`, at most `limit` ops.
+fn ops_after(after: u64, limit: usize, rows: &[tokio_postgres::Row]) -> OpsAfter {
+    let (after_at_ms, rest) = match rows.split_first() {
+        Some((first, rest)) if seq_of(first.get(0)) == after => (Some(seq_of(first.get(1))), rest),
+        _ => (None, rows),
+    };
+    OpsAfter { after_at_ms, ops: rest.iter().take(limit).map(logged).collect() }
+}
 
 impl MemoryLog for PgMemoryLog {
-    fn head(&self) -> Result<u64> {
+    fn head(&self) -> Result<LogHead> {
         let pg = self.store.clone();
         self.store.block_on(async move {
             let client = pg.client().await?;
             let row = client
-                .query_one("SELECT seq FROM skillhost_memory_head", &[])
+                .query_one("SELECT seq, at_ms FROM skillhost_memory_head", &[])
                 .await
                 .map_err(|e| pg.error("cannot read the memory log of", &e))?;
-            Ok(seq_of(row.get(0)))
+            Ok(LogHead { seq: seq_of(row.get(0)), at_ms: seq_of(row.get(1)) })
         })
     }
 
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>> {
+    fn read_after(&self, after: u64, limit: usize) -> Result<OpsAfter> {
         let pg = self.store.clone();
         self.store.block_on(async move {
             let client = pg.client().await?;
             let failed = |e| pg.error("cannot read the memory log of", &e);
             let read = client.prepare_cached(READ_AFTER).await.map_err(failed)?;
+            // One row more: op `after` itself.
             let rows = client
-                .query(&read, &[&(after as i64), &(limit.min(i64::MAX as usize) as i64)])
+                .query(&read, &[&(after as i64), &(limit.min(i64::MAX as usize - 1) as i64 + 1)])
                 .await
                 .map_err(failed)?;
-            Ok(rows.iter().map(logged).collect())
+            Ok(ops_after(after, limit, &rows))
         })
     }
 
@@ -253,14 +264,14 @@ impl HeldHead for PgHeld {
         self.at_ms
     }
 
-    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>> {
+    fn read_after(&mut self, after: u64) -> Result<OpsAfter> {
         let rows = self.with_client("cannot read the memory log of", move |c| {
             Box::pin(async move {
                 let read = c.prepare_cached(READ_AFTER).await?;
                 c.query(&read, &[&(after as i64), &i64::MAX]).await
             })
         })?;
-        Ok(rows.iter().map(logged).collect())
+        Ok(ops_after(after, usize::MAX, &rows))
     }
 
     fn append(mut self: Box<Self>, op: &LoggedOp) -> Result<()> {

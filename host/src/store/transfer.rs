@@ -77,7 +77,7 @@ fn contents(store: &PgStore) -> Result<(i64, u64, i64)> {
         let home: i64 = client.query_one("SELECT version FROM skillhost_home_head", &[]).await.map_err(read)?.get(0);
         Ok((audit, home))
     })?;
-    let memory = PgMemoryLog::open(store)?.head()?;
+    let memory = PgMemoryLog::open(store)?.head()?.seq;
     Ok((audit, memory, home))
 }
 

@@ -4,7 +4,7 @@ use std::sync::MutexGuard;
 use std::time::Instant;
 
 use super::*;
-use crate::memory::log::{HeldHead, Pruned, Replication};
+use crate::memory::log::{HeldHead, LogHead, OpsAfter, Pruned, Replication};
 use crate::memory::{
     EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore as _, NewRecord, Provenance, SearchFilter,
 };
@@ -39,12 +39,17 @@ struct Held<'a> {
 }
 
 impl MemoryLog for VecLog {
-    fn head(&self) -> Result<u64> {
+    fn head(&self) -> Result<LogHead> {
         assert!(!self.panic_on_head.load(Ordering::SeqCst), "the test log panics on head()");
-        Ok(self.head_op().0)
+        let (seq, at_ms) = self.head_op();
+        Ok(LogHead { seq, at_ms })
     }
-    fn read_after(&self, after: u64, limit: usize) -> Result<Vec<LoggedOp>> {
-        Ok(self.ops.lock().unwrap().iter().filter(|o| o.seq > after).take(limit).cloned().collect())
+    fn read_after(&self, after: u64, limit: usize) -> Result<OpsAfter> {
+        let ops = self.ops.lock().unwrap();
+        Ok(OpsAfter {
+            after_at_ms: ops.iter().find(|o| o.seq == after).map(|o| o.at_ms),
+            ops: ops.iter().filter(|o| o.seq > after).take(limit).cloned().collect(),
+        })
     }
     fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
         assert!(!self.panic_on_lock_head.load(Ordering::SeqCst), "the test log panics on lock_head()");
@@ -65,7 +70,7 @@ impl HeldHead for Held<'_> {
     fn at_ms(&self) -> u64 {
         self.log.head_op().1
     }
-    fn read_after(&mut self, after: u64) -> Result<Vec<LoggedOp>> {
+    fn read_after(&mut self, after: u64) -> Result<OpsAfter> {
         self.log.read_after(after, usize::MAX)
     }
     fn append(self: Box<Self>, op: &LoggedOp) -> Result<()> {
@@ -137,7 +142,7 @@ fn a_write_on_one_host_is_found_on_another_within_a_second_with_the_same_ids() {
     assert_eq!(merged, id, "the same fact merged into A's record instead of a second one");
     let other = b.add(record("Serial output is garbled when the baud rate does not match")).unwrap();
     a.forget(id).unwrap();
-    assert_eq!(log.head().unwrap(), 4);
+    assert_eq!(log.head().unwrap().seq, 4);
     for m in [&a, &b] {
         let started = Instant::now();
         while m.all_records().unwrap().len() != 1 {
@@ -165,7 +170,7 @@ fn a_refused_write_is_not_logged_and_concurrent_writers_converge() {
     let mut huge = record("x");
     huge.content = "y".repeat(100_000);
     assert!(a.add(huge).is_err());
-    assert_eq!(log.head().unwrap(), 0, "a refused write is not in the log");
+    assert_eq!(log.head().unwrap().seq, 0, "a refused write is not in the log");
 
     let writers: Vec<_> = (0..8)
         .map(|i| {
@@ -180,7 +185,7 @@ fn a_refused_write_is_not_logged_and_concurrent_writers_converge() {
         })
         .collect();
     let answered: std::collections::BTreeSet<u64> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
-    assert_eq!(log.head().unwrap(), 40);
+    assert_eq!(log.head().unwrap().seq, 40);
     let seqs: Vec<u64> = log.ops.lock().unwrap().iter().map(|o| o.seq).collect();
     assert_eq!(seqs, (1..=40).collect::<Vec<_>>());
     let started = Instant::now();
@@ -245,7 +250,7 @@ fn a_replica_stopped_cleanly_stops_between_ops_and_resumes_there_without_a_rebui
     std::thread::sleep(FOLLOW_EVERY * 2);
     assert_eq!(contents(&b), seen, "the follower applied ops after the stop");
     drop(b);
-    let (applying, applied) = read_marks(&b_dir.path().join("store.redb")).unwrap();
+    let (applying, applied, _) = read_marks(&b_dir.path().join("store.redb")).unwrap();
     assert!(applying <= applied, "stopped inside op {applying} (applied: {applied}): the next start rebuilds");
     assert_eq!(applied as usize, seen.len(), "replica_seq is where the replica stood");
     // Reopened, it goes on from there: the same records as A, the ids A gave.
@@ -271,7 +276,7 @@ fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
     b.stop_replication().unwrap();
     drop(b);
     a.add(record("gadget12 sits on shelf12 in room12")).unwrap();
-    let head = log.head().unwrap();
+    let head = log.head().unwrap().seq;
     assert_eq!(head, 16);
 
     // A local store has no log to compact.
@@ -287,7 +292,7 @@ fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
     assert_eq!((report.records, report.archive), (a.all_records().unwrap().len(), a.archive().unwrap().len()));
     assert!(report.archive >= 1, "the forgotten record is in the checkpoint's archive");
     assert_eq!((report.pruned.ops_removed, report.pruned.ops_left), (16, 0));
-    assert_eq!(log.head().unwrap(), 16, "the head stays where it was");
+    assert_eq!(log.head().unwrap().seq, 16, "the head stays where it was");
 
     // A new host starts from the checkpoint: the same records, ids, times, archive and
     // working memory, the same search answers, and it writes on after it.
@@ -298,7 +303,7 @@ fn a_checkpoint_lets_new_replicas_start_from_it_and_one_left_behind_rebuilds() {
     assert_eq!(found(&c, "gadget7 shelf7"), found(&a, "gadget7 shelf7"));
     let next = c.add(record("the printer in room3 needs toner")).unwrap();
     assert_eq!(next, a.all_records().unwrap().iter().map(|r| r.id).max().unwrap() + 1, "ids go on from A's");
-    assert_eq!(log.read_after(0, 10).unwrap().iter().map(|o| o.seq).collect::<Vec<_>>(), vec![17]);
+    assert_eq!(log.read_after(0, 10).unwrap().ops.iter().map(|o| o.seq).collect::<Vec<_>>(), vec![17]);
 
     // B's next op (4) is gone: reopened, it is rebuilt from the checkpoint, not refused.
     let b = host(b_dir.path(), &log);
@@ -342,6 +347,38 @@ fn a_replica_ahead_of_its_log_is_refused_then_rebuilt() {
     let kept: Vec<String> = contents(&a).into_iter().map(|(_, c, _)| c).collect();
     assert_eq!(kept, vec!["kept fact about the uart".to_string()]);
     a.add(record("a new fact")).unwrap();
+}
+
+/// A store restored from a backup and written on since, past where a replica stood: its op
+/// N is another op than the replica's op N. A running replica stops serving, saying so,
+/// instead of applying the new history's later ops on top of its own; a restarted one is
+/// rebuilt from the log as it is.
+#[test]
+fn a_replica_whose_log_took_another_history_is_refused_then_rebuilt() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    for fact in ["a fact about the uart", "a fact about the dma", "a fact about the bus"] {
+        a.add(record(fact)).unwrap();
+    }
+    // Another history of four ops, swapped in at once (so the follower never sees the log
+    // behind it): what the restored store holds after other hosts wrote on it.
+    let other = Arc::new(VecLog::default());
+    let c_dir = tempfile::tempdir().unwrap();
+    {
+        let c = host(c_dir.path(), &other);
+        std::thread::sleep(Duration::from_millis(5));
+        for fact in ["the uart runs at 9600 baud", "the dma has 8 channels", "the bus is i2c", "the led is red"] {
+            c.add(record(fact)).unwrap();
+        }
+    }
+    *log.ops.lock().unwrap() = other.ops.lock().unwrap().clone();
+    let refused = refused_within_10s(&a, "a replica went on applying another history's ops");
+    assert!(refused.contains("diverged") && refused.contains("restored or replaced"), "{refused}");
+    drop(a);
+    let a = host(dir.path(), &log);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    assert_eq!(contents(&a), contents(&host(fresh_dir.path(), &log)), "restarted, it holds the log's history");
 }
 
 /// A replica whose store holds an op beyond the last one it applied whole (here: as a
