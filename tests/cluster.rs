@@ -424,3 +424,41 @@ fn a_home_ahead_of_its_store_takes_the_store_as_it_is() {
     HomeSync::new(&second, elsewhere.path()).unwrap().pull().unwrap();
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "# changed on the second store\n");
 }
+
+/// A store written past a home's version in another history (restored from a backup and
+/// changed since, or another store at a higher version): the home does not take only the
+/// versions above its own, which would keep what the store no longer holds below it; it
+/// takes every unit as the store holds it.
+#[test]
+fn a_home_whose_store_took_another_history_takes_the_store_as_it_is() {
+    use skillhost::store::HomeSync;
+    let (first, second) = (database().migrated(), database().migrated());
+    let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (trust, policy) = (home.path().join("trust.toml"), home.path().join("policy.toml"));
+    let sync = HomeSync::new(&first, home.path()).unwrap();
+    for n in 0..3 {
+        sync.change(|| Ok(std::fs::write(&trust, format!("# first store, change {n}\n"))?)).unwrap();
+    }
+    // The second store: trust.toml at version 1, then policy.toml at versions 2 to 4.
+    let other = HomeSync::new(&second, elsewhere.path()).unwrap();
+    other.change(|| Ok(std::fs::write(elsewhere.path().join("trust.toml"), "# second store\n")?)).unwrap();
+    for n in 0..3 {
+        other.change(|| Ok(std::fs::write(elsewhere.path().join("policy.toml"), format!("# policy {n}\n"))?)).unwrap();
+    }
+    HomeSync::new(&second, home.path()).unwrap().pull().unwrap();
+    assert_eq!(std::fs::read_to_string(&trust).unwrap(), "# second store\n", "kept another history's unit");
+    assert_eq!(std::fs::read_to_string(&policy).unwrap(), "# policy 2\n");
+    // Taken whole, the home is that store's: its next change is shared as the next version,
+    // and a pull with nothing new leaves it as it is.
+    HomeSync::new(&second, home.path())
+        .unwrap()
+        .change(|| Ok(std::fs::write(&trust, "# changed on the second store\n")?))
+        .unwrap();
+    other.pull().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("trust.toml")).unwrap(),
+        "# changed on the second store\n"
+    );
+    HomeSync::new(&second, home.path()).unwrap().pull().unwrap();
+    assert_eq!(std::fs::read_to_string(&trust).unwrap(), "# changed on the second store\n");
+}

@@ -88,11 +88,52 @@ const SECRET_UNIT: &str = "secrets.json";
 /// A unit as uploaded: its digest (of the plain content) and its stored bytes.
 type Sealed = (String, Vec<u8>);
 
-/// What this host last pulled: the head version, and each unit's digest as applied here.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// What this host last pulled: the head version, and each unit's digest and version as
+/// applied here.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Pulled {
     version: u64,
     digests: BTreeMap<String, String>,
+    /// The version each unit was written at (absent in a state file written before it was
+    /// recorded: such a unit is checked by its digest alone).
+    #[serde(default)]
+    versions: BTreeMap<String, u64>,
+}
+
+/// How the store's units up to a home's version relate to what that home recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum History {
+    /// The store continues this home's history.
+    Same,
+    /// The store's head is behind this home: restored from a backup, or another store.
+    Behind,
+    /// The store holds, at or below this home's version, units this home did not record
+    /// there: restored from a backup and written past this home's version since, or
+    /// another store.
+    Other,
+}
+
+impl Pulled {
+    /// Whether the store's units (`unit`, `version`, `digest`; every row) continue this
+    /// home's history: each one at or below this home's version is as recorded here, and
+    /// each unit recorded here is in the store.
+    fn continued_by(&self, rows: &[(String, u64, Option<String>)]) -> bool {
+        let mut held = 0;
+        for (unit, version, digest) in rows {
+            let recorded = self.digests.get(unit);
+            if recorded.is_some() {
+                held += 1;
+            }
+            if *version > self.version {
+                continue;
+            }
+            let same_version = self.versions.get(unit).is_none_or(|v| v == version);
+            if recorded != digest.as_ref() || (digest.is_some() && !same_version) {
+                return false;
+            }
+        }
+        held == self.digests.len()
+    }
 }
 
 /// One host's link between its home and the store's units.
@@ -472,6 +513,18 @@ impl HomeSync {
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 
+    /// Every unit's version and digest (no content), read with `client`.
+    async fn unit_versions(&self, client: &Object) -> Result<Vec<(String, u64, Option<String>)>> {
+        let rows = client
+            .query("SELECT unit, version, digest FROM skillhost_home_units", &[])
+            .await
+            .map_err(|e| self.store.error("cannot read the shared home of", &e))?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.get(0), u64::try_from(row.get::<_, i64>(1)).unwrap_or(0), row.get(2)))
+            .collect())
+    }
+
     /// The units written after version `since`, oldest first, read with `client`.
     async fn changed_since(&self, client: &Object, since: u64) -> Result<Vec<StoredUnit>> {
         let rows = client
@@ -503,10 +556,16 @@ impl HomeSync {
             if digest.is_none() || state.digests.get(&unit) != digest.as_ref() {
                 let content = content.map(|c| self.open_sealed(&unit, c)).transpose()?;
                 self.apply(&unit, content).with_context(|| format!("cannot apply {unit} from the shared store"))?;
-                match digest {
-                    Some(d) => state.digests.insert(unit, d),
-                    None => state.digests.remove(&unit),
-                };
+            }
+            match digest {
+                Some(d) => {
+                    state.versions.insert(unit.clone(), version);
+                    state.digests.insert(unit, d);
+                }
+                None => {
+                    state.versions.remove(&unit);
+                    state.digests.remove(&unit);
+                }
             }
             state.version = state.version.max(version);
         }
@@ -531,41 +590,55 @@ impl HomeSync {
         let _home = self.lock_home()?;
         // Read again under the lock: another process may have pulled or changed meanwhile.
         let mut state = self.load_state();
-        let (this, since) = (self.clone(), state.version);
-        let (head, units) = self.store.block_on(async move {
+        let (this, seen) = (self.clone(), state.clone());
+        let (head, (units, history)) = self.store.block_on(async move {
             let client = this.store.client().await?;
             let head = this.head(&client).await?;
-            Ok((head, this.missing(&client, head, since).await?))
+            Ok((head, this.missing(&client, head, &seen).await?))
         })?;
-        if units.is_empty() && head >= state.version {
+        if units.is_empty() && history == History::Same {
             self.fresh.applied.fetch_max(state.version, Ordering::SeqCst);
             return Ok(());
         }
-        self.restart_if_ahead(&mut state, head);
+        self.restart_unless_same(&mut state, head, history);
         self.apply_all(units, &mut state)?;
         state.version = state.version.max(head);
         self.save_state(&state)
     }
 
-    /// What a home brought to version `since` needs from a store whose head is `head`: the
-    /// units written after `since`, or every unit when the store is behind the home (the
-    /// store was restored from a backup, or is not the one this home copied), as the
-    /// versions this home saw may have been given to other changes since.
-    async fn missing(&self, client: &Object, head: u64, since: u64) -> Result<Vec<StoredUnit>> {
-        self.changed_since(client, if head < since { 0 } else { since }).await
+    /// What a home at `seen` needs from a store whose head is `head`: the units written
+    /// after its version; or every unit when the store does not continue its history
+    /// (behind it, or holding other units at or below its version: the store was restored
+    /// from a backup, or is not the one this home copied), as the versions this home saw
+    /// may have been given to other changes since.
+    async fn missing(&self, client: &Object, head: u64, seen: &Pulled) -> Result<(Vec<StoredUnit>, History)> {
+        let history = if head < seen.version {
+            History::Behind
+        } else if seen.version > 0 && !seen.continued_by(&self.unit_versions(client).await?) {
+            History::Other
+        } else {
+            History::Same
+        };
+        let since = if history == History::Same { seen.version } else { 0 };
+        Ok((self.changed_since(client, since).await?, history))
     }
 
-    /// After [`HomeSync::missing`]: start `state` afresh when the store is behind it.
-    fn restart_if_ahead(&self, state: &mut Pulled, head: u64) {
-        if head < state.version {
-            tracing::warn!(
-                "the shared home of {} is at version {head}, behind this home's {} ({}): the store was restored or replaced; taking every unit it holds again (units only this home has are shared by its next change)",
-                self.store.url(),
-                state.version,
-                self.home.display()
-            );
-            *state = Pulled::default();
-        }
+    /// After [`HomeSync::missing`]: start `state` afresh when the store does not continue it.
+    fn restart_unless_same(&self, state: &mut Pulled, head: u64, history: History) {
+        let why = match history {
+            History::Same => return,
+            History::Behind => format!("is at version {head}, behind this home's {}", state.version),
+            History::Other => format!(
+                "holds other units at or below this home's version {} than this home took from it",
+                state.version
+            ),
+        };
+        tracing::warn!(
+            "the shared home of {} {why} ({}): the store was restored or replaced; taking every unit it holds again (units only this home has are shared by its next change)",
+            self.store.url(),
+            self.home.display()
+        );
+        *state = Pulled::default();
     }
 
     /// Run `change` on an up-to-date home while holding the store's home lock, then share
@@ -575,8 +648,8 @@ impl HomeSync {
         let _one = self.busy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let _home = self.lock_home()?;
         let mut state = self.load_state();
-        let (this, since) = (self.clone(), state.version);
-        let (held, head, units) = self.store.block_on(async move {
+        let (this, seen) = (self.clone(), state.clone());
+        let (held, head, (units, history)) = self.store.block_on(async move {
             let client = this.store.client().await?;
             let locked = async {
                 client.batch_execute("BEGIN").await?;
@@ -588,10 +661,10 @@ impl HomeSync {
                 Ok(row) => u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
                 Err(e) => return Err(this.store.error("cannot lock the shared home of", &e)),
             };
-            let units = this.missing(held.client(), head, since).await?;
+            let units = this.missing(held.client(), head, &seen).await?;
             Ok((held, head, units))
         })?;
-        self.restart_if_ahead(&mut state, head);
+        self.restart_unless_same(&mut state, head, history);
         self.apply_all(units, &mut state)?;
         state.version = state.version.max(head);
         // The home is current: a pull by another process on it now finds nothing to do and
@@ -668,8 +741,14 @@ impl HomeSync {
             state.version = version;
             for (unit, content) in changed {
                 match content {
-                    Some((digest, _)) => state.digests.insert(unit, digest),
-                    None => state.digests.remove(&unit),
+                    Some((digest, _)) => {
+                        state.versions.insert(unit.clone(), version);
+                        state.digests.insert(unit, digest)
+                    }
+                    None => {
+                        state.versions.remove(&unit);
+                        state.digests.remove(&unit)
+                    }
                 };
             }
         }
@@ -773,5 +852,60 @@ impl HomeSync {
             })
             .context("cannot start the shared home's follower thread")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pulled(version: u64, units: &[(&str, u64, &str)], with_versions: bool) -> Pulled {
+        Pulled {
+            version,
+            digests: units.iter().map(|(u, _, d)| (u.to_string(), d.to_string())).collect(),
+            versions: if with_versions {
+                units.iter().map(|(u, v, _)| (u.to_string(), *v)).collect()
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
+    fn rows(units: &[(&str, u64, Option<&str>)]) -> Vec<(String, u64, Option<String>)> {
+        units.iter().map(|(u, v, d)| (u.to_string(), *v, d.map(str::to_string))).collect()
+    }
+
+    #[test]
+    fn a_store_continues_a_home_only_if_its_units_up_to_the_home_are_those_the_home_recorded() {
+        let home = pulled(3, &[("trust.toml", 3, "a"), ("policy.toml", 1, "p")], true);
+        // The same units, and later changes (a unit rewritten, one removed, one added).
+        assert!(home.continued_by(&rows(&[("trust.toml", 3, Some("a")), ("policy.toml", 1, Some("p"))])));
+        assert!(home.continued_by(&rows(&[
+            ("trust.toml", 5, Some("b")),
+            ("policy.toml", 4, None),
+            ("skills/echo", 6, Some("e"))
+        ])));
+        // Another digest, or the same digest at another version, at or below the home's.
+        assert!(!home.continued_by(&rows(&[("trust.toml", 3, Some("x")), ("policy.toml", 1, Some("p"))])));
+        assert!(!home.continued_by(&rows(&[("trust.toml", 2, Some("a")), ("policy.toml", 1, Some("p"))])));
+        // A unit the home never had, or a removal it never saw, at or below its version.
+        assert!(!home.continued_by(&rows(&[
+            ("trust.toml", 3, Some("a")),
+            ("policy.toml", 1, Some("p")),
+            ("skills/echo", 2, Some("e"))
+        ])));
+        assert!(!home.continued_by(&rows(&[("trust.toml", 3, Some("a")), ("policy.toml", 2, None)])));
+        // A unit the home holds that the store does not.
+        assert!(!home.continued_by(&rows(&[("trust.toml", 3, Some("a"))])));
+        // A removal the home saw (it no longer lists the unit) is no difference.
+        assert!(home.continued_by(&rows(&[
+            ("trust.toml", 3, Some("a")),
+            ("policy.toml", 1, Some("p")),
+            ("agents/old", 2, None)
+        ])));
+        // A state file written before versions were recorded: digests alone.
+        let old = pulled(3, &[("trust.toml", 3, "a")], false);
+        assert!(old.continued_by(&rows(&[("trust.toml", 2, Some("a"))])));
+        assert!(!old.continued_by(&rows(&[("trust.toml", 2, Some("x"))])));
     }
 }
