@@ -170,5 +170,7 @@ impl std::error::Error for PartlyApplied {}
 /// last one applied whole.
 pub(super) const APPLYING: &str = "replica_applying";
 pub(super) const APPLIED: &str = "replica_seq";
-/// The time of the last op applied whole (0: not recorded, a replica made before it was).
+/// The time of the last op applied whole, and that op's seq: the time counts only while it
+/// is `replica_seq`'s (an older build moves `replica_seq` on without it).
 pub(super) const APPLIED_AT: &str = "replica_seq_at_ms";
+pub(super) const APPLIED_AT_SEQ: &str = "replica_seq_at_ms_of";

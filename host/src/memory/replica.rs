@@ -28,7 +28,9 @@
 //!
 //! Every commit an op makes here also writes `replica_applying = seq` in the store's meta
 //! table (in the same redb transaction; see [`replaying`]), and once the op is whole,
-//! `replica_seq = seq`. A replica whose `replica_applying` is ahead of its `replica_seq`
+//! `replica_seq = seq` with that op's time (`replica_seq_at_ms`: an op's number and time
+//! tell it from another history's op of that number, in a store restored from a backup and
+//! written on since). A replica whose `replica_applying` is ahead of its `replica_seq`
 //! was stopped inside an op (killed, or the log refused the append): on open it is wiped
 //! and rebuilt from the log rather than trusted. A replay that does not commit where the
 //! writer's did, or a log written with another embedding model, marks the replica
@@ -64,8 +66,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
 use super::log::{
-    APPLIED, APPLIED_AT, APPLYING, Checkpoint, CheckpointReport, HeldHead, LoggedOp, MemoryLog, PartlyApplied,
-    Replaying,
+    APPLIED, APPLIED_AT, APPLIED_AT_SEQ, APPLYING, Checkpoint, CheckpointReport, HeldHead, LogHead, LoggedOp,
+    MemoryLog, PartlyApplied, Replaying,
 };
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
@@ -91,8 +93,9 @@ pub(super) struct Replica {
 }
 
 impl Replica {
-    /// Wipe `dir`'s store when it was left inside an op, marked diverged, or is behind what
-    /// the log still holds (its next op was compacted into a checkpoint), before it opens.
+    /// Wipe `dir`'s store when it was left inside an op, marked diverged, or the log no
+    /// longer continues from it (its next op was compacted into a checkpoint, or the log's
+    /// op at its position is another op: a restored store), before it opens.
     pub(super) fn check_before_open(dir: &Path, log: &dyn MemoryLog) -> Result<()> {
         let path = dir.join("store.redb");
         let diverged = dir.join(DIVERGED_MARK).exists();
@@ -167,15 +170,13 @@ impl Replica {
         // Once per catch-up, not per op: an op applied here leaves the marks equal, and the
         // ops after the first batch continue what this replica read from this log.
         self.check_whole(store, *applied)?;
-        let mut first_batch = true;
         loop {
             // The head first: every op up to it was in the log when it was read, so if none
             // comes back after it, they were removed since (never: appended since).
-            let head = self.log.head()?.seq;
+            let log_head = self.log.head()?;
+            let head = log_head.seq;
             let read = self.log.read_after(*applied, CATCH_UP_BATCH)?;
-            if std::mem::take(&mut first_batch) {
-                self.check_same_history(store, *applied, read.after_at_ms)?;
-            }
+            self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head))?;
             let ops = read.ops;
             if ops.is_empty() {
                 if head > *applied {
@@ -284,7 +285,8 @@ impl Replica {
         self.check_whole(store, *applied)?;
         let mut head = self.log.lock_head()?;
         let read = head.read_after(*applied)?;
-        self.check_same_history(store, *applied, read.after_at_ms)?;
+        let log_head = LogHead { seq: head.seq(), at_ms: head.at_ms() };
+        self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head))?;
         for op in read.ops {
             self.apply(store, &mut applied, &op)?;
         }
@@ -308,8 +310,8 @@ impl Replica {
         Ok(())
     }
 
-    /// Diverge when the log's op `applied` (written at `logged_at`, while the log holds it)
-    /// is not the op this replica applied last: the store was restored from a backup, or
+    /// Diverge when the log's op `applied` (written at `logged_at`, when known: see
+    /// [`time_of_op`]) is not the op this replica applied last: the store was restored from a backup, or
     /// replaced, and written on since, so the ops after it continue another history.
     fn check_same_history(&self, store: &Store, applied: u64, logged_at: Option<u64>) -> Result<()> {
         let Some(logged_at) = logged_at else { return Ok(()) };
@@ -406,31 +408,21 @@ impl Replica {
         Ok(CheckpointReport { seq: checkpoint.seq, records, archive, pruned })
     }
 
-    /// A request that changes the store: a checkpoint, or a write through the log.
+    /// A request that changes the store: a checkpoint, or a write through the log. A panic
+    /// in either (they replay other hosts' ops first) diverges the replica: what it left
+    /// committed here may be an op the log never took, which reads must not serve, and a
+    /// replica is rebuilt whole on restart (a damaged store file included).
     fn handle(&self, store: &Store, request: Request) -> Result<Value> {
-        match request {
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match request {
             Request::Checkpoint(c) => {
                 Ok(serde_json::to_value(self.checkpoint(store, Duration::from_secs(c.retain_secs))?)?)
             }
-            request => {
-                let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.write(store, request)));
-                written.unwrap_or_else(|panic| Err(self.write_panicked(store, &*panic)))
-            }
-        }
-    }
-
-    /// The error of a write that panicked. If it had committed here (its op may or may not
-    /// have reached the log), the replica diverges at once: its reads would otherwise serve
-    /// a write no other host may ever see, until the next write found it.
-    fn write_panicked(&self, store: &Store, panic: &(dyn std::any::Any + Send)) -> anyhow::Error {
-        let why = super::store::panic_message(panic);
-        let applied = *self.applied.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match store.replica_marks() {
-            Ok((applying, _)) if applying == applied => {
-                anyhow!("the memory write failed (it panicked: {why}); nothing was written")
-            }
-            _ => self.diverge(store, format!("a memory write panicked after committing here: {why}")),
-        }
+            request => self.write(store, request),
+        }));
+        handled.unwrap_or_else(|panic| {
+            let why = super::store::panic_message(&*panic);
+            Err(self.diverge(store, format!("a memory operation panicked here: {why}")))
+        })
     }
 
     /// Stop following and writing through the log once the op in progress (the follower's
@@ -544,9 +536,10 @@ impl Drop for Replica {
 /// (or there is none yet).
 fn replayable_from(log: &dyn MemoryLog, applied: u64, applied_at: u64) -> Result<bool> {
     // The head first, as in `catch_up`: an op appended in between is not a gap.
-    let head = log.head()?.seq;
+    let log_head = log.head()?;
+    let head = log_head.seq;
     let read = log.read_after(applied, 1)?;
-    if let Some(logged_at) = read.after_at_ms
+    if let Some(logged_at) = time_of_op(applied, read.after_at_ms, log_head)
         && applied_at != 0
         && logged_at != applied_at
     {
@@ -560,7 +553,15 @@ fn replayable_from(log: &dyn MemoryLog, applied: u64, applied_at: u64) -> Result
     })
 }
 
-/// `(replica_applying, replica_seq, replica_seq_at_ms)` of a closed store file.
+/// The time the log's op `seq` was written at, when the log tells: its row (`row_at`), or
+/// the head when `seq` is the head (its row may have been compacted away).
+fn time_of_op(seq: u64, row_at: Option<u64>, head: LogHead) -> Option<u64> {
+    row_at.or((head.seq == seq).then_some(head.at_ms))
+}
+
+/// `(replica_applying, replica_seq, replica_seq_at_ms)` of a closed store file; the time
+/// is 0 (unknown) unless it was recorded for that `replica_seq` (a host that ran an older
+/// build moved `replica_seq` on without it).
 fn read_marks(path: &Path) -> Result<(u64, u64, u64)> {
     use redb::ReadableDatabase;
     let db = redb::Database::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -571,7 +572,9 @@ fn read_marks(path: &Path) -> Result<(u64, u64, u64)> {
         Err(e) => return Err(e.into()),
     };
     let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
-    Ok((get(APPLYING)?, get(APPLIED)?, get(APPLIED_AT)?))
+    let applied = get(APPLIED)?;
+    let at = if get(APPLIED_AT_SEQ)? == applied { get(APPLIED_AT)? } else { 0 };
+    Ok((get(APPLYING)?, applied, at))
 }
 
 #[cfg(test)]

@@ -312,15 +312,19 @@ impl Store {
         }
         txn.set_meta(super::log::APPLIED, seq)?;
         txn.set_meta(super::log::APPLIED_AT, at_ms)?;
+        txn.set_meta(super::log::APPLIED_AT_SEQ, seq)?;
         txn.commit()?;
         Ok(())
     }
 
-    /// The time of the last op applied whole (0: not recorded).
+    /// The time of the last op applied whole (0: not recorded for it).
     pub(super) fn replica_applied_at(&self) -> Result<u64> {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
-        Ok(meta.get(super::log::APPLIED_AT)?.map(|v| v.value()).unwrap_or(0))
+        let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
+        let (applied, at, at_seq) =
+            (get(super::log::APPLIED)?, get(super::log::APPLIED_AT)?, get(super::log::APPLIED_AT_SEQ)?);
+        Ok(if at_seq == applied { at } else { 0 })
     }
 
     /// Wait for the writes before this one (it protects no data: a panic does not poison it).
