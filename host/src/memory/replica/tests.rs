@@ -471,7 +471,7 @@ fn a_daily_note_that_cannot_be_written_after_its_mark_is_not_logged() {
     let log = Arc::new(VecLog::default());
     let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (host(a_dir.path(), &log), host(b_dir.path(), &log));
-    a.note("first note of the day").unwrap();
+    let first = a.note("first note of the day").unwrap();
     // The note directory cannot be made: a file holds its name.
     let (store, _) = a.owned_for_tests();
     let daily = store.dir.join("daily");
@@ -486,10 +486,18 @@ fn a_daily_note_that_cannot_be_written_after_its_mark_is_not_logged() {
     std::fs::remove_file(&daily).unwrap();
     std::fs::rename(a_dir.path().join("daily.kept"), &daily).unwrap();
     let a = host(a_dir.path(), &log);
-    let lines = |m: &Memory| m.daily(None).unwrap().1.into_iter().map(|e| e.text).collect::<Vec<_>>();
-    assert_eq!(lines(&a).len(), 1, "{:?}", lines(&a));
-    assert!(lines(&a)[0].ends_with("first note of the day"));
-    a.note("third note of the day").unwrap();
+    // The notes of the days the test wrote on (two, if it ran across midnight).
+    let mut dates = vec![first.date];
+    let lines = |m: &Memory, dates: &[String]| {
+        dates.iter().flat_map(|d| m.daily(Some(d)).unwrap().1).map(|e| e.text).collect::<Vec<_>>()
+    };
+    assert_eq!(lines(&a, &dates).len(), 1, "{:?}", lines(&a, &dates));
+    assert!(lines(&a, &dates)[0].ends_with("first note of the day"));
+    let third = a.note("third note of the day").unwrap();
+    if !dates.contains(&third.date) {
+        dates.push(third.date);
+    }
+    let lines = |m: &Memory| lines(m, &dates);
     let started = Instant::now();
     while lines(&b) != lines(&a) {
         assert!(started.elapsed() < Duration::from_secs(10), "B: {:?}, A: {:?}", lines(&b), lines(&a));
