@@ -174,3 +174,9 @@ pub(super) const APPLIED: &str = "replica_seq";
 /// is `replica_seq`'s (an older build moves `replica_seq` on without it).
 pub(super) const APPLIED_AT: &str = "replica_seq_at_ms";
 pub(super) const APPLIED_AT_SEQ: &str = "replica_seq_at_ms_of";
+
+/// The time of op `applied` from the meta values [`APPLIED_AT`] (`at`) and
+/// [`APPLIED_AT_SEQ`] (`at_seq`): 0 (unknown) unless it was recorded for that op.
+pub(super) fn applied_time(applied: u64, at: u64, at_seq: u64) -> u64 {
+    if at_seq == applied { at } else { 0 }
+}

@@ -573,7 +573,7 @@ fn read_marks(path: &Path) -> Result<(u64, u64, u64)> {
     };
     let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
     let applied = get(APPLIED)?;
-    let at = if get(APPLIED_AT_SEQ)? == applied { get(APPLIED_AT)? } else { 0 };
+    let at = super::log::applied_time(applied, get(APPLIED_AT)?, get(APPLIED_AT_SEQ)?);
     Ok((get(APPLYING)?, applied, at))
 }
 

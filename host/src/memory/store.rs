@@ -324,7 +324,7 @@ impl Store {
         let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
         let (applied, at, at_seq) =
             (get(super::log::APPLIED)?, get(super::log::APPLIED_AT)?, get(super::log::APPLIED_AT_SEQ)?);
-        Ok(if at_seq == applied { at } else { 0 })
+        Ok(super::log::applied_time(applied, at, at_seq))
     }
 
     /// Wait for the writes before this one (it protects no data: a panic does not poison it).
