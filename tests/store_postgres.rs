@@ -486,3 +486,70 @@ fn a_store_over_tcp_is_reached_with_verified_tls() {
         assert!(e.contains(says), "{bad}: {e}");
     }
 }
+
+/// A host stopped while it holds the memory log's head (frozen by SIGSTOP, cut off, paused:
+/// here a lock taken and left idle, which is what the database sees of such a host) holds
+/// up the other hosts' memory writes only for its store URL's `lock_hold_secs`: the server
+/// then ends its transaction, another host's write goes through, and the stopped host's
+/// append, when it wakes, is refused with the reason, leaving the log as the other host left it.
+#[test]
+fn a_host_stopped_while_holding_the_memory_log_holds_up_the_others_only_for_lock_hold_secs() {
+    use skillhost::memory::{HeadHold, LoggedOp, MemoryLog as _};
+    use std::time::{Duration, Instant};
+
+    let db = common::postgres::database();
+    db.migrated();
+    let env = Env::new();
+    let stopped_store = PgStore::connect(&pg_url(&format!("{}&lock_hold_secs=2", db.url()))).unwrap();
+    let stopped_log = skillhost::store::PgMemoryLog::open(&stopped_store).unwrap();
+    let held = stopped_log.lock_head(HeadHold::Write).unwrap();
+    assert_eq!(held.seq(), 0);
+
+    // Another host (a real process, on the default lock_hold) writes a memory meanwhile.
+    let started = Instant::now();
+    let mut other = common::skillhost_command(env.home.path())
+        .args(["--store", &db.url(), "memory", "add", "the release needs two approvals (发布需要两人批准)"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = other.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            other.kill().unwrap();
+            panic!("the other host's memory write waited 30 s behind a head held idle with lock_hold_secs=2");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let waited = started.elapsed();
+    let out = other.wait_with_output().unwrap();
+    assert!(status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // It did wait for the stopped host: the head was really held.
+    assert!(waited >= Duration::from_millis(1500), "the write took {waited:?}: was the head held at all?");
+    assert_eq!(db.psql("SELECT seq || ' ' || (op LIKE '%two approvals%') FROM skillhost_memory_log"), "1 true");
+
+    // The stopped host wakes and appends on the head it held: refused, saying why.
+    let op = LoggedOp { seq: 1, at_ms: 1, model: None, op: serde_json::json!({"op": "note", "text": "stale"}) };
+    let e = format!("{:#}", held.append(&op).unwrap_err());
+    eprintln!("the stopped host's append: {e}");
+    assert!(e.contains("lock_hold_secs") && e.contains("held the memory log's head idle"), "{e}");
+    assert_eq!(db.psql("SELECT count(*) || ' ' || max(seq) FROM skillhost_memory_log"), "1 1");
+    assert_eq!(db.psql("SELECT seq FROM skillhost_memory_head"), "1");
+    // Its store is still usable: the next lock is a fresh connection on the new head.
+    let again = stopped_log.lock_head(HeadHold::Write).unwrap();
+    assert_eq!(again.seq(), 1);
+    drop(again);
+
+    // The digest the database computes over op 1's stored text is the one a replica that
+    // read and applied it records (what tells op 1 from another history's op 1).
+    let ops = stopped_log.read_after(0, 10).unwrap().ops;
+    assert_eq!(ops.len(), 1);
+    let after = stopped_log.read_after(1, 10).unwrap();
+    assert!(after.ops.is_empty());
+    assert_eq!(after.after_at_ms, Some(ops[0].at_ms));
+    assert_eq!(after.after_digest, Some(ops[0].digest()));
+    let stored = db.psql("SELECT op FROM skillhost_memory_log WHERE seq = 1");
+    assert_eq!(skillhost::memory::text_digest(stored.as_bytes()), ops[0].digest(), "{stored}");
+}

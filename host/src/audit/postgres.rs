@@ -147,6 +147,7 @@ impl PgChain {
         let writer = Writer {
             pool: store.pool().clone(),
             store_name: store.url().to_string(),
+            begin: PgStore::begin_holding(store.url().lock_hold()),
             host: store.host_id().to_string(),
             batches: batches.clone(),
             failing: failing.clone(),
@@ -523,6 +524,9 @@ struct Writer {
     pool: deadpool_postgres::Pool,
     /// The store's URL as shown (no password), for messages.
     store_name: String,
+    /// Opens a transaction holding the head: a host stopped inside it releases the head
+    /// after the store URL's `lock_hold_secs` (see `PgUrl::lock_hold`).
+    begin: String,
     host: String,
     batches: Arc<AtomicU64>,
     failing: Arc<AtomicBool>,
@@ -685,7 +689,7 @@ impl Writer {
     ) -> Result<Vec<Appended>, Failed> {
         let lock = client.prepare_cached(LOCK_HEAD).await.map_err(|e| before(self.db(&e)))?;
         let insert = client.prepare_cached(INSERT_AND_MOVE_HEAD).await.map_err(|e| before(self.db(&e)))?;
-        let (begun, head) = tokio::join!(client.batch_execute("BEGIN"), client.query_opt(&lock, &[]));
+        let (begun, head) = tokio::join!(client.batch_execute(&self.begin), client.query_opt(&lock, &[]));
         begun.map_err(|e| before(self.db(&e)))?;
         let head = head.map_err(|e| before(self.db(&e)))?.ok_or_else(|| {
             before(anyhow!(

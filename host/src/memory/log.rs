@@ -24,6 +24,37 @@ pub struct LoggedOp {
     pub op: Value,
 }
 
+impl LoggedOp {
+    /// The op's text as the log stores it (the same function on the same value everywhere,
+    /// so a writer knows the text it appended, and a reader that parsed it gets it back).
+    pub fn text(&self) -> serde_json::Result<String> {
+        serde_json::to_string(&self.op)
+    }
+
+    /// [`text_digest`] of [`LoggedOp::text`]: with the time, what tells this op from another
+    /// history's op of the same number.
+    pub fn digest(&self) -> u64 {
+        self.text().map_or(0, |t| text_digest(t.as_bytes()))
+    }
+}
+
+/// The first 64 bits of the SHA-256 of an op's text (never 0, which means "unknown"): what a
+/// replica records of the last op it applied, and what the log tells of its op of that
+/// number (PostgreSQL computes it over the stored text, `sha256(convert_to(op, 'UTF8'))`).
+pub fn text_digest(text: &[u8]) -> u64 {
+    use sha2::Digest as _;
+    digest_of_sha256(&sha2::Sha256::digest(text))
+}
+
+/// [`text_digest`] from the SHA-256 already computed (by the database).
+pub fn digest_of_sha256(sha256: &[u8]) -> u64 {
+    let mut first = [0u8; 8];
+    for (to, from) in first.iter_mut().zip(sha256) {
+        *to = *from;
+    }
+    u64::from_be_bytes(first).max(1)
+}
+
 /// The state of a replica after op `seq`: where a new replica starts instead of replaying
 /// the ops before it, which a compaction may have removed (see `replica.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +108,8 @@ pub struct OpsAfter {
     /// `after` is 0, or a compaction removed it): a replica checks that it is the op it
     /// applied last.
     pub after_at_ms: Option<u64>,
+    /// The [`text_digest`] of op `after`, when the log holds it and tells.
+    pub after_digest: Option<u64>,
     /// The ops after it, in order.
     pub ops: Vec<LoggedOp>,
 }
@@ -88,13 +121,24 @@ pub trait MemoryLog: Send + Sync + 'static {
     fn head(&self) -> Result<LogHead>;
     /// Up to `limit` ops after `after`, in order.
     fn read_after(&self, after: u64, limit: usize) -> Result<OpsAfter>;
-    /// Hold the head for one write: no other writer appends until the returned value is
-    /// appended to or dropped (dropped: nothing is appended).
-    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
+    /// Hold the head for one write or checkpoint (`purpose`): no other writer appends until
+    /// the returned value is appended to or dropped (dropped: nothing is appended).
+    fn lock_head(&self, purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>>;
     /// The newest checkpoint, if one was written.
     fn checkpoint(&self) -> Result<Option<Checkpoint>>;
     /// Where the log lives, for messages.
     fn describe(&self) -> String;
+}
+
+/// What a host holds the log's head for: a shared log gives up a head held idle for longer
+/// than the purpose needs (see `PgUrl::lock_hold`), so that a stopped host does not stop
+/// every other host's writes for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadHold {
+    /// One write: catch up, run the op, append it (seconds at most).
+    Write,
+    /// A checkpoint: catch up, then snapshot and send the whole memory (`store compact`).
+    Checkpoint,
 }
 
 /// The log's head, held for one write.
@@ -174,9 +218,32 @@ pub(super) const APPLIED: &str = "replica_seq";
 /// is `replica_seq`'s (an older build moves `replica_seq` on without it).
 pub(super) const APPLIED_AT: &str = "replica_seq_at_ms";
 pub(super) const APPLIED_AT_SEQ: &str = "replica_seq_at_ms_of";
+/// The [`text_digest`] of the last op applied whole, and that op's seq (a key of its own: a
+/// build that records the time but not the digest moves the time's seq on without it).
+pub(super) const APPLIED_DIGEST: &str = "replica_seq_digest";
+pub(super) const APPLIED_DIGEST_SEQ: &str = "replica_seq_digest_of";
 
-/// The time of op `applied` from the meta values [`APPLIED_AT`] (`at`) and
-/// [`APPLIED_AT_SEQ`] (`at_seq`): 0 (unknown) unless it was recorded for that op.
-pub(super) fn applied_time(applied: u64, at: u64, at_seq: u64) -> u64 {
-    if at_seq == applied { at } else { 0 }
+/// What tells the last op a replica applied from another history's op of that number: its
+/// time and digest, each 0 when not known (see [`applied_mark`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct OpMark {
+    pub at_ms: u64,
+    pub digest: u64,
+}
+
+impl OpMark {
+    /// Whether the log's op (time and digest, where the log tells) is certainly not the one
+    /// this mark was recorded for: one of them is known on both sides and differs.
+    pub(super) fn differs_from(&self, logged_at: Option<u64>, logged_digest: Option<u64>) -> bool {
+        let differs = |ours: u64, theirs: Option<u64>| ours != 0 && theirs.is_some_and(|t| t != ours);
+        differs(self.at_ms, logged_at) || differs(self.digest, logged_digest)
+    }
+}
+
+/// The mark of op `applied` from the meta values read by `get` ([`APPLIED_AT`] and
+/// [`APPLIED_DIGEST`], each with its seq): each part 0 (unknown) unless it was recorded for
+/// that op.
+pub(super) fn applied_mark(applied: u64, get: impl Fn(&str) -> anyhow::Result<u64>) -> anyhow::Result<OpMark> {
+    let part = |value: &str, of: &str| -> anyhow::Result<u64> { Ok(if get(of)? == applied { get(value)? } else { 0 }) };
+    Ok(OpMark { at_ms: part(APPLIED_AT, APPLIED_AT_SEQ)?, digest: part(APPLIED_DIGEST, APPLIED_DIGEST_SEQ)? })
 }

@@ -61,7 +61,10 @@ pub use handle::{Memory, SemanticStats};
 pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use instructions::{instruction_like, prompt_content};
-pub use log::{Checkpoint, CheckpointReport, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, Replication};
+pub use log::{
+    Checkpoint, CheckpointReport, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, Replication,
+    digest_of_sha256, text_digest,
+};
 pub use records::{
     ArchiveEntry, Deprecation, MemoryKind, MemoryRecord, NewRecord, Provenance, RESERVED_SOURCES, SearchFilter,
     SearchHit, SearchOrder, archive_reason, is_reserved_source,

@@ -28,7 +28,8 @@
 //!
 //! Every commit an op makes here also writes `replica_applying = seq` in the store's meta
 //! table (in the same redb transaction; see [`replaying`]), and once the op is whole,
-//! `replica_seq = seq` with that op's time (`replica_seq_at_ms`: an op's number and time
+//! `replica_seq = seq` with that op's time and text digest (`replica_seq_at_ms`,
+//! `replica_seq_digest`: an op's number, time and digest
 //! tell it from another history's op of that number, in a store restored from a backup and
 //! written on since). A replica whose `replica_applying` is ahead of its `replica_seq`
 //! was stopped inside an op (killed, or the log refused the append): on open it is wiped
@@ -66,8 +67,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
 use super::log::{
-    APPLIED, APPLIED_AT, APPLIED_AT_SEQ, APPLYING, Checkpoint, CheckpointReport, HeldHead, LogHead, LoggedOp,
-    MemoryLog, PartlyApplied, Replaying,
+    APPLIED, APPLYING, Checkpoint, CheckpointReport, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpMark,
+    PartlyApplied, Replaying,
 };
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
@@ -99,9 +100,10 @@ impl Replica {
     pub(super) fn check_before_open(dir: &Path, log: &dyn MemoryLog) -> Result<()> {
         let path = dir.join("store.redb");
         let diverged = dir.join(DIVERGED_MARK).exists();
-        let (applying, applied, applied_at) = if path.exists() { read_marks(&path)? } else { (0, 0, 0) };
+        let (applying, applied, applied_mark) =
+            if path.exists() { read_marks(&path)? } else { (0, 0, OpMark::default()) };
         let interrupted = !diverged && applying > applied;
-        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied, applied_at)?;
+        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied, applied_mark)?;
         if diverged || interrupted || passed {
             tracing::warn!(
                 dir = %dir.display(),
@@ -176,7 +178,12 @@ impl Replica {
             let log_head = self.log.head()?;
             let head = log_head.seq;
             let read = self.log.read_after(*applied, CATCH_UP_BATCH)?;
-            self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head))?;
+            self.check_same_history(
+                store,
+                *applied,
+                time_of_op(*applied, read.after_at_ms, log_head),
+                read.after_digest,
+            )?;
             let ops = read.ops;
             if ops.is_empty() {
                 if head > *applied {
@@ -214,7 +221,8 @@ impl Replica {
                 self.diverge(store, format!("the checkpoint at op {} cannot be loaded: {e:#}", checkpoint.seq))
             })?;
         }
-        store.set_replica_applied(checkpoint.seq, checkpoint.at_ms, true)?;
+        // A checkpoint holds no op text: the time alone marks its op.
+        store.set_replica_applied(checkpoint.seq, OpMark { at_ms: checkpoint.at_ms, digest: 0 }, true)?;
         *applied = checkpoint.seq;
         tracing::info!(seq = checkpoint.seq, "memory replica started from the log's checkpoint");
         Ok(())
@@ -264,7 +272,7 @@ impl Replica {
                 self.diverge(store, format!("op {} changed nothing here, unlike where it was written", logged.seq))
             );
         }
-        store.set_replica_applied(logged.seq, logged.at_ms, false)?;
+        store.set_replica_applied(logged.seq, OpMark { at_ms: logged.at_ms, digest: logged.digest() }, false)?;
         *applied = logged.seq;
         Ok(())
     }
@@ -275,6 +283,7 @@ impl Replica {
     fn hold_caught_up(
         &self,
         store: &Store,
+        purpose: HeadHold,
         not_done: &str,
     ) -> Result<(std::sync::MutexGuard<'_, u64>, Box<dyn HeldHead + '_>)> {
         self.check()?;
@@ -283,10 +292,10 @@ impl Replica {
             bail!("this host's memory replica is closed (the host is shutting down); {not_done}");
         }
         self.check_whole(store, *applied)?;
-        let mut head = self.log.lock_head()?;
+        let mut head = self.log.lock_head(purpose)?;
         let read = head.read_after(*applied)?;
         let log_head = LogHead { seq: head.seq(), at_ms: head.at_ms() };
-        self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head))?;
+        self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head), read.after_digest)?;
         for op in read.ops {
             self.apply(store, &mut applied, &op)?;
         }
@@ -311,16 +320,31 @@ impl Replica {
     }
 
     /// Diverge when the log's op `applied` (written at `logged_at`, when known: see
-    /// [`time_of_op`]) is not the op this replica applied last: the store was restored from a backup, or
-    /// replaced, and written on since, so the ops after it continue another history.
-    fn check_same_history(&self, store: &Store, applied: u64, logged_at: Option<u64>) -> Result<()> {
-        let Some(logged_at) = logged_at else { return Ok(()) };
-        let ours = store.replica_applied_at()?;
-        if applied > 0 && ours != 0 && logged_at != ours {
+    /// [`time_of_op`]; its text's digest `logged_digest`, when the log holds it) is not the op
+    /// this replica applied last: the store was restored from a backup, or replaced, and
+    /// written on since, so the ops after it continue another history.
+    fn check_same_history(
+        &self,
+        store: &Store,
+        applied: u64,
+        logged_at: Option<u64>,
+        logged_digest: Option<u64>,
+    ) -> Result<()> {
+        let ours = store.replica_applied_mark()?;
+        if applied > 0 && ours.differs_from(logged_at, logged_digest) {
+            let shown = |v: Option<u64>, hex: bool| match v {
+                Some(v) if v != 0 && hex => format!("{v:016x}"),
+                Some(v) if v != 0 => v.to_string(),
+                _ => "unknown".to_string(),
+            };
             return Err(self.diverge(
                 store,
                 format!(
-                    "the log's op {applied} is not the one this replica applied (written at {logged_at} ms, not {ours} ms): the store was restored or replaced"
+                    "the log's op {applied} is not the one this replica applied (written at {} ms with digest {}, not {} ms with digest {}): the store was restored or replaced",
+                    shown(logged_at, false),
+                    shown(logged_digest, true),
+                    shown(Some(ours.at_ms), false),
+                    shown(Some(ours.digest), true)
                 ),
             ));
         }
@@ -350,7 +374,7 @@ impl Replica {
 
     /// Run the write `request` through the log (see the module doc).
     pub(super) fn write(&self, store: &Store, request: Request) -> Result<Value> {
-        let (mut applied, head) = self.hold_caught_up(store, "the write was not made")?;
+        let (mut applied, head) = self.hold_caught_up(store, HeadHold::Write, "the write was not made")?;
         if matches!(request, Request::LoadSnapshot(_)) && head.seq() != 0 {
             bail!(
                 "{} already holds {} memory write(s): a memory snapshot is loaded only as the first op of an empty log (import into a new, freshly migrated database)",
@@ -384,7 +408,7 @@ impl Replica {
                 "this memory write may or may not have been recorded ({e:#}): once the host is restarted (which rebuilds its memory from the log), check (e.g. `skillhost memory search`) before retrying. {diverged:#}"
             );
         }
-        store.set_replica_applied(seq, at_ms, false)?;
+        store.set_replica_applied(seq, OpMark { at_ms, digest: logged.digest() }, false)?;
         *applied = seq;
         answer
     }
@@ -392,7 +416,7 @@ impl Replica {
     /// Write a checkpoint of this replica at the log's head (see the module doc): holding
     /// the head, so no write lands between the last op it holds and the snapshot.
     pub(super) fn checkpoint(&self, store: &Store, retain: Duration) -> Result<CheckpointReport> {
-        let (_applied, head) = self.hold_caught_up(store, "no checkpoint was written")?;
+        let (_applied, head) = self.hold_caught_up(store, HeadHold::Checkpoint, "no checkpoint was written")?;
         if head.seq() == 0 {
             return Ok(CheckpointReport::default());
         }
@@ -443,7 +467,7 @@ impl Replica {
             // marks as they are, so that the next open rebuilds.
             return Ok(());
         }
-        store.set_replica_applied(*applied, store.replica_applied_at()?, true)
+        store.set_replica_applied(*applied, store.replica_applied_mark()?, true)
     }
 
     /// The log head is not where this replica is: ahead of it (ops to apply), behind it, or
@@ -455,8 +479,9 @@ impl Replica {
         if head.seq != applied {
             return Ok(true);
         }
-        let applied_at = store.replica_applied_at()?;
-        Ok(applied > 0 && applied_at != 0 && head.at_ms != applied_at)
+        // The head row has no digest: an op of the same number and time is told apart when
+        // the next op is appended, or by the next write (both read the op's digest).
+        Ok(applied > 0 && store.replica_applied_mark()?.differs_from(Some(head.at_ms), None))
     }
 }
 
@@ -532,17 +557,14 @@ impl Drop for Replica {
     }
 }
 
-/// Whether a replica at op `applied` can go on by replaying: its next op is still in the log
-/// (or there is none yet).
-fn replayable_from(log: &dyn MemoryLog, applied: u64, applied_at: u64) -> Result<bool> {
+/// Whether a replica at op `applied` (marked `mark`) can go on by replaying: its next op is
+/// still in the log (or there is none yet), and the log's op `applied` is the one it applied.
+fn replayable_from(log: &dyn MemoryLog, applied: u64, mark: OpMark) -> Result<bool> {
     // The head first, as in `catch_up`: an op appended in between is not a gap.
     let log_head = log.head()?;
     let head = log_head.seq;
     let read = log.read_after(applied, 1)?;
-    if let Some(logged_at) = time_of_op(applied, read.after_at_ms, log_head)
-        && applied_at != 0
-        && logged_at != applied_at
-    {
+    if mark.differs_from(time_of_op(applied, read.after_at_ms, log_head), read.after_digest) {
         // The log's op `applied` is another op: restored or replaced, and written on since.
         return Ok(false);
     }
@@ -559,22 +581,21 @@ fn time_of_op(seq: u64, row_at: Option<u64>, head: LogHead) -> Option<u64> {
     row_at.or((head.seq == seq).then_some(head.at_ms))
 }
 
-/// `(replica_applying, replica_seq, replica_seq_at_ms)` of a closed store file; the time
+/// `(replica_applying, replica_seq, its mark)` of a closed store file; each part of the mark
 /// is 0 (unknown) unless it was recorded for that `replica_seq` (a host that ran an older
 /// build moved `replica_seq` on without it).
-fn read_marks(path: &Path) -> Result<(u64, u64, u64)> {
+fn read_marks(path: &Path) -> Result<(u64, u64, OpMark)> {
     use redb::ReadableDatabase;
     let db = redb::Database::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let txn = db.begin_read()?;
     let meta = match txn.open_table(super::schema::META) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0, 0)),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0, OpMark::default())),
         Err(e) => return Err(e.into()),
     };
     let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
     let applied = get(APPLIED)?;
-    let at = super::log::applied_time(applied, get(APPLIED_AT)?, get(APPLIED_AT_SEQ)?);
-    Ok((get(APPLYING)?, applied, at))
+    Ok((get(APPLYING)?, applied, super::log::applied_mark(applied, get)?))
 }
 
 #[cfg(test)]

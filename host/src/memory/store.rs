@@ -304,27 +304,28 @@ impl Store {
     /// Record that log op `seq` is applied whole. Not synced unless `durable`: a crash that
     /// loses it leaves `replica_applying` ahead, and the replica is rebuilt (never trusted).
     /// A clean stop records it `durable` ([`super::replica::Replica::stop`]).
-    /// `at_ms` is the op's time, which tells it apart from another history's op `seq`.
-    pub(super) fn set_replica_applied(&self, seq: u64, at_ms: u64, durable: bool) -> Result<()> {
+    /// `mark` (the op's time and digest) tells it apart from another history's op `seq`.
+    pub(super) fn set_replica_applied(&self, seq: u64, mark: super::log::OpMark, durable: bool) -> Result<()> {
+        use super::log::{APPLIED, APPLIED_AT, APPLIED_AT_SEQ, APPLIED_DIGEST, APPLIED_DIGEST_SEQ};
         let mut txn = self.begin()?;
         if !durable {
             txn.txn.set_durability(redb::Durability::None).map_err(|e| anyhow::anyhow!("memory store: {e}"))?;
         }
-        txn.set_meta(super::log::APPLIED, seq)?;
-        txn.set_meta(super::log::APPLIED_AT, at_ms)?;
-        txn.set_meta(super::log::APPLIED_AT_SEQ, seq)?;
+        txn.set_meta(APPLIED, seq)?;
+        txn.set_meta(APPLIED_AT, mark.at_ms)?;
+        txn.set_meta(APPLIED_AT_SEQ, seq)?;
+        txn.set_meta(APPLIED_DIGEST, mark.digest)?;
+        txn.set_meta(APPLIED_DIGEST_SEQ, seq)?;
         txn.commit()?;
         Ok(())
     }
 
-    /// The time of the last op applied whole (0: not recorded for it).
-    pub(super) fn replica_applied_at(&self) -> Result<u64> {
+    /// The time and digest of the last op applied whole (each 0: not recorded for it).
+    pub(super) fn replica_applied_mark(&self) -> Result<super::log::OpMark> {
         let txn = self.db.begin_read()?;
         let meta = txn.open_table(META)?;
         let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
-        let (applied, at, at_seq) =
-            (get(super::log::APPLIED)?, get(super::log::APPLIED_AT)?, get(super::log::APPLIED_AT_SEQ)?);
-        Ok(super::log::applied_time(applied, at, at_seq))
+        super::log::applied_mark(get(super::log::APPLIED)?, get)
     }
 
     /// Wait for the writes before this one (it protects no data: a panic does not poison it).

@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow};
 use deadpool_postgres::Object;
 
 use super::PgStore;
-use crate::memory::{Checkpoint, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned};
+use crate::memory::{Checkpoint, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, digest_of_sha256};
 
 /// Migration 2: the log, and its head (the last seq, its time, and the log's identity).
 pub const PG_SCHEMA: &str = "
@@ -121,16 +121,35 @@ fn logged(row: &tokio_postgres::Row) -> LoggedOp {
 const LOCK_HEAD: &str = "SELECT seq, at_ms FROM skillhost_memory_head FOR UPDATE";
 const APPEND: &str = "INSERT INTO skillhost_memory_log (seq, at_ms, model, op, host) VALUES ($1, $2, $3, $4, $5)";
 const MOVE_HEAD: &str = "UPDATE skillhost_memory_head SET seq = $1, at_ms = $2";
-/// The ops after `$1`, and op `$1` itself without its body (its time is checked).
-const READ_AFTER: &str = "SELECT seq, at_ms, model, CASE WHEN seq > $1 THEN op END FROM skillhost_memory_log WHERE seq >= $1 ORDER BY seq LIMIT $2";
+/// The ops after `$1`, and op `$1` itself without its body: its time and the SHA-256 of its
+/// text are checked (`memory::text_digest`; the text is the client's UTF-8 whatever the
+/// database's encoding, as `convert_to` gives it).
+const READ_AFTER: &str = "SELECT seq, at_ms, model, CASE WHEN seq > $1 THEN op END,
+    CASE WHEN seq = $1 THEN sha256(convert_to(op, 'UTF8')) END
+    FROM skillhost_memory_log WHERE seq >= $1 ORDER BY seq LIMIT $2";
+
+/// A checkpoint snapshots and sends the whole memory while it holds the head (minutes for
+/// a large one): it may stay idle this long at least.
+const CHECKPOINT_HOLD: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// How long a head held for `purpose` may stay idle (`lock_hold`: the store URL's).
+fn hold_for(lock_hold: std::time::Duration, purpose: HeadHold) -> std::time::Duration {
+    match purpose {
+        HeadHold::Write => lock_hold,
+        HeadHold::Checkpoint => lock_hold.max(CHECKPOINT_HOLD),
+    }
+}
 
 /// [`READ_AFTER`]'s rows as what follows op `after`, at most `limit` ops.
 fn ops_after(after: u64, limit: usize, rows: &[tokio_postgres::Row]) -> OpsAfter {
-    let (after_at_ms, rest) = match rows.split_first() {
-        Some((first, rest)) if seq_of(first.get(0)) == after => (Some(seq_of(first.get(1))), rest),
-        _ => (None, rows),
+    let (after_at_ms, after_digest, rest) = match rows.split_first() {
+        Some((first, rest)) if seq_of(first.get(0)) == after => {
+            let sha256: Option<Vec<u8>> = first.get(4);
+            (Some(seq_of(first.get(1))), sha256.map(|d| digest_of_sha256(&d)), rest)
+        }
+        _ => (None, None, rows),
     };
-    OpsAfter { after_at_ms, ops: rest.iter().take(limit).map(logged).collect() }
+    OpsAfter { after_at_ms, after_digest, ops: rest.iter().take(limit).map(logged).collect() }
 }
 
 impl MemoryLog for PgMemoryLog {
@@ -161,8 +180,9 @@ impl MemoryLog for PgMemoryLog {
         })
     }
 
-    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
+    fn lock_head(&self, purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>> {
         let pg = self.store.clone();
+        let begin = PgStore::begin_holding(hold_for(self.store.url().lock_hold(), purpose));
         let (client, seq, at_ms) = self.store.block_on(async move {
             let client = pg.client().await?;
             // BEGIN and the locking read pipelined: one round trip. The statement is prepared
@@ -170,7 +190,7 @@ impl MemoryLog for PgMemoryLog {
             // only then the execution, which could land after what follows it here.
             let locked = match client.prepare_cached(LOCK_HEAD).await {
                 Ok(lock) => {
-                    let (begun, locked) = tokio::join!(client.batch_execute("BEGIN"), client.query_one(&lock, &[]));
+                    let (begun, locked) = tokio::join!(client.batch_execute(&begin), client.query_one(&lock, &[]));
                     begun.and(locked)
                 }
                 Err(e) => Err(e),
@@ -184,7 +204,14 @@ impl MemoryLog for PgMemoryLog {
                 }
             }
         })?;
-        Ok(Box::new(PgHeld { store: self.store.clone(), client: Some(client), seq, at_ms }))
+        Ok(Box::new(PgHeld {
+            store: self.store.clone(),
+            client: Some(client),
+            seq,
+            at_ms,
+            hold: hold_for(self.store.url().lock_hold(), purpose),
+            spoke_at: std::time::Instant::now(),
+        }))
     }
 
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
@@ -223,6 +250,10 @@ struct PgHeld {
     client: Option<Object>,
     seq: u64,
     at_ms: u64,
+    /// How long the transaction may stay idle before the server ends it (see `hold_for`).
+    hold: std::time::Duration,
+    /// When the last statement on it was answered: the server's idle clock starts there.
+    spoke_at: std::time::Instant,
 }
 
 impl PgHeld {
@@ -234,6 +265,7 @@ impl PgHeld {
     ) -> Result<T> {
         let client = self.client.take().ok_or_else(|| anyhow!("the memory log's lock was already given up"))?;
         let pg = self.store.clone();
+        let idle = self.spoke_at.elapsed();
         let (client, result) = self.store.block_on(async move {
             let result = f(&client).await;
             Ok((client, result))
@@ -241,7 +273,21 @@ impl PgHeld {
         match result {
             Ok(v) => {
                 self.client = Some(client);
+                self.spoke_at = std::time::Instant::now();
                 Ok(v)
+            }
+            Err(e) if idle >= self.hold => {
+                // The server ended the transaction (its FATAL reaches the connection while
+                // no statement waits, so the driver usually reports only "closed").
+                // (`PgStore::error`'s advice for a closed connection, check the server, does
+                // not fit.)
+                drop(Object::take(client));
+                Err(anyhow!(
+                    "{doing} the PostgreSQL store {}: this host held the memory log's head idle for {:.1} s, longer than the {} s the store URL's lock_hold_secs allows: the server ends such a transaction (nothing of it is written) and releases the head to the other hosts; raise lock_hold_secs if this host is only slow (the driver said: {e})",
+                    self.store.url(),
+                    idle.as_secs_f64(),
+                    self.hold.as_secs()
+                ))
             }
             Err(e) => {
                 drop(Object::take(client));
@@ -276,7 +322,8 @@ impl HeldHead for PgHeld {
 
     fn append(mut self: Box<Self>, op: &LoggedOp) -> Result<()> {
         let (seq, at_ms, model) = (op.seq as i64, op.at_ms as i64, op.model.clone());
-        let text = serde_json::to_string(&op.op)?;
+        // The text the op's digest is of (`LoggedOp::digest`).
+        let text = op.text()?;
         let host = self.store.host_id().to_string();
         self.with_client("cannot append to the memory log of", move |c| {
             Box::pin(async move {

@@ -85,6 +85,7 @@ pub struct PgUrl {
     config: Box<tokio_postgres::Config>,
     shown: String,
     tls: PgTls,
+    lock_hold: std::time::Duration,
 }
 
 /// Whether connections are encrypted, and what they trust.
@@ -128,8 +129,18 @@ impl PgUrl {
         &self.tls
     }
 
+    /// How long a host may leave the memory log's or the audit chain's head row locked
+    /// while doing nothing on the database (`lock_hold_secs=`, default
+    /// [`DEFAULT_LOCK_HOLD`]): the server then ends that host's transaction and session
+    /// (PostgreSQL's `idle_in_transaction_session_timeout`, set for those transactions
+    /// only), so a host that was stopped, frozen or cut off while holding a head does not
+    /// stop every other host's memory writes and audit lines for good.
+    pub fn lock_hold(&self) -> std::time::Duration {
+        self.lock_hold
+    }
+
     fn parse(url: &str) -> Result<PgUrl> {
-        let (url_for_driver, wanted) = tls_params(url)?;
+        let (url_for_driver, wanted) = own_params(url)?;
         let mut config = tokio_postgres::Config::from_str(&url_for_driver)
             .map_err(|e| anyhow!("`{}` is not a valid PostgreSQL URL ({e}); write it as {URL_FORMS}", redact(url)))?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
@@ -175,22 +186,33 @@ impl PgUrl {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
-        Ok(PgUrl { config: Box::new(config), shown, tls })
+        Ok(PgUrl { config: Box::new(config), shown, tls, lock_hold: wanted.lock_hold })
     }
 }
 
-/// The TLS settings of a URL the driver does not read itself.
-#[derive(Default)]
-struct WantedTls {
+/// See [`PgUrl::lock_hold`]: long enough for a memory write that catches up and embeds
+/// on a loaded host, short enough that the other hosts wait a minute, not for ever.
+pub const DEFAULT_LOCK_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The settings of a URL the driver does not read itself.
+struct OwnParams {
     root_cert: Option<std::path::PathBuf>,
+    lock_hold: std::time::Duration,
 }
 
-/// `url` without the TLS parameters the driver does not know (`sslrootcert=PATH`, and
-/// `sslmode=verify-full`, given to it as `require`: every TLS connection here is verified),
-/// and those settings. `sslmode=verify-ca` (the chain without the host name) is refused.
-fn tls_params(url: &str) -> Result<(String, WantedTls)> {
-    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_string(), WantedTls::default())) };
-    let mut wanted = WantedTls::default();
+impl Default for OwnParams {
+    fn default() -> OwnParams {
+        OwnParams { root_cert: None, lock_hold: DEFAULT_LOCK_HOLD }
+    }
+}
+
+/// `url` without the parameters the driver does not know (`sslrootcert=PATH`;
+/// `sslmode=verify-full`, given to it as `require`: every TLS connection here is verified;
+/// `lock_hold_secs=N`), and those settings. `sslmode=verify-ca` (the chain without the host
+/// name) is refused.
+fn own_params(url: &str) -> Result<(String, OwnParams)> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_string(), OwnParams::default())) };
+    let mut wanted = OwnParams::default();
     let mut kept = Vec::new();
     for pair in query.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -200,6 +222,16 @@ fn tls_params(url: &str) -> Result<(String, WantedTls)> {
                 bail!("`{}`: sslrootcert needs the path of a PEM file of CA certificates", redact(url))
             }
             ("sslrootcert", _) => wanted.root_cert = Some(decoded().into()),
+            ("lock_hold_secs", _) => {
+                wanted.lock_hold = match value.parse::<u64>() {
+                    Ok(secs @ 1..=86_400) => std::time::Duration::from_secs(secs),
+                    _ => bail!(
+                        "`{}`: lock_hold_secs must be a whole number of seconds from 1 to 86400 (how long a host may hold the memory log's or audit chain's head idle; default {})",
+                        redact(url),
+                        DEFAULT_LOCK_HOLD.as_secs()
+                    ),
+                }
+            }
             ("sslmode", "verify-full") => kept.push("sslmode=require".to_string()),
             ("sslmode", "verify-ca") => bail!(
                 "`{}`: sslmode=verify-ca checks the certificate but not that it names the server; skillhost always checks both: use sslmode=verify-full (or require, the same here)",
@@ -371,6 +403,22 @@ mod tests {
         assert_eq!(ok.to_string(), "postgres://u@db.example.com:5432/db");
         let e = "postgres://u:hunter2@localhost/db?bogus".parse::<StoreUrl>().unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn lock_hold_secs_is_read_bounded_and_not_passed_to_the_driver() {
+        assert_eq!(pg("postgres:///db?host=/tmp").lock_hold(), DEFAULT_LOCK_HOLD);
+        let url = pg("postgres:///db?host=/tmp&lock_hold_secs=5&connect_timeout=3");
+        assert_eq!(url.lock_hold(), std::time::Duration::from_secs(5));
+        assert_eq!(url.config().get_connect_timeout(), Some(&std::time::Duration::from_secs(3)));
+        for bad in ["0", "-1", "1.5", "", "86401", "ten"] {
+            let e = format!("postgres://u:hunter2@/db?host=/tmp&lock_hold_secs={bad}")
+                .parse::<StoreUrl>()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("lock_hold_secs must be a whole number of seconds from 1 to 86400"), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

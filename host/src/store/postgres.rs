@@ -221,6 +221,16 @@ impl PgStore {
         rx.recv().map_err(|_| anyhow!("a PostgreSQL store task stopped before it finished"))?
     }
 
+    /// The statements that open a transaction which may hold a head row (the memory log's,
+    /// the audit chain's) idle for at most `hold` (see [`PgUrl::lock_hold`]): past that the
+    /// server ends it, and with it the session, releasing the lock. Set for the transaction
+    /// only: the shared home's lock is held while a command runs (it may prompt) and has
+    /// no such limit.
+    pub fn begin_holding(hold: Duration) -> String {
+        let ms = hold.as_millis().clamp(1, i32::MAX as u128);
+        format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}")
+    }
+
     /// `e` from the database as one sentence: what failed (`doing`), on which store, why, and
     /// for the usual causes what to do.
     pub fn error(&self, doing: &str, e: &tokio_postgres::Error) -> anyhow::Error {
@@ -267,6 +277,9 @@ fn advice(e: &tokio_postgres::Error) -> &'static str {
         }
         Some(c) if *c == SqlState::INVALID_PASSWORD || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
             ". Check the user (and password) in the URL, and the server's pg_hba.conf"
+        }
+        Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => {
+            ". This host held the lock longer than the store URL's lock_hold_secs allows (default 60) without a word to the database (it was stopped, frozen, cut off or very slow), so the server ended its transaction and nothing of it was written; raise lock_hold_secs if the host is only slow"
         }
         Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => {
             ". The server's max_connections is reached: fewer hosts, or raise it (each host keeps up to 16 connections)"

@@ -4,7 +4,7 @@ use std::sync::MutexGuard;
 use std::time::Instant;
 
 use super::*;
-use crate::memory::log::{HeldHead, LogHead, OpsAfter, Pruned, Replication};
+use crate::memory::log::{HeadHold, HeldHead, LogHead, OpsAfter, Pruned, Replication};
 use crate::memory::{
     EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore as _, NewRecord, Provenance, SearchFilter,
 };
@@ -46,10 +46,11 @@ impl MemoryLog for VecLog {
         let ops = self.ops.lock().unwrap();
         Ok(OpsAfter {
             after_at_ms: ops.iter().find(|o| o.seq == after).map(|o| o.at_ms),
+            after_digest: ops.iter().find(|o| o.seq == after).map(LoggedOp::digest),
             ops: ops.iter().filter(|o| o.seq > after).take(limit).cloned().collect(),
         })
     }
-    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
+    fn lock_head(&self, _purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>> {
         Ok(Box::new(Held { log: self, _writer: self.writer.lock().unwrap() }))
     }
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
@@ -378,6 +379,42 @@ fn a_replica_whose_log_took_another_history_is_refused_then_rebuilt() {
     assert_eq!(contents(&a), contents(&host(fresh_dir.path(), &log)), "restarted, it holds the log's history");
 }
 
+/// The same, when the other history's ops carry the very times of the replica's (written
+/// by hosts whose clocks ran behind): the op's digest tells them apart, where the time alone
+/// would have let the replica apply op 4 on top of its own op 3.
+#[test]
+fn another_history_with_the_same_op_times_is_told_apart_by_digest() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    for fact in ["a fact about the uart", "a fact about the dma", "a fact about the bus"] {
+        a.add(record(fact)).unwrap();
+    }
+    let times: Vec<u64> = log.ops.lock().unwrap().iter().map(|o| o.at_ms).collect();
+    let other = Arc::new(VecLog::default());
+    let c_dir = tempfile::tempdir().unwrap();
+    {
+        let c = host(c_dir.path(), &other);
+        for fact in ["the uart runs at 9600 baud", "the dma has 8 channels", "the bus is i2c", "the led is red"] {
+            c.add(record(fact)).unwrap();
+        }
+    }
+    let mut swapped = other.ops.lock().unwrap().clone();
+    for (op, at) in swapped.iter_mut().zip(&times) {
+        op.at_ms = *at;
+    }
+    let last = *times.last().unwrap();
+    swapped[3].at_ms = swapped[3].at_ms.max(last);
+    assert_eq!(swapped[2].at_ms, last, "op 3 of both histories has one time");
+    *log.ops.lock().unwrap() = swapped;
+    let refused = refused_within_10s(&a, "a replica applied another history's op 4 on top of its own op 3");
+    assert!(refused.contains("restored or replaced") && refused.contains("digest"), "{refused}");
+    drop(a);
+    let a = host(dir.path(), &log);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    assert_eq!(contents(&a), contents(&host(fresh_dir.path(), &log)), "restarted, it holds the log's history");
+}
+
 /// A replica whose store holds an op beyond the last one it applied whole (here: as a
 /// write that panicked after committing leaves it) refuses to go on rather than apply that
 /// op again or give its number to the next write.
@@ -441,24 +478,54 @@ fn a_write_that_panics_diverges_the_replica_at_once() {
     assert_eq!(kept, vec!["a fact about the uart".to_string()], "restarted, it holds what the log holds");
 }
 
-/// The time recorded beside `replica_seq` counts only for the op it was recorded for: a
-/// host that ran an older build moved `replica_seq` on without it, and a stale time would
+/// The time and digest recorded beside `replica_seq` count only for the op they were
+/// recorded for: a host that ran an older build moved `replica_seq` on without them (or, the
+/// build before this one, with the time and without the digest), and a stale mark would
 /// make a healthy replica look like another history's.
 #[test]
-fn a_time_recorded_for_another_op_is_not_trusted() {
+fn a_mark_recorded_for_another_op_is_not_trusted() {
+    use crate::memory::log::{APPLIED_AT, APPLIED_AT_SEQ};
     let log = Arc::new(VecLog::default());
     let dir = tempfile::tempdir().unwrap();
     let a = host(dir.path(), &log);
     a.add(record("a fact about the uart")).unwrap();
     let (store, _) = a.owned_for_tests();
-    assert_ne!(store.replica_applied_at().unwrap(), 0);
-    // What an older build leaves: replica_seq moved on, the time not.
+    let mark = store.replica_applied_mark().unwrap();
+    assert_ne!(mark.at_ms, 0);
+    assert_eq!(mark.digest, log.ops.lock().unwrap()[0].digest(), "the digest of the op the log holds");
+    // What the build before this one leaves: replica_seq and its time moved on, the digest not.
     let txn = store.begin().unwrap();
     txn.set_meta(APPLIED, 2).unwrap();
+    txn.set_meta(APPLIED_AT, 77).unwrap();
+    txn.set_meta(APPLIED_AT_SEQ, 2).unwrap();
     txn.commit().unwrap();
-    assert_eq!(store.replica_applied_at().unwrap(), 0);
+    assert_eq!(store.replica_applied_mark().unwrap(), OpMark { at_ms: 77, digest: 0 });
+    // What an older build leaves: replica_seq moved on, nothing else.
+    let txn = store.begin().unwrap();
+    txn.set_meta(APPLIED, 3).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(store.replica_applied_mark().unwrap(), OpMark::default());
     drop((a, store));
-    assert_eq!(read_marks(&dir.path().join("store.redb")).unwrap().2, 0);
+    assert_eq!(read_marks(&dir.path().join("store.redb")).unwrap().2, OpMark::default());
+}
+
+/// An op's digest is of the text the log stores, and a reader that parses that text and
+/// writes it again gets the same text (so a follower's digest is the writer's): escapes,
+/// non-ASCII, floats, big integers, nested objects in any key order.
+#[test]
+fn an_op_read_back_from_its_text_has_the_same_digest() {
+    let op = serde_json::json!({
+        "op": "add", "text": "串口乱码 \"quoted\" \u{0} tab\t 😀", "z": 0.1, "a": -0.0, "n": u64::MAX,
+        "f": 1e300, "nested": {"b": [1, 2.5, null, true], "a": {}}
+    });
+    let written = LoggedOp { seq: 1, at_ms: 1, model: None, op };
+    let text = written.text().unwrap();
+    let read = LoggedOp { op: serde_json::from_str(&text).unwrap(), ..written.clone() };
+    assert_eq!(read.text().unwrap(), text);
+    assert_eq!(read.digest(), written.digest());
+    assert_eq!(written.digest(), crate::memory::text_digest(text.as_bytes()));
+    let other = LoggedOp { op: serde_json::json!({"op": "add", "text": "another"}), ..written.clone() };
+    assert_ne!(other.digest(), written.digest());
 }
 
 /// A daily note's op is marked begun before its line is written: a line that cannot be
