@@ -100,15 +100,20 @@ impl Replica {
     pub(super) fn check_before_open(dir: &Path, log: &dyn MemoryLog) -> Result<()> {
         let path = dir.join("store.redb");
         let diverged = dir.join(DIVERGED_MARK).exists();
-        let (applying, applied, applied_mark) =
-            if path.exists() { read_marks(&path)? } else { (0, 0, OpMark::default()) };
-        let interrupted = !diverged && applying > applied;
-        let passed = !diverged && !interrupted && applied > 0 && !replayable_from(log, applied, applied_mark)?;
-        if diverged || interrupted || passed {
+        let marks = if path.exists() { read_marks(&path) } else { Ok(Some((0, 0, OpMark::default()))) };
+        // A file redb finds damaged is rebuilt: it is derived from the log.
+        let damaged = matches!(marks, Ok(None));
+        let (applying, applied, applied_mark) = marks?.unwrap_or_default();
+        let interrupted = !diverged && !damaged && applying > applied;
+        let passed =
+            !diverged && !damaged && !interrupted && applied > 0 && !replayable_from(log, applied, applied_mark)?;
+        if diverged || damaged || interrupted || passed {
             tracing::warn!(
                 dir = %dir.display(),
                 because = if diverged {
                     "it diverged from the log"
+                } else if damaged {
+                    "its store file is damaged"
                 } else if interrupted {
                     "it was stopped inside a write"
                 } else {
@@ -443,10 +448,42 @@ impl Replica {
             }
             request => self.write(store, request),
         }));
-        handled.unwrap_or_else(|panic| {
-            let why = super::store::panic_message(&*panic);
-            Err(self.diverge(store, format!("a memory operation panicked here: {why}")))
-        })
+        match handled {
+            Ok(Err(e)) if super::store::is_corrupt(&e) => Err(self.damaged(store, &e)),
+            Ok(result) => result,
+            Err(panic) => {
+                let why = super::store::panic_message(&*panic);
+                Err(self.diverge(store, format!("a memory operation panicked here: {why}")))
+            }
+        }
+    }
+
+    /// A read on this replica. redb finding the file damaged diverges the replica: it is
+    /// derived, so a restart rebuilds it from the log (the advice for a damaged store of one
+    /// machine, move it aside and import an export, does not fit). A panic is answered with
+    /// that advice and changes nothing.
+    fn read<T>(&self, store: &Store, read: impl FnOnce() -> Result<T>) -> Result<T> {
+        // A diverged replica answers no read either: it may hold a write the log never took.
+        self.check()?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+            Ok(Err(e)) if super::store::is_corrupt(&e) => Err(self.damaged(store, &e)),
+            Ok(result) => result,
+            Err(panic) => {
+                // Not diverged: a read that panics on what a call asked would otherwise let
+                // any caller take this host's memory offline.
+                let why = super::store::panic_message(&*panic);
+                Err(anyhow!(
+                    "a memory read failed on this host's replica ({why}); nothing was changed. If it repeats for every read, the replica's file {} may be damaged: restart the host after removing {} (a replica is rebuilt from {} when it starts)",
+                    store.path.display(),
+                    store.dir.display(),
+                    self.log.describe()
+                ))
+            }
+        }
+    }
+
+    fn damaged(&self, store: &Store, e: &anyhow::Error) -> anyhow::Error {
+        self.diverge(store, format!("its store file {} is damaged ({e:#})", store.path.display()))
     }
 
     /// Stop following and writing through the log once the op in progress (the follower's
@@ -493,11 +530,7 @@ pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Res
             let answer = replica.handle(store, op.into())?;
             serde_json::from_value(answer).context("a replicated memory write gave an unexpected answer")
         }
-        // A diverged replica answers no read either: it may hold a write the log never took.
-        Some(replica) => {
-            replica.check()?;
-            op.run(store)
-        }
+        Some(replica) => replica.read(store, || op.run(store)),
         None => op.run(store),
     }
 }
@@ -506,10 +539,7 @@ pub(super) fn run<O: Op>(replica: Option<&Replica>, store: &Store, op: O) -> Res
 pub(super) fn serve(replica: Option<&Replica>, store: &Store, request: Request) -> Result<Value> {
     match replica {
         Some(replica) if !request.is_read() => replica.handle(store, request),
-        Some(replica) => {
-            replica.check()?;
-            request.serve(store)
-        }
+        Some(replica) => replica.read(store, || request.serve(store)),
         None => request.serve(store),
     }
 }
@@ -581,21 +611,49 @@ fn time_of_op(seq: u64, row_at: Option<u64>, head: LogHead) -> Option<u64> {
     row_at.or((head.seq == seq).then_some(head.at_ms))
 }
 
-/// `(replica_applying, replica_seq, its mark)` of a closed store file; each part of the mark
-/// is 0 (unknown) unless it was recorded for that `replica_seq` (a host that ran an older
-/// build moved `replica_seq` on without it).
-fn read_marks(path: &Path) -> Result<(u64, u64, OpMark)> {
+/// `(replica_applying, replica_seq, its mark)` of a closed store file (`None`: redb finds
+/// the file damaged); each part of the mark is 0 (unknown) unless it was recorded for that
+/// `replica_seq` (a host that ran an older build moved `replica_seq` on without it).
+fn read_marks(path: &Path) -> Result<Option<(u64, u64, OpMark)>> {
     use redb::ReadableDatabase;
-    let db = redb::Database::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let txn = db.begin_read()?;
-    let meta = match txn.open_table(super::schema::META) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0, OpMark::default())),
-        Err(e) => return Err(e.into()),
+    let read = || -> Result<(u64, u64, OpMark)> {
+        let db = redb::Database::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let txn = db.begin_read()?;
+        let meta = match txn.open_table(super::schema::META) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok((0, 0, OpMark::default())),
+            Err(e) => return Err(e.into()),
+        };
+        let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
+        let applied = get(APPLIED)?;
+        Ok((get(APPLYING)?, applied, super::log::applied_mark(applied, get)?))
     };
-    let get = |k: &str| -> Result<u64> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
-    let applied = get(APPLIED)?;
-    Ok((get(APPLYING)?, applied, super::log::applied_mark(applied, get)?))
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+        Ok(Ok(marks)) => Ok(Some(marks)),
+        Ok(Err(e)) if super::store::is_corrupt(&e) || is_not_a_database(&e) => Ok(None),
+        Ok(Err(e)) => Err(e),
+        // redb panics on some damage.
+        Err(_) => Ok(None),
+    }
+}
+
+/// Whether redb refused to open the file as not one of its databases (garbage where the
+/// file was, a damaged header) or as one of an older format (a replica is rebuilt, not
+/// upgraded).
+fn is_not_a_database(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<redb::DatabaseError>().is_some_and(|d| {
+            match d {
+                redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))
+                | redb::DatabaseError::UpgradeRequired(_) => true,
+                // "Not a redb database: magic number mismatch".
+                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => {
+                    io.kind() == std::io::ErrorKind::InvalidData
+                }
+                _ => false,
+            }
+        })
+    })
 }
 
 #[cfg(test)]

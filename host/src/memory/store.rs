@@ -585,14 +585,18 @@ fn sweep_stale_temp_files(dir: &Path) {
 
 /// A redb corruption error is a damaged store; anything else keeps its own message.
 pub(super) fn classify(path: &Path, e: anyhow::Error) -> anyhow::Error {
-    let corrupt = e.chain().any(|c| {
+    if is_corrupt(&e) { damaged(path, &format!("{e:#}")) } else { e }
+}
+
+/// Whether `e` is redb finding its file damaged.
+pub(super) fn is_corrupt(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
         matches!(c.downcast_ref::<redb::StorageError>(), Some(redb::StorageError::Corrupted(_)))
             || c.downcast_ref::<redb::TransactionError>()
                 .is_some_and(|t| matches!(t, redb::TransactionError::Storage(redb::StorageError::Corrupted(_))))
             || c.downcast_ref::<redb::TableError>()
                 .is_some_and(|t| matches!(t, redb::TableError::Storage(redb::StorageError::Corrupted(_))))
-    });
-    if corrupt { damaged(path, &format!("{e:#}")) } else { e }
+    })
 }
 
 /// The embedding model `choice` names for the store in `dir` (`<home>/memory`). A bad

@@ -248,7 +248,7 @@ fn a_replica_stopped_cleanly_stops_between_ops_and_resumes_there_without_a_rebui
     std::thread::sleep(FOLLOW_EVERY * 2);
     assert_eq!(contents(&b), seen, "the follower applied ops after the stop");
     drop(b);
-    let (applying, applied, _) = read_marks(&b_dir.path().join("store.redb")).unwrap();
+    let (applying, applied, _) = read_marks(&b_dir.path().join("store.redb")).unwrap().unwrap();
     assert!(applying <= applied, "stopped inside op {applying} (applied: {applied}): the next start rebuilds");
     assert_eq!(applied as usize, seen.len(), "replica_seq is where the replica stood");
     // Reopened, it goes on from there: the same records as A, the ids A gave.
@@ -506,7 +506,7 @@ fn a_mark_recorded_for_another_op_is_not_trusted() {
     txn.commit().unwrap();
     assert_eq!(store.replica_applied_mark().unwrap(), OpMark::default());
     drop((a, store));
-    assert_eq!(read_marks(&dir.path().join("store.redb")).unwrap().2, OpMark::default());
+    assert_eq!(read_marks(&dir.path().join("store.redb")).unwrap().unwrap().2, OpMark::default());
 }
 
 /// An op's digest is of the text the log stores, and a reader that parses that text and
@@ -584,4 +584,75 @@ fn refused_within_10s(m: &Memory, still_serving: &str) -> String {
             Ok(_) => panic!("{still_serving}"),
         }
     }
+}
+
+/// A read op for the tests below: it panics, or finds the file damaged.
+#[derive(Clone)]
+struct FailingRead {
+    panic: bool,
+}
+
+impl From<FailingRead> for Request {
+    fn from(_: FailingRead) -> Request {
+        unreachable!("a read is never logged")
+    }
+}
+
+impl crate::memory::ops::Op for FailingRead {
+    type Output = ();
+    const READ: bool = true;
+    fn run(self, _: &Store) -> Result<()> {
+        if self.panic {
+            panic!("a bug in a read");
+        }
+        Err(anyhow::Error::new(redb::StorageError::Corrupted("a page checksum does not match".into())))
+    }
+}
+
+/// A read that panics on a replica is answered with what to do for a replica (its file is
+/// rebuilt from the log), not a single machine's "move it aside and import an export", and
+/// leaves the replica serving (a read a caller can make panic must not take the host's
+/// memory offline). One that finds the file damaged diverges it, and the restart rebuilds it.
+#[test]
+fn a_read_that_fails_on_a_replica_says_what_to_do_for_a_replica() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    let a = host(dir.path(), &log);
+    a.add(record("a fact about the uart")).unwrap();
+    let (store, replica) = a.owned_for_tests();
+    let replica = replica.unwrap();
+    let e = format!("{:#}", run(Some(&replica), &store, FailingRead { panic: true }).unwrap_err());
+    assert!(e.contains("a bug in a read") && e.contains("rebuilt from") && !e.contains("memory import"), "{e}");
+    assert!(replica.check().is_ok(), "a read that panicked took the replica offline");
+    assert_eq!(a.search("uart", &SearchFilter::default(), 5).unwrap().len(), 1);
+
+    let e = format!("{:#}", run(Some(&replica), &store, FailingRead { panic: false }).unwrap_err());
+    assert!(e.contains("diverged") && e.contains("is damaged") && e.contains("restart"), "{e}");
+    assert!(!e.contains("memory import"), "{e}");
+    assert!(a.search("uart", &SearchFilter::default(), 5).is_err());
+    drop((a, store, replica));
+    let a = host(dir.path(), &log);
+    assert_eq!(contents(&a).len(), 1, "restarted, it holds what the log holds");
+}
+
+/// A replica whose file redb cannot read (here: overwritten with garbage while the host was
+/// down) is rebuilt from the log when the host starts, instead of refusing to open: it is
+/// derived, and nothing in it is lost.
+#[test]
+fn a_damaged_replica_file_is_rebuilt_at_start() {
+    let log = Arc::new(VecLog::default());
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let a = host(dir.path(), &log);
+        a.add(record("a fact about the uart")).unwrap();
+        a.add(record("a fact about the dma")).unwrap();
+    }
+    let file = dir.path().join("store.redb");
+    let len = std::fs::metadata(&file).unwrap().len() as usize;
+    std::fs::write(&file, vec![0x5a; len.max(8192)]).unwrap();
+    assert!(read_marks(&file).unwrap().is_none(), "garbage read as a store");
+    let a = host(dir.path(), &log);
+    let fresh = tempfile::tempdir().unwrap();
+    assert_eq!(contents(&a), contents(&host(fresh.path(), &log)));
+    assert_eq!(contents(&a).len(), 2);
 }
