@@ -22,6 +22,11 @@ pub struct LoggedOp {
     pub model: Option<String>,
     /// The operation, in the wire format of `ops.rs` (`{"op": "add", ...}`).
     pub op: Value,
+    /// The [`text_digest`] of the text the log stored, when the op was read from it: a
+    /// reader's own serialization of `op` could differ from the writer's (a float's last
+    /// digit, another serde_json), so the stored text's is the one compared.
+    #[serde(skip)]
+    pub stored_digest: Option<u64>,
 }
 
 impl LoggedOp {
@@ -31,10 +36,11 @@ impl LoggedOp {
         serde_json::to_string(&self.op)
     }
 
-    /// [`text_digest`] of [`LoggedOp::text`]: with the time, what tells this op from another
-    /// history's op of the same number.
+    /// [`text_digest`] of the stored text (read from the log) or of [`LoggedOp::text`] (to
+    /// be appended): with the time, what tells this op from another history's op of the
+    /// same number.
     pub fn digest(&self) -> u64 {
-        self.text().map_or(0, |t| text_digest(t.as_bytes()))
+        self.stored_digest.unwrap_or_else(|| self.text().map_or(0, |t| text_digest(t.as_bytes())))
     }
 }
 
@@ -121,24 +127,13 @@ pub trait MemoryLog: Send + Sync + 'static {
     fn head(&self) -> Result<LogHead>;
     /// Up to `limit` ops after `after`, in order.
     fn read_after(&self, after: u64, limit: usize) -> Result<OpsAfter>;
-    /// Hold the head for one write or checkpoint (`purpose`): no other writer appends until
-    /// the returned value is appended to or dropped (dropped: nothing is appended).
-    fn lock_head(&self, purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>>;
+    /// Hold the head for one write: no other writer appends until the returned value is
+    /// appended to or dropped (dropped: nothing is appended).
+    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>>;
     /// The newest checkpoint, if one was written.
     fn checkpoint(&self) -> Result<Option<Checkpoint>>;
     /// Where the log lives, for messages.
     fn describe(&self) -> String;
-}
-
-/// What a host holds the log's head for: a shared log gives up a head held idle for longer
-/// than the purpose needs (see `PgUrl::lock_hold`), so that a stopped host does not stop
-/// every other host's writes for good.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadHold {
-    /// One write: catch up, run the op, append it (seconds at most).
-    Write,
-    /// A checkpoint: catch up, then snapshot and send the whole memory (`store compact`).
-    Checkpoint,
 }
 
 /// The log's head, held for one write.

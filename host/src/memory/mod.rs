@@ -62,7 +62,7 @@ pub use hybrid::FusionParams;
 pub use index::DailyHit;
 pub use instructions::{instruction_like, prompt_content};
 pub use log::{
-    Checkpoint, CheckpointReport, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, Replication,
+    Checkpoint, CheckpointReport, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, Replication,
     digest_of_sha256, text_digest,
 };
 pub use records::{

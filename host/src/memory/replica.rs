@@ -67,8 +67,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 
 use super::log::{
-    APPLIED, APPLYING, Checkpoint, CheckpointReport, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpMark,
-    PartlyApplied, Replaying,
+    APPLIED, APPLYING, Checkpoint, CheckpointReport, HeldHead, LogHead, LoggedOp, MemoryLog, OpMark, PartlyApplied,
+    Replaying,
 };
 use super::ops::{Op, Request};
 use super::snapshot::MemorySnapshot;
@@ -288,7 +288,6 @@ impl Replica {
     fn hold_caught_up(
         &self,
         store: &Store,
-        purpose: HeadHold,
         not_done: &str,
     ) -> Result<(std::sync::MutexGuard<'_, u64>, Box<dyn HeldHead + '_>)> {
         self.check()?;
@@ -297,7 +296,7 @@ impl Replica {
             bail!("this host's memory replica is closed (the host is shutting down); {not_done}");
         }
         self.check_whole(store, *applied)?;
-        let mut head = self.log.lock_head(purpose)?;
+        let mut head = self.log.lock_head()?;
         let read = head.read_after(*applied)?;
         let log_head = LogHead { seq: head.seq(), at_ms: head.at_ms() };
         self.check_same_history(store, *applied, time_of_op(*applied, read.after_at_ms, log_head), read.after_digest)?;
@@ -379,7 +378,7 @@ impl Replica {
 
     /// Run the write `request` through the log (see the module doc).
     pub(super) fn write(&self, store: &Store, request: Request) -> Result<Value> {
-        let (mut applied, head) = self.hold_caught_up(store, HeadHold::Write, "the write was not made")?;
+        let (mut applied, head) = self.hold_caught_up(store, "the write was not made")?;
         if matches!(request, Request::LoadSnapshot(_)) && head.seq() != 0 {
             bail!(
                 "{} already holds {} memory write(s): a memory snapshot is loaded only as the first op of an empty log (import into a new, freshly migrated database)",
@@ -405,7 +404,8 @@ impl Replica {
             let diverged = self.diverge(store, partly.to_string());
             bail!("this memory write was not made ({partly}). {diverged:#}");
         }
-        let logged = LoggedOp { seq, at_ms, model: store.vectors.model().map(|m| m.identity().to_string()), op };
+        let model = store.vectors.model().map(|m| m.identity().to_string());
+        let logged = LoggedOp { seq, at_ms, model, op, stored_digest: None };
         if let Err(e) = head.append(&logged) {
             let diverged =
                 self.diverge(store, format!("op {seq} ran here but could not be appended to the log: {e:#}"));
@@ -421,7 +421,7 @@ impl Replica {
     /// Write a checkpoint of this replica at the log's head (see the module doc): holding
     /// the head, so no write lands between the last op it holds and the snapshot.
     pub(super) fn checkpoint(&self, store: &Store, retain: Duration) -> Result<CheckpointReport> {
-        let (_applied, head) = self.hold_caught_up(store, HeadHold::Checkpoint, "no checkpoint was written")?;
+        let (_applied, head) = self.hold_caught_up(store, "no checkpoint was written")?;
         if head.seq() == 0 {
             return Ok(CheckpointReport::default());
         }

@@ -7,11 +7,15 @@
 //! transaction, so the log has no gap and no fork. An op is stored as the JSON text its
 //! host wrote (`text`, not `jsonb`: byte-exact, and a NUL in a memory is not refused).
 
+use std::sync::Arc;
+
 use anyhow::{Result, anyhow};
 use deadpool_postgres::Object;
 
 use super::PgStore;
-use crate::memory::{Checkpoint, HeadHold, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, digest_of_sha256};
+use crate::memory::{
+    Checkpoint, HeldHead, LogHead, LoggedOp, MemoryLog, OpsAfter, Pruned, digest_of_sha256, text_digest,
+};
 
 /// Migration 2: the log, and its head (the last seq, its time, and the log's identity).
 pub const PG_SCHEMA: &str = "
@@ -110,11 +114,13 @@ fn seq_of(v: i64) -> u64 {
 }
 
 fn logged(row: &tokio_postgres::Row) -> LoggedOp {
+    let text: &str = row.get(3);
     LoggedOp {
         seq: seq_of(row.get(0)),
         at_ms: seq_of(row.get(1)),
         model: row.get(2),
-        op: serde_json::from_str(row.get::<_, &str>(3)).unwrap_or(serde_json::Value::Null),
+        op: serde_json::from_str(text).unwrap_or(serde_json::Value::Null),
+        stored_digest: Some(text_digest(text.as_bytes())),
     }
 }
 
@@ -127,18 +133,6 @@ const MOVE_HEAD: &str = "UPDATE skillhost_memory_head SET seq = $1, at_ms = $2";
 const READ_AFTER: &str = "SELECT seq, at_ms, model, CASE WHEN seq > $1 THEN op END,
     CASE WHEN seq = $1 THEN sha256(convert_to(op, 'UTF8')) END
     FROM skillhost_memory_log WHERE seq >= $1 ORDER BY seq LIMIT $2";
-
-/// A checkpoint snapshots and sends the whole memory while it holds the head (minutes for
-/// a large one): it may stay idle this long at least.
-const CHECKPOINT_HOLD: std::time::Duration = std::time::Duration::from_secs(30 * 60);
-
-/// How long a head held for `purpose` may stay idle (`lock_hold`: the store URL's).
-fn hold_for(lock_hold: std::time::Duration, purpose: HeadHold) -> std::time::Duration {
-    match purpose {
-        HeadHold::Write => lock_hold,
-        HeadHold::Checkpoint => lock_hold.max(CHECKPOINT_HOLD),
-    }
-}
 
 /// [`READ_AFTER`]'s rows as what follows op `after`, at most `limit` ops.
 fn ops_after(after: u64, limit: usize, rows: &[tokio_postgres::Row]) -> OpsAfter {
@@ -180,9 +174,10 @@ impl MemoryLog for PgMemoryLog {
         })
     }
 
-    fn lock_head(&self, purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>> {
+    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
         let pg = self.store.clone();
-        let begin = PgStore::begin_holding(hold_for(self.store.url().lock_hold(), purpose));
+        let hold = self.store.url().lock_hold();
+        let begin = PgStore::begin_holding(hold);
         let (client, seq, at_ms) = self.store.block_on(async move {
             let client = pg.client().await?;
             // BEGIN and the locking read pipelined: one round trip. The statement is prepared
@@ -204,14 +199,9 @@ impl MemoryLog for PgMemoryLog {
                 }
             }
         })?;
-        Ok(Box::new(PgHeld {
-            store: self.store.clone(),
-            client: Some(client),
-            seq,
-            at_ms,
-            hold: hold_for(self.store.url().lock_hold(), purpose),
-            spoke_at: std::time::Instant::now(),
-        }))
+        let client = Arc::new(tokio::sync::Mutex::new(Some(client)));
+        let keepalive = self.store.handle().spawn(keep_alive(client.clone(), hold / 4));
+        Ok(Box::new(PgHeld { store: self.store.clone(), client, keepalive, seq, at_ms, hold }))
     }
 
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
@@ -247,53 +237,74 @@ impl MemoryLog for PgMemoryLog {
 /// The head row, locked in an open transaction on `client`.
 struct PgHeld {
     store: PgStore,
-    client: Option<Object>,
+    /// The connection inside the transaction (`None` once committed or given up), shared
+    /// with [`keep_alive`].
+    client: Arc<tokio::sync::Mutex<Option<Object>>>,
+    keepalive: tokio::task::JoinHandle<()>,
     seq: u64,
     at_ms: u64,
-    /// How long the transaction may stay idle before the server ends it (see `hold_for`).
+    /// The store URL's `lock_hold_secs`.
     hold: std::time::Duration,
-    /// When the last statement on it was answered: the server's idle clock starts there.
-    spoke_at: std::time::Instant,
+}
+
+/// While a head is held, say something on its connection every `every` (a quarter of the
+/// store URL's `lock_hold_secs`): the server ends a transaction idle that long
+/// ([`PgStore::begin_holding`]), which must free the head of a host that was stopped,
+/// frozen or cut off, and must not end the write of one that is only slow (an import or a
+/// batch embedding many records, a checkpoint of a large memory). This task runs on the
+/// store's runtime, so it stops when the host does.
+async fn keep_alive(client: Arc<tokio::sync::Mutex<Option<Object>>>, every: std::time::Duration) {
+    let every = every.max(std::time::Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        let held = client.lock().await;
+        let Some(c) = held.as_ref() else { return };
+        // A failure is the next statement's to report (the connection is gone).
+        if c.simple_query("SELECT 1").await.is_err() {
+            return;
+        }
+    }
 }
 
 impl PgHeld {
     /// Run `f` on the held connection; an error drops the connection (and so the lock).
+    /// `ends` says `f` commits: the connection then goes back to the pool.
     fn with_client<T: Send + 'static>(
         &mut self,
         doing: &'static str,
+        ends: bool,
         f: impl for<'c> FnOnce(&'c Object) -> futures_like::BoxFuture<'c, Result<T, tokio_postgres::Error>> + Send + 'static,
     ) -> Result<T> {
-        let client = self.client.take().ok_or_else(|| anyhow!("the memory log's lock was already given up"))?;
-        let pg = self.store.clone();
-        let idle = self.spoke_at.elapsed();
-        let (client, result) = self.store.block_on(async move {
+        let shared = self.client.clone();
+        let result = self.store.block_on(async move {
+            let mut held = shared.lock().await;
+            let client = held.take().ok_or_else(|| anyhow!("the memory log's lock was already given up"))?;
             let result = f(&client).await;
-            Ok((client, result))
+            match &result {
+                Ok(_) if !ends => *held = Some(client),
+                // Committed: back to the pool, outside any transaction.
+                Ok(_) => drop(client),
+                // Never hand a connection inside a transaction back to the pool.
+                Err(_) => drop(Object::take(client)),
+            }
+            Ok(result)
         })?;
-        match result {
-            Ok(v) => {
-                self.client = Some(client);
-                self.spoke_at = std::time::Instant::now();
-                Ok(v)
-            }
-            Err(e) if idle >= self.hold => {
-                // The server ended the transaction (its FATAL reaches the connection while
-                // no statement waits, so the driver usually reports only "closed").
-                // (`PgStore::error`'s advice for a closed connection, check the server, does
-                // not fit.)
-                drop(Object::take(client));
-                Err(anyhow!(
-                    "{doing} the PostgreSQL store {}: this host held the memory log's head idle for {:.1} s, longer than the {} s the store URL's lock_hold_secs allows: the server ends such a transaction (nothing of it is written) and releases the head to the other hosts; raise lock_hold_secs if this host is only slow (the driver said: {e})",
-                    self.store.url(),
-                    idle.as_secs_f64(),
-                    self.hold.as_secs()
-                ))
-            }
-            Err(e) => {
-                drop(Object::take(client));
-                Err(pg.error(doing, &e))
-            }
+        if ends || result.is_err() {
+            self.keepalive.abort();
         }
+        result.map_err(|e| {
+            if e.is_closed() || e.code() == Some(&tokio_postgres::error::SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT) {
+                // (`PgStore::error`'s advice for a closed connection, check the server, does
+                // not fit the usual cause here.)
+                anyhow!(
+                    "{doing} the PostgreSQL store {}: the connection holding the memory log's head was closed. The server ends a transaction left idle for the store URL's lock_hold_secs ({} s), which a running host never does (it keeps the connection busy), so this host was stopped, frozen or cut off that long, or the connection was lost (the driver said: {e})",
+                    self.store.url(),
+                    self.hold.as_secs()
+                )
+            } else {
+                self.store.error(doing, &e)
+            }
+        })
     }
 }
 
@@ -311,7 +322,7 @@ impl HeldHead for PgHeld {
     }
 
     fn read_after(&mut self, after: u64) -> Result<OpsAfter> {
-        let rows = self.with_client("cannot read the memory log of", move |c| {
+        let rows = self.with_client("cannot read the memory log of", false, move |c| {
             Box::pin(async move {
                 let read = c.prepare_cached(READ_AFTER).await?;
                 c.query(&read, &[&(after as i64), &i64::MAX]).await
@@ -325,7 +336,7 @@ impl HeldHead for PgHeld {
         // The text the op's digest is of (`LoggedOp::digest`).
         let text = op.text()?;
         let host = self.store.host_id().to_string();
-        self.with_client("cannot append to the memory log of", move |c| {
+        self.with_client("cannot append to the memory log of", true, move |c| {
             Box::pin(async move {
                 // Pipelined, one round trip. A refused INSERT aborts the transaction: the
                 // UPDATE is refused too and COMMIT only rolls back, so the first error is
@@ -341,10 +352,7 @@ impl HeldHead for PgHeld {
                 moved?;
                 committed
             })
-        })?;
-        // Committed: the connection goes back to the pool outside any transaction.
-        self.client = None;
-        Ok(())
+        })
     }
 
     fn write_checkpoint(mut self: Box<Self>, checkpoint: &Checkpoint, retain: std::time::Duration) -> Result<Pruned> {
@@ -358,7 +366,7 @@ impl PgHeld {
         let text = serde_json::to_string(&checkpoint.snapshot)?;
         let host = self.store.host_id().to_string();
         let retain = retain.as_secs_f64();
-        let pruned = self.with_client("cannot write the memory checkpoint to", move |c| {
+        let pruned = self.with_client("cannot write the memory checkpoint to", true, move |c| {
             Box::pin(async move {
                 // Written once per op: a second compaction with no write since keeps the first.
                 c.execute(
@@ -387,16 +395,16 @@ impl PgHeld {
                 Ok(Pruned { ops_removed, checkpoints_removed, ops_left: seq_of(left) })
             })
         })?;
-        // Committed: the connection goes back to the pool outside any transaction.
-        self.client = None;
         Ok(pruned)
     }
 }
 
 impl Drop for PgHeld {
     fn drop(&mut self) {
-        let Some(client) = self.client.take() else { return };
+        self.keepalive.abort();
+        let shared = self.client.clone();
         let _ = self.store.block_on(async move {
+            let Some(client) = shared.lock().await.take() else { return Ok(()) };
             if client.batch_execute("ROLLBACK").await.is_err() {
                 drop(Object::take(client));
             }

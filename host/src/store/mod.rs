@@ -130,11 +130,12 @@ impl PgUrl {
     }
 
     /// How long a host may leave the memory log's or the audit chain's head row locked
-    /// while doing nothing on the database (`lock_hold_secs=`, default
-    /// [`DEFAULT_LOCK_HOLD`]): the server then ends that host's transaction and session
-    /// (PostgreSQL's `idle_in_transaction_session_timeout`, set for those transactions
-    /// only), so a host that was stopped, frozen or cut off while holding a head does not
-    /// stop every other host's memory writes and audit lines for good.
+    /// without a word to the database (`lock_hold_secs=`, default [`DEFAULT_LOCK_HOLD`]):
+    /// the server then ends that host's transaction and session (PostgreSQL's
+    /// `idle_in_transaction_session_timeout`, set for those transactions only), so a host
+    /// that was stopped, frozen or cut off while holding a head does not stop every other
+    /// host's memory writes and audit lines for good. A running host holding the memory
+    /// log's head keeps its connection busy, so a long write is not cut short.
     pub fn lock_hold(&self) -> std::time::Duration {
         self.lock_hold
     }
@@ -190,9 +191,11 @@ impl PgUrl {
     }
 }
 
-/// See [`PgUrl::lock_hold`]: long enough for a memory write that catches up and embeds
-/// on a loaded host, short enough that the other hosts wait a minute, not for ever.
-pub const DEFAULT_LOCK_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+/// See [`PgUrl::lock_hold`]. A running host keeps the connection of a head it holds busy
+/// (a statement every quarter of this), however long its write takes, so this is only how
+/// long the other hosts wait for one that stopped: it covers a long pause of a loaded
+/// machine or a network blip.
+pub const DEFAULT_LOCK_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The settings of a URL the driver does not read itself.
 struct OwnParams {
@@ -410,6 +413,10 @@ mod tests {
         assert_eq!(pg("postgres:///db?host=/tmp").lock_hold(), DEFAULT_LOCK_HOLD);
         let url = pg("postgres:///db?host=/tmp&lock_hold_secs=5&connect_timeout=3");
         assert_eq!(url.lock_hold(), std::time::Duration::from_secs(5));
+        for (given, secs) in [("1", 1), ("86400", 86_400)] {
+            let url = pg(&format!("postgres:///db?lock_hold_secs={given}&host=/tmp"));
+            assert_eq!(url.lock_hold(), std::time::Duration::from_secs(secs));
+        }
         assert_eq!(url.config().get_connect_timeout(), Some(&std::time::Duration::from_secs(3)));
         for bad in ["0", "-1", "1.5", "", "86401", "ten"] {
             let e = format!("postgres://u:hunter2@/db?host=/tmp&lock_hold_secs={bad}")

@@ -279,7 +279,7 @@ fn advice(e: &tokio_postgres::Error) -> &'static str {
             ". Check the user (and password) in the URL, and the server's pg_hba.conf"
         }
         Some(c) if *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => {
-            ". This host held the lock longer than the store URL's lock_hold_secs allows (default 60) without a word to the database (it was stopped, frozen, cut off or very slow), so the server ended its transaction and nothing of it was written; raise lock_hold_secs if the host is only slow"
+            ". This host held a head row's lock longer than the store URL's lock_hold_secs allows without a word to the database (it was stopped, frozen or cut off), so the server ended its transaction and nothing of it was written"
         }
         Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => {
             ". The server's max_connections is reached: fewer hosts, or raise it (each host keeps up to 16 connections)"

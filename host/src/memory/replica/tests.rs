@@ -4,7 +4,7 @@ use std::sync::MutexGuard;
 use std::time::Instant;
 
 use super::*;
-use crate::memory::log::{HeadHold, HeldHead, LogHead, OpsAfter, Pruned, Replication};
+use crate::memory::log::{HeldHead, LogHead, OpsAfter, Pruned, Replication};
 use crate::memory::{
     EmbedModelChoice, Memory, MemoryConfig, MemoryKind, MemoryStore as _, NewRecord, Provenance, SearchFilter,
 };
@@ -50,7 +50,7 @@ impl MemoryLog for VecLog {
             ops: ops.iter().filter(|o| o.seq > after).take(limit).cloned().collect(),
         })
     }
-    fn lock_head(&self, _purpose: HeadHold) -> Result<Box<dyn HeldHead + '_>> {
+    fn lock_head(&self) -> Result<Box<dyn HeldHead + '_>> {
         Ok(Box::new(Held { log: self, _writer: self.writer.lock().unwrap() }))
     }
     fn checkpoint(&self) -> Result<Option<Checkpoint>> {
@@ -516,9 +516,10 @@ fn a_mark_recorded_for_another_op_is_not_trusted() {
 fn an_op_read_back_from_its_text_has_the_same_digest() {
     let op = serde_json::json!({
         "op": "add", "text": "串口乱码 \"quoted\" \u{0} tab\t 😀", "z": 0.1, "a": -0.0, "n": u64::MAX,
-        "f": 1e300, "nested": {"b": [1, 2.5, null, true], "a": {}}
+        "f": 1e300, "nested": {"b": [1, 2.5, null, true], "a": {}},
+        "importance": 117.63331139400017, "score": 0.9215686321258545, "tiny": 5e-324, "big": 1.7976931348623157e308
     });
-    let written = LoggedOp { seq: 1, at_ms: 1, model: None, op };
+    let written = LoggedOp { seq: 1, at_ms: 1, model: None, op, stored_digest: None };
     let text = written.text().unwrap();
     let read = LoggedOp { op: serde_json::from_str(&text).unwrap(), ..written.clone() };
     assert_eq!(read.text().unwrap(), text);
@@ -526,6 +527,24 @@ fn an_op_read_back_from_its_text_has_the_same_digest() {
     assert_eq!(written.digest(), crate::memory::text_digest(text.as_bytes()));
     let other = LoggedOp { op: serde_json::json!({"op": "add", "text": "another"}), ..written.clone() };
     assert_ne!(other.digest(), written.digest());
+    // Floats of every magnitude and all 17 digits: written, read and written again.
+    let mut bits: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000 {
+        bits ^= bits << 13;
+        bits ^= bits >> 7;
+        bits ^= bits << 17;
+        let f = f64::from_bits(bits);
+        if !f.is_finite() {
+            continue;
+        }
+        let text = serde_json::to_string(&serde_json::json!({ "x": f })).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), text, "{f:e}");
+    }
+    // And the digest of an op read from the log is the stored text's, whatever this host
+    // would write for it.
+    let stored = LoggedOp { stored_digest: Some(7), ..written.clone() };
+    assert_eq!(stored.digest(), 7);
 }
 
 /// A daily note's op is marked begun before its line is written: a line that cannot be
