@@ -529,16 +529,31 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
     let db = common::postgres::database();
     db.migrated();
     let env = Env::new();
-    let mut holder = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "head_holder_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env("HEAD_HOLDER_URL", format!("{}&lock_hold_secs=2", db.url()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut to_holder = holder.stdin.take().unwrap();
+    /// The holder process: let go (continued, then killed) however the test ends.
+    struct Holder(std::process::Child);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                let _ = Command::new("kill").args(["-CONT", &self.0.id().to_string()]).status();
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    const HOLD_SECS: u64 = 5;
+    let mut holder = Holder(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "head_holder_child", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("HEAD_HOLDER_URL", format!("{}&lock_hold_secs={HOLD_SECS}", db.url()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut to_holder = holder.0.stdin.take().unwrap();
     let (tx, from_holder) = std::sync::mpsc::channel::<String>();
-    let out = holder.stdout.take().unwrap();
+    let out = holder.0.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
             if tx.send(line).is_err() {
@@ -557,8 +572,9 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
         }
     };
     assert_eq!(said(&["held "]), "held 0");
+    let holder_pid = holder.0.id().to_string();
     let signal = |sig: &str| {
-        let ok = Command::new("kill").args([sig, &holder.id().to_string()]).status().unwrap().success();
+        let ok = Command::new("kill").args([sig, &holder_pid]).status().unwrap().success();
         assert!(ok, "kill {sig}");
     };
 
@@ -569,14 +585,22 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The holder runs, idle far longer than lock_hold_secs: the write waits for its lock.
-    std::thread::sleep(Duration::from_secs(6));
+    // It reaches the head's lock and waits there...
+    let waiters = || -> u32 {
+        db.psql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+            .parse()
+            .unwrap()
+    };
+    let started = Instant::now();
+    while waiters() == 0 {
+        assert!(other.try_wait().unwrap().is_none(), "a write went through while a running host held the head");
+        assert!(started.elapsed() < Duration::from_secs(60), "the other host never reached the head's lock");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // ...for as long as the holder runs, idle far longer than lock_hold_secs.
+    std::thread::sleep(Duration::from_secs(HOLD_SECS * 5 / 2));
     assert!(other.try_wait().unwrap().is_none(), "a write went through while a running host held the head");
-    let waiting: u32 = db
-        .psql("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-        .parse()
-        .unwrap();
-    assert!(waiting >= 1, "nothing waits for the head's lock");
+    assert!(waiters() >= 1, "nothing waits for the head's lock");
 
     // The holder is stopped: within lock_hold_secs of its last word the head is free.
     signal("-STOP");
@@ -587,8 +611,9 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
         }
         if stopped.elapsed() > Duration::from_secs(30) {
             other.kill().unwrap();
-            signal("-KILL");
-            panic!("the other host's memory write still waited 30 s after the holder (lock_hold_secs=2) was stopped");
+            panic!(
+                "the other host's memory write still waited 30 s after the holder (lock_hold_secs={HOLD_SECS}) was stopped"
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -602,9 +627,9 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
     signal("-CONT");
     writeln!(to_holder, "append").unwrap();
     let answer = said(&["refused", "appended"]);
-    assert!(answer.starts_with("refused") && answer.contains("lock_hold_secs (2 s)"), "{answer}");
+    assert!(answer.starts_with("refused") && answer.contains(&format!("lock_hold_secs ({HOLD_SECS} s)")), "{answer}");
     eprintln!("the stopped host's append: {answer}");
-    assert!(holder.wait().unwrap().success());
+    assert!(holder.0.wait().unwrap().success());
     assert_eq!(db.psql("SELECT count(*) || ' ' || max(seq) FROM skillhost_memory_log"), "1 1");
     assert_eq!(db.psql("SELECT seq FROM skillhost_memory_head"), "1");
 

@@ -557,6 +557,10 @@ fn follow(store: Weak<Store>, replica: Weak<Replica>) {
             replica.behind(&store).and_then(|behind| if behind { replica.catch_up(&store) } else { Ok(()) })
         }));
         let caught = match followed {
+            Ok(Err(e)) if super::store::is_corrupt(&e) => {
+                let _ = replica.damaged(&store, &e);
+                return;
+            }
             Ok(caught) => caught,
             Err(panic) => {
                 // A follower that died quietly would leave this host's reads stale for ever:

@@ -247,6 +247,18 @@ struct PgHeld {
     hold: std::time::Duration,
 }
 
+/// How long [`keep_alive`] keeps a head for a running host: a write that hangs (a bug, a
+/// stuck embedding) frees the head after this and the store URL's `lock_hold_secs`. An
+/// import that embeds a very large home takes minutes, not this.
+const KEEP_ALIVE_FOR: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// A message of `bytes` may take a while to arrive, and the server's idle clock runs while
+/// it reads one: before sending one over 1 MiB (a large import's op, a checkpoint), give the
+/// transaction the store URL's `hold` plus a second per 256 KiB (a slow link's pace).
+fn time_to_send(hold: std::time::Duration, bytes: usize) -> Option<String> {
+    (bytes > 1 << 20).then(|| PgStore::hold_for(hold + std::time::Duration::from_secs((bytes >> 18) as u64)))
+}
+
 /// While a head is held, say something on its connection every `every` (a quarter of the
 /// store URL's `lock_hold_secs`): the server ends a transaction idle that long
 /// ([`PgStore::begin_holding`]), which must free the head of a host that was stopped,
@@ -255,8 +267,16 @@ struct PgHeld {
 /// store's runtime, so it stops when the host does.
 async fn keep_alive(client: Arc<tokio::sync::Mutex<Option<Object>>>, every: std::time::Duration) {
     let every = every.max(std::time::Duration::from_millis(100));
+    let since = std::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        if since.elapsed() > KEEP_ALIVE_FOR {
+            tracing::warn!(
+                "this host has held the memory log's head for {} minutes: no longer keeping it; the server ends its transaction after lock_hold_secs and the other hosts go on",
+                KEEP_ALIVE_FOR.as_secs() / 60
+            );
+            return;
+        }
         let held = client.lock().await;
         let Some(c) = held.as_ref() else { return };
         // A failure is the next statement's to report (the connection is gone).
@@ -335,9 +355,13 @@ impl HeldHead for PgHeld {
         let (seq, at_ms, model) = (op.seq as i64, op.at_ms as i64, op.model.clone());
         // The text the op's digest is of (`LoggedOp::digest`).
         let text = op.text()?;
+        let longer = time_to_send(self.hold, text.len());
         let host = self.store.host_id().to_string();
         self.with_client("cannot append to the memory log of", true, move |c| {
             Box::pin(async move {
+                if let Some(longer) = &longer {
+                    c.batch_execute(longer).await?;
+                }
                 // Pipelined, one round trip. A refused INSERT aborts the transaction: the
                 // UPDATE is refused too and COMMIT only rolls back, so the first error is
                 // the answer and nothing was written.
@@ -364,10 +388,14 @@ impl PgHeld {
     fn write_checkpoint_now(&mut self, checkpoint: &Checkpoint, retain: std::time::Duration) -> Result<Pruned> {
         let (seq, at_ms, model) = (checkpoint.seq as i64, checkpoint.at_ms as i64, checkpoint.model.clone());
         let text = serde_json::to_string(&checkpoint.snapshot)?;
+        let longer = time_to_send(self.hold, text.len());
         let host = self.store.host_id().to_string();
         let retain = retain.as_secs_f64();
         let pruned = self.with_client("cannot write the memory checkpoint to", true, move |c| {
             Box::pin(async move {
+                if let Some(longer) = &longer {
+                    c.batch_execute(longer).await?;
+                }
                 // Written once per op: a second compaction with no write since keeps the first.
                 c.execute(
                     "INSERT INTO skillhost_memory_checkpoints (seq, at_ms, model, snapshot, host)
@@ -402,13 +430,41 @@ impl PgHeld {
 impl Drop for PgHeld {
     fn drop(&mut self) {
         self.keepalive.abort();
+        if self.client.try_lock().is_ok_and(|held| held.is_none()) {
+            // Committed or given up: nothing to roll back.
+            return;
+        }
         let shared = self.client.clone();
-        let _ = self.store.block_on(async move {
+        let rolled_back = self.store.block_on(async move {
             let Some(client) = shared.lock().await.take() else { return Ok(()) };
             if client.batch_execute("ROLLBACK").await.is_err() {
                 drop(Object::take(client));
             }
             Ok(())
         });
+        if rolled_back.is_err()
+            && let Ok(mut held) = self.client.try_lock()
+            && let Some(client) = held.take()
+        {
+            // Dropped where `block_on` cannot wait (the store's own thread): close the
+            // connection rather than pool it inside the transaction, holding the head.
+            drop(Object::take(client));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_over_a_mebibyte_gets_time_to_arrive() {
+        let hold = std::time::Duration::from_secs(30);
+        assert_eq!(time_to_send(hold, 1 << 20), None);
+        assert_eq!(
+            time_to_send(hold, 300 << 20).as_deref(),
+            Some("SET LOCAL idle_in_transaction_session_timeout = 1230000"),
+            "30 s and a second per 256 KiB"
+        );
     }
 }

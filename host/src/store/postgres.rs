@@ -227,8 +227,13 @@ impl PgStore {
     /// only: the shared home's lock is held while a command runs (it may prompt) and has
     /// no such limit.
     pub fn begin_holding(hold: Duration) -> String {
+        format!("BEGIN; {}", PgStore::hold_for(hold))
+    }
+
+    /// The statement that lets the open transaction sit idle for `hold` from now on.
+    pub fn hold_for(hold: Duration) -> String {
         let ms = hold.as_millis().clamp(1, i32::MAX as u128);
-        format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}")
+        format!("SET LOCAL idle_in_transaction_session_timeout = {ms}")
     }
 
     /// `e` from the database as one sentence: what failed (`doing`), on which store, why, and
