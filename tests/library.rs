@@ -129,7 +129,13 @@ fn killing_an_install_midway_leaves_a_runnable_skill() {
     // Deterministic pseudo-random kill points across the install (staging, swap).
     let mut seed: u64 = 0x5eed;
     let mut killed_midway = 0;
-    for round in 0..12 {
+    // At least 12 rounds, and more (up to 36) until 3 were cut off midway: on a loaded
+    // machine the one timed install may have been slow, which spreads the kill points past
+    // where most installs end.
+    for round in 0..36 {
+        if round >= 12 && killed_midway >= 3 {
+            break;
+        }
         let src = if round % 2 == 0 { &v2 } else { &v1 };
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let delay = std::time::Duration::from_micros((seed >> 33) % whole_us);

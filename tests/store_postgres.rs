@@ -531,10 +531,17 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
     let env = Env::new();
     /// The holder process: let go (continued, then killed) however the test ends.
     struct Holder(std::process::Child);
+    impl Holder {
+        fn signal(&self, signal: i32) {
+            // SAFETY: kill(2) on our own child's pid; no memory is passed.
+            assert_eq!(unsafe { libc::kill(self.0.id() as i32, signal) }, 0, "kill({signal}) of the holder");
+        }
+    }
     impl Drop for Holder {
         fn drop(&mut self) {
             if let Ok(None) = self.0.try_wait() {
-                let _ = Command::new("kill").args(["-CONT", &self.0.id().to_string()]).status();
+                // SAFETY: as in `signal`.
+                unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
                 let _ = self.0.kill();
                 let _ = self.0.wait();
             }
@@ -572,11 +579,6 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
         }
     };
     assert_eq!(said(&["held "]), "held 0");
-    let holder_pid = holder.0.id().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill").args([sig, &holder_pid]).status().unwrap().success();
-        assert!(ok, "kill {sig}");
-    };
 
     // Another host (a real process, on the default lock_hold) writes a memory meanwhile.
     let mut other = common::skillhost_command(env.home.path())
@@ -603,7 +605,7 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
     assert!(waiters() >= 1, "nothing waits for the head's lock");
 
     // The holder is stopped: within lock_hold_secs of its last word the head is free.
-    signal("-STOP");
+    holder.signal(libc::SIGSTOP);
     let stopped = Instant::now();
     let status = loop {
         if let Some(status) = other.try_wait().unwrap() {
@@ -624,7 +626,7 @@ fn a_stopped_host_holds_up_the_memory_log_only_for_lock_hold_secs_a_running_one_
     assert_eq!(db.psql("SELECT seq || ' ' || (op LIKE '%two approvals%') FROM skillhost_memory_log"), "1 true");
 
     // The holder wakes and appends on the head it held: refused, saying why.
-    signal("-CONT");
+    holder.signal(libc::SIGCONT);
     writeln!(to_holder, "append").unwrap();
     let answer = said(&["refused", "appended"]);
     assert!(answer.starts_with("refused") && answer.contains(&format!("lock_hold_secs ({HOLD_SECS} s)")), "{answer}");
