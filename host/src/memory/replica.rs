@@ -634,30 +634,11 @@ fn read_marks(path: &Path) -> Result<Option<(u64, u64, OpMark)>> {
     };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
         Ok(Ok(marks)) => Ok(Some(marks)),
-        Ok(Err(e)) if super::store::is_corrupt(&e) || is_not_a_database(&e) => Ok(None),
+        Ok(Err(e)) if super::store::is_corrupt(&e) || super::store::is_not_a_database(&e) => Ok(None),
         Ok(Err(e)) => Err(e),
         // redb panics on some damage.
         Err(_) => Ok(None),
     }
-}
-
-/// Whether redb refused to open the file as not one of its databases (garbage where the
-/// file was, a damaged header) or as one of an older format (a replica is rebuilt, not
-/// upgraded).
-fn is_not_a_database(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<redb::DatabaseError>().is_some_and(|d| {
-            match d {
-                redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))
-                | redb::DatabaseError::UpgradeRequired(_) => true,
-                // "Not a redb database: magic number mismatch".
-                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => {
-                    io.kind() == std::io::ErrorKind::InvalidData
-                }
-                _ => false,
-            }
-        })
-    })
 }
 
 #[cfg(test)]

@@ -588,6 +588,25 @@ pub(super) fn classify(path: &Path, e: anyhow::Error) -> anyhow::Error {
     if is_corrupt(&e) { damaged(path, &format!("{e:#}")) } else { e }
 }
 
+/// Whether redb refused to open the file as not one of its databases (garbage where the
+/// file was, a damaged header) or as one of an older format (a replica is rebuilt, not
+/// upgraded).
+pub(super) fn is_not_a_database(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<redb::DatabaseError>().is_some_and(|d| {
+            match d {
+                redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))
+                | redb::DatabaseError::UpgradeRequired(_) => true,
+                // "Not a redb database: magic number mismatch".
+                redb::DatabaseError::Storage(redb::StorageError::Io(io)) => {
+                    io.kind() == std::io::ErrorKind::InvalidData
+                }
+                _ => false,
+            }
+        })
+    })
+}
+
 /// Whether `e` is redb finding its file damaged.
 pub(super) fn is_corrupt(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
