@@ -593,6 +593,24 @@ impl DirectPath {
         assert_eq!(self.answered_here(), expected, "requests answered by the direct path");
     }
 
+    /// A 2025-11-25 session of `client`, once the direct path answers for it: the handler
+    /// enters the session when rmcp hands it `notifications/initialized`, a moment after that
+    /// request was answered 202, so a call sent at once may still be rmcp's.
+    fn session(&self, client: &str) -> HttpSession {
+        let session = HttpSession::start(self.server.addr, client);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let before = self.answered_here();
+            assert_eq!(session.call(0, "probe", json!({ "mode": "noop" }))["result"]["isError"], false);
+            // The debug line is written before the call runs, so it is there by now.
+            if self.answered_here() > before {
+                return session;
+            }
+            assert!(Instant::now() < until, "the direct path never took a call of session {client}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `body` sent with `headers(PLAIN_ACCEPT)` (the direct path) and `headers(WEIGHTED_ACCEPT)`
     /// (rmcp): the same status, header names, type and body, once usage figures and the
     /// per-request session name are set aside. Returns the direct path's answer.
@@ -764,6 +782,177 @@ fn http_answers_an_earlier_revision_without_sessions_with_the_bytes_rmcp_sends()
     assert_eq!(r.status, 400, "a server with sessions wants one: {}", r.body);
     assert_eq!(sessions.answered_here(), 0);
     drop(sessions);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// A plain `tools/call` in a 2025-11-25 session is answered by the direct path on the
+/// session's own handler: the same JSON-RPC message rmcp sends for it (as JSON where rmcp sends
+/// one SSE event), the same audit session (which the probe echoes). Sessions rmcp closed, or
+/// whose client never said it was initialized, and requests the path must not take are rmcp's.
+#[test]
+fn http_answers_a_plain_session_call_with_the_message_rmcp_sends() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
+    let session = path.session("session-client");
+    let body = |id: u64, params: &Value| {
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }).to_string()
+    };
+    let headers = |id: &str, accept: &str| {
+        header_list(&[
+            ("Content-Type", "application/json"),
+            ("Accept", accept),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Mcp-Session-Id", id),
+        ])
+    };
+    let noop = json!({ "name": "probe", "arguments": { "mode": "noop" } });
+    let marker = |expected| path.marker(&headers(&session.id, PLAIN_ACCEPT), &body(1, &noop), expected);
+    let mut here = path.answered_here();
+    for (n, params) in five_kinds_of_call().iter().enumerate() {
+        let direct = path.send(&headers(&session.id, PLAIN_ACCEPT), &body(10 + n as u64, params));
+        let via_rmcp = path.send(&headers(&session.id, WEIGHTED_ACCEPT), &body(10 + n as u64, params));
+        assert_eq!((direct.status, via_rmcp.status), (200, 200), "{} / {}", direct.body, via_rmcp.body);
+        let content_type = |r: &client::HttpResponse| r.headers.iter().find(|(k, _)| k == "content-type").cloned();
+        assert_eq!(content_type(&direct).unwrap().1, "application/json", "{}", direct.body);
+        assert_eq!(content_type(&via_rmcp).unwrap().1, "text/event-stream", "{}", via_rmcp.body);
+        let same = |r: &client::HttpResponse| without_usage_figures(&r.json().to_string());
+        assert_eq!(same(&direct), same(&via_rmcp), "the answers to {params} differ");
+        let answer = direct.json();
+        assert!(answer.get("error").is_some() || answer["result"].get("resultType").is_none(), "{answer}");
+        if params["arguments"]["mode"] == "echo" {
+            let output = answer["result"]["structuredContent"]["output"].as_str().unwrap().to_string();
+            assert!(output.starts_with("mcp-http-session-client@2.0-"), "the session's audit session: {output}");
+        }
+        here += 2;
+        marker(here);
+    }
+    let lines = audit_lines(env.home.path());
+    let sessions: std::collections::BTreeSet<&str> =
+        lines.iter().filter(|l| l["skill"] == "probe").filter_map(|l| l["session"].as_str()).collect();
+    assert_eq!(sessions.len(), 1, "every call of the session, on either path, in one audit session: {sessions:?}");
+
+    // `Mcp-Method` and `Mcp-Name` naming the call: taken. Naming another tool or method, a
+    // progress token, a revision in `_meta`, a second `Mcp-Session-Id`: rmcp's (which
+    // checks none of those headers before 2026-07-28 and answers).
+    let with = |mut h: Vec<(String, String)>, extra: &[(&str, &str)]| {
+        h.extend(header_list(extra));
+        h
+    };
+    let plain = || headers(&session.id, PLAIN_ACCEPT);
+    let named = with(plain(), &[("Mcp-Method", "tools/call"), ("Mcp-Name", "probe")]);
+    assert_eq!(path.send(&named, &body(2, &noop)).json()["result"]["structuredContent"]["output"], "ok");
+    here += 1;
+    for h in [with(plain(), &[("Mcp-Name", "other")]), with(plain(), &[("Mcp-Method", "tools/list")])] {
+        let r = path.send(&h, &body(3, &noop));
+        assert_eq!(r.json()["result"]["structuredContent"]["output"], "ok", "{}", r.body);
+    }
+    let progress = json!({ "name": "probe", "arguments": { "mode": "noop" }, "_meta": { "progressToken": 1 } });
+    assert_eq!(path.send(&plain(), &body(4, &progress)).json()["result"]["structuredContent"]["output"], "ok");
+    marker(here + 1);
+    here += 1;
+    // A session id rmcp does not know: its 404.
+    assert_eq!(path.send(&headers("no-such-session", PLAIN_ACCEPT), &body(5, &noop)).status, 404);
+
+    // A client that never sent `notifications/initialized`: rmcp answers all its calls.
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "hasty", "version": "1" } } });
+    let r = http(
+        path.server.addr,
+        "POST",
+        "/mcp",
+        &[("Content-Type", "application/json"), ("Accept", PLAIN_ACCEPT)],
+        init.to_string().as_bytes(),
+    );
+    let hasty = r.headers.iter().find(|(k, _)| k == "mcp-session-id").expect("no Mcp-Session-Id").1.clone();
+    let r = path.send(&headers(&hasty, PLAIN_ACCEPT), &body(6, &noop));
+    assert_eq!(r.json()["result"]["structuredContent"]["output"], "ok", "{}", r.body);
+    marker(here + 1);
+    here += 1;
+
+    // Closed by its client: rmcp's 404, not an answer from the direct path.
+    let closed = http(path.server.addr, "DELETE", "/mcp", &[("Mcp-Session-Id", session.id.as_str())], b"");
+    assert!(closed.status < 300, "{} {}", closed.status, closed.body);
+    assert_eq!(path.send(&headers(&session.id, PLAIN_ACCEPT), &body(7, &noop)).status, 404);
+    path.session("other");
+    assert!(path.answered_here() > here, "a new session's calls are taken again");
+    drop(path);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// The client's `notifications/cancelled` stops a session call the direct path runs (rmcp
+/// hands it to the session's handler): the guest stops, the call is audited as cancelled,
+/// and its POST ends without a message. The session goes on.
+#[test]
+fn a_session_call_on_the_direct_path_is_cancelled_by_the_clients_notification() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", LONG_SPIN);
+    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
+    let session = path.session("canceller");
+    let before = path.answered_here();
+    let mut conn = session.begin_call(2, "probe", json!({ "mode": "spin", "n": 20000, "arg": "stop me" }));
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(cpu_over(path.server.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
+    assert_eq!(path.answered_here(), before + 1, "the spin, on the direct path");
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 2, "reason": "the user pressed stop" } });
+    let r = http(
+        path.server.addr,
+        "POST",
+        "/mcp",
+        &session.headers("notifications/cancelled"),
+        note.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let (line, took) = wait_for_audit(env.home.path(), "probe", "cancelled", Duration::from_secs(5))
+        .expect("no audit line with status cancelled after notifications/cancelled");
+    eprintln!("direct session call audited {} ms after the notification", took.as_millis());
+    assert!(took < Duration::from_millis(500), "stopping took {took:?}");
+    assert_eq!(line["params"]["arg"], "stop me", "{line}");
+    // Its POST ends, with no JSON-RPC message.
+    use std::io::Read as _;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(raw.contains("text/event-stream") && !raw.contains("jsonrpc"), "{raw}");
+    let cpu = cpu_over(path.server.pid(), Duration::from_millis(400));
+    assert!(cpu < 60, "the server still burns CPU after the cancel: {cpu} ms in 400 ms");
+    // The same id again is a new call, answered.
+    let r = session.call(2, "probe", json!({ "mode": "echo", "arg": "again" }));
+    assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|again"), "{r}");
+    drop(path);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
+/// rmcp ends a session it hears nothing of for `--session-idle-secs`; calls answered by the
+/// direct path never reach it, so they tell it the session is in use. A session used every
+/// quarter second outlives the limit many times over; left idle, it ends (404).
+#[test]
+fn a_session_used_only_through_the_direct_path_stays_open() {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", "");
+    let path = DirectPath::start(env.home.path(), &["--memory", "none", "--session-idle-secs", "2"]);
+    let session = path.session("steady");
+    let already = path.answered_here();
+    let began = Instant::now();
+    let mut calls = 0;
+    while began.elapsed() < Duration::from_secs(7) {
+        let r = session.call(calls, "probe", json!({ "mode": "noop" }));
+        assert_eq!(r["result"]["structuredContent"]["output"], "ok", "call {calls} after {:?}: {r}", began.elapsed());
+        calls += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(path.answered_here() - already, calls as usize, "every call on the direct path");
+    std::thread::sleep(Duration::from_secs(4));
+    let params = json!({ "name": "probe", "arguments": { "mode": "noop" } });
+    let body = session.request_text(999, "tools/call", &params);
+    let r = http(path.server.addr, "POST", "/mcp", &session.headers("tools/call"), body.as_bytes());
+    assert_eq!(r.status, 404, "an idle session should have ended: {}", r.body);
+    drop(path);
     cli(env.home.path(), &["audit", "verify"]);
 }
 
@@ -1236,10 +1425,16 @@ impl HttpSession {
 
     /// A call sent on its own connection and left unread (the caller drops it).
     fn begin_call(&self, id: u64, tool: &str, arguments: Value) -> std::net::TcpStream {
+        self.begin_call_accepting(id, tool, arguments, PLAIN_ACCEPT)
+    }
+
+    /// [`Self::begin_call`] with `accept` as its `Accept` header.
+    fn begin_call_accepting(&self, id: u64, tool: &str, arguments: Value, accept: &str) -> std::net::TcpStream {
         use std::io::Write as _;
         let body = self.request_text(id, "tools/call", &json!({ "name": tool, "arguments": arguments }));
         let mut req = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.addr);
         for (k, v) in self.headers("tools/call") {
+            let v = if k == "Accept" { accept } else { v };
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str(&format!("Mcp-Name: {tool}\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
@@ -1249,18 +1444,33 @@ impl HttpSession {
     }
 }
 
+/// On the direct path (a plain `Accept`) and on rmcp's (weights in `Accept`, which only rmcp
+/// reads), a session call whose client drops its connection is stopped and audited.
 #[test]
 fn a_session_client_that_drops_its_connection_mid_call_is_cancelled() {
+    session_call_dropped_midway(PLAIN_ACCEPT);
+}
+
+#[test]
+fn a_session_client_that_drops_its_connection_mid_call_on_rmcps_path_is_cancelled() {
+    session_call_dropped_midway(WEIGHTED_ACCEPT);
+}
+
+fn session_call_dropped_midway(accept: &str) {
     let env = common::Env::new();
     let lib = env.library();
     env.install_granted(&lib, "probe", LONG_SPIN);
-    let server = HttpServer::start(env.home.path(), &["--memory", "none"], &[]);
-    let session = HttpSession::start(server.addr, "session-client");
+    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
+    let server = &path.server;
+    let session = path.session("session-client");
     let other = HttpSession::start(server.addr, "other-client");
-    assert_eq!(session.call(1, "probe", json!({ "mode": "noop" }))["result"]["isError"], false);
-    let conn = session.begin_call(2, "probe", json!({ "mode": "spin", "n": 20000, "arg": "dropped" }));
+    let before = path.answered_here();
+    let conn =
+        session.begin_call_accepting(2, "probe", json!({ "mode": "spin", "n": 20000, "arg": "dropped" }), accept);
     std::thread::sleep(Duration::from_millis(400));
     assert!(cpu_over(server.pid(), Duration::from_millis(300)) >= 60, "the spin should be running");
+    let direct = path.answered_here() > before;
+    assert_eq!(direct, accept == PLAIN_ACCEPT, "which path took the call");
     drop(conn);
     let (line, took) = wait_for_audit(env.home.path(), "probe", "cancelled", Duration::from_secs(5))
         .expect("no audit line with status cancelled after the session client went away");
@@ -1278,7 +1488,7 @@ fn a_session_client_that_drops_its_connection_mid_call_is_cancelled() {
     assert_eq!(r.json()["result"]["isError"], false, "{}", r.body);
     let r = session.call(3, "probe", json!({ "mode": "echo", "arg": "again" }));
     assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|again"), "{r}");
-    drop(server);
+    drop(path);
     cli(env.home.path(), &["audit", "verify"]);
 }
 
@@ -1443,7 +1653,8 @@ fn median_call(n: usize, mut call: impl FnMut(u64)) -> Duration {
 /// The answer to a call is written in pieces (a session's SSE priming event, the message, the
 /// end of the chunked body): without TCP_NODELAY on the accepted socket each piece after the
 /// first waits for the client's delayed ACK, 40 ms, on every session call of an ordinary
-/// client. Session calls must cost about what stateless ones do.
+/// client. Session calls must cost about what stateless ones do, on the direct path (one
+/// JSON body) and on rmcp's (an SSE stream).
 #[test]
 fn session_calls_over_http_cost_what_stateless_ones_do_for_a_plain_client() {
     let env = common::Env::new();
@@ -1483,6 +1694,15 @@ fn session_calls_over_http_cost_what_stateless_ones_do_for_a_plain_client() {
         let (status, _, body) = session.post(&session_headers, &call_body(id, None));
         check(status, &body);
     });
+    // The same calls with weights in `Accept`, which only rmcp reads: answered on its path, as
+    // an SSE stream (a priming event, the message, the end of the chunked body).
+    let mut sse_headers = session_headers;
+    sse_headers[1] = ("Accept", WEIGHTED_ACCEPT);
+    let sse_median = median_call(40, |id| {
+        let (status, head, body) = session.post(&sse_headers, &call_body(id, None));
+        assert!(head.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"), "{head:?}");
+        check(status, &body);
+    });
 
     // 2026-07-28: every request stands alone.
     let mut stateless = KeepAlive::open(server.addr);
@@ -1502,12 +1722,16 @@ fn session_calls_over_http_cost_what_stateless_ones_do_for_a_plain_client() {
         let (status, _, body) = stateless.post(&stateless_headers, &call_body(id, Some(meta.clone())));
         check(status, &body);
     });
-    eprintln!("median call over one kept-alive connection: session {session_median:?}, stateless {stateless_median:?}");
-    // The stall made session calls ~60x slower; 3x leaves room for a loaded machine.
-    assert!(
-        session_median <= stateless_median * 3 + Duration::from_millis(2),
-        "session calls take {session_median:?}, stateless ones {stateless_median:?}: the answer stalls (TCP_NODELAY?)"
+    eprintln!(
+        "median call over one kept-alive connection: session {session_median:?} (as SSE on rmcp's path {sse_median:?}), stateless {stateless_median:?}"
     );
+    // The stall made session calls ~60x slower; 3x leaves room for a loaded machine.
+    for (what, median) in [("session", session_median), ("SSE session", sse_median)] {
+        assert!(
+            median <= stateless_median * 3 + Duration::from_millis(2),
+            "{what} calls take {median:?}, stateless ones {stateless_median:?}: the answer stalls (TCP_NODELAY?)"
+        );
+    }
 }
 
 /// A memory tool call is audited or not done, as a skill call is: with the audit log unable

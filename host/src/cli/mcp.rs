@@ -67,6 +67,10 @@ pub(super) struct McpArgs {
     /// anyway). Those clients then get no list-changed notifications (no GET stream).
     #[arg(long, requires = "http")]
     stateless: bool,
+    /// HTTP: seconds a 2025-11-25 session may go without a request before it is ended (its
+    /// client then gets 404 and opens a new one).
+    #[arg(long, default_value_t = crate::mcp::http::DEFAULT_SESSION_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(2..=86400))]
+    session_idle_secs: u64,
     /// HTTP: on SIGTERM or SIGINT, seconds to wait for the requests in flight before the
     /// calls still running are cancelled (audited as cancelled) and the process exits 0.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=3600))]
@@ -122,6 +126,7 @@ pub(super) fn run(lib: Library, home: &Path, args: McpArgs) -> Result<ExitCode> 
             h.connections.max_per_peer = args.max_connections_per_peer as usize;
             h.connections.header_timeout = std::time::Duration::from_secs(args.header_timeout_secs);
             h.stateless = args.stateless;
+            h.session_idle = std::time::Duration::from_secs(args.session_idle_secs);
             h.drain_wait = std::time::Duration::from_secs(args.drain_secs);
             h.drain_grace = std::time::Duration::from_secs(args.drain_grace_secs);
             h.check()?;

@@ -36,11 +36,12 @@ use std::time::Duration;
 
 use anyhow::Result;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
-    ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam, ErrorCode,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation,
+    ListPromptsResult, ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, RequestId, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
@@ -264,6 +265,8 @@ impl McpServer {
             transport,
             nonce: format!("{nanos:x}-{:x}-{n}", process_id()),
             session: Arc::new(OnceLock::new()),
+            http_sessions: None,
+            direct_calls: Arc::default(),
         }
     }
 
@@ -312,6 +315,32 @@ pub struct SkillhostMcp {
     nonce: String,
     /// The audit session of this connection, named once the client is known.
     session: Arc<OnceLock<String>>,
+    /// Over HTTP with sessions: where this handler enters its session once the client has
+    /// sent `notifications/initialized`, so the direct path can answer its calls.
+    http_sessions: Option<std::sync::Weak<http::Sessions>>,
+    /// This session's calls answered by the direct path and still running, so that the
+    /// client's `notifications/cancelled` (which rmcp hands to this handler) stops them.
+    direct_calls: Arc<DirectCalls>,
+}
+
+/// Calls of one session running on the direct path: each one's token, under a number of its
+/// own (so a call that ends removes its own entry, not a later one's under the same id).
+type DirectCalls = std::sync::Mutex<std::collections::HashMap<RequestId, (u64, CancellationToken)>>;
+
+/// A call entered in its session's [`DirectCalls`] while it runs; leaves when dropped.
+struct DirectCall {
+    calls: Arc<DirectCalls>,
+    id: RequestId,
+    number: u64,
+}
+
+impl Drop for DirectCall {
+    fn drop(&mut self) {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if calls.get(&self.id).is_some_and(|(number, _)| *number == self.number) {
+            calls.remove(&self.id);
+        }
+    }
 }
 
 /// The MCP client as it named itself (`initialize` or the request's `_meta`).
@@ -392,6 +421,26 @@ fn internal(e: anyhow::Error) -> McpError {
 }
 
 impl SkillhostMcp {
+    /// This handler, entering its session in `sessions` once the client is initialized (HTTP
+    /// with sessions; see [`http::Sessions`]).
+    fn in_http_sessions(mut self, sessions: std::sync::Weak<http::Sessions>) -> SkillhostMcp {
+        self.http_sessions = Some(sessions);
+        self
+    }
+
+    /// Enter call `id`, stopped by `cancel`, as running on the direct path, until the returned
+    /// guard drops; `None` if a call with that id runs there already (rmcp answers that one).
+    fn enter_direct_call(&self, id: &RequestId, cancel: &CancellationToken) -> Option<DirectCall> {
+        static NUMBERS: AtomicU64 = AtomicU64::new(0);
+        let number = NUMBERS.fetch_add(1, Ordering::Relaxed);
+        let mut calls = self.direct_calls.lock().unwrap_or_else(|e| e.into_inner());
+        if calls.contains_key(id) {
+            return None;
+        }
+        calls.insert(id.clone(), (number, cancel.clone()));
+        Some(DirectCall { calls: self.direct_calls.clone(), id: id.clone(), number })
+    }
+
     /// `mcp-<transport>-<client>@<version>-<nonce>`: the library's call lines carry only the
     /// session, so the transport and client are named there.
     fn session(&self, client: &Client) -> String {
@@ -630,7 +679,24 @@ impl ServerHandler for SkillhostMcp {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let session_id = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|id| id.to_str().ok());
+        if let (Some(id), Some(sessions)) = (session_id, self.http_sessions.as_ref().and_then(|s| s.upgrade())) {
+            sessions.open(id, self.clone(), context.peer.clone());
+        }
         self.server.listen(Listener::Session(context.peer));
+    }
+
+    async fn on_cancelled(&self, notification: CancelledNotificationParam, _context: NotificationContext<RoleServer>) {
+        // rmcp cancels the requests it runs itself; this is for those the direct path runs.
+        let Some(id) = notification.request_id else { return };
+        let running = self.direct_calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if let Some((_, cancel)) = running {
+            cancel.cancel();
+        }
     }
 
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {

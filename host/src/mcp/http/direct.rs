@@ -1,27 +1,39 @@
-//! A stateless `tools/call` answered on the connection's own task, without rmcp's per-request
-//! service.
+//! A plain `tools/call`, stateless or in a 2025-11-25 session, answered on the connection's
+//! own task, without rmcp's per-request service or its session's worker.
 //!
 //! Why: for each stateless request rmcp builds a handler of its own, starts a service loop for
 //! it on a new task, runs the request on another, and passes the answer back over a channel to
 //! the connection's task: two task spawns and two cross-task hand-offs (on two workers, a
-//! futex wake each) around a guest call that itself takes ~15 µs. Here the request is parsed
-//! once, run by the same [`SkillhostMcp::call`] rmcp's handler runs, and answered with rmcp's
-//! own types after the same 2026-07-28 result handling rmcp applies (cache hints, the error
-//! code of a missing resource, the JSON-RPC error's HTTP status), so the bytes are the ones
-//! rmcp would send (tests/mcp.rs compares them).
+//! futex wake each) around a guest call that itself takes ~15 µs. A session's request goes
+//! through the session's worker and service loop to a handler task and back as an SSE stream.
+//! Here the request is parsed once, run by the same [`SkillhostMcp::call`] rmcp's handler
+//! runs, and answered with rmcp's own types after the same result handling rmcp applies
+//! (2026-07-28: cache hints, the error code of a missing resource, the JSON-RPC error's HTTP
+//! status; earlier revisions: the legacy-peer stripping, every answer 200), so the JSON-RPC
+//! message is the one rmcp would send (tests/mcp.rs compares them).
 //!
-//! Only a request rmcp would certainly route statelessly and accept is taken: `POST`, no
-//! `Origin` (browsers go through rmcp's origin check), no `Mcp-Session-Id`, a `Host` among
-//! the names the server accepts without a port, `Content-Type: application/json`, an `Accept`
-//! naming both JSON and event streams without parameters, a `Content-Length` body, each
-//! header once, no progress token (progress needs rmcp's stream), and one of two revisions:
+//! Only a request rmcp would certainly accept and route as this path assumes is taken: `POST`,
+//! no `Origin` (browsers go through rmcp's origin check), a `Host` among the names the server
+//! accepts without a port, `Content-Type: application/json`, an `Accept` naming both JSON and
+//! event streams without parameters, a `Content-Length` body, each header once, no progress
+//! token (progress needs rmcp's stream), and one of three revisions:
 //! - 2026-07-28 ([`Revision::Inline`]): `MCP-Protocol-Version: 2026-07-28` and the same version
 //!   in `_meta` with every key that revision requires, `Mcp-Method: tools/call` and `Mcp-Name`
 //!   equal to the tool (plain, not Base64-wrapped);
 //! - an earlier revision on a server started with `--stateless` ([`Revision::Legacy`]): the
 //!   header names a known revision before 2026-07-28 and `_meta` names none; rmcp serves it
 //!   statelessly as that revision, and answers it as it answers a 2025-11-25 session (the
-//!   legacy-peer stripping, every answer 200).
+//!   legacy-peer stripping, every answer 200);
+//! - a 2025-11-25 session ([`Revision::Session`]): one `Mcp-Session-Id` naming a session rmcp
+//!   has and [`super::Sessions`] knows (its client sent `notifications/initialized`), no
+//!   revision or one before 2026-07-28 in the header, none in `_meta`, and `Mcp-Method` and
+//!   `Mcp-Name`, if sent, naming `tools/call` and the tool. It runs on the session's own
+//!   handler, so its audit session, client and capabilities are the session's. The answer is
+//!   `application/json` where rmcp streams one SSE event (the spec lets a server send either;
+//!   the stream's priming event only serves resuming, which this server cannot do anyway:
+//!   it keeps no event store). The client's `notifications/cancelled` reaches rmcp's session
+//!   as before, and rmcp hands it to the handler, which stops the call here; its POST then
+//!   ends with no message, where rmcp's would stay open with none.
 //!
 //! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
 //! as before. (`Mcp-Param-*` headers are checked by rmcp against `x-mcp-header` annotations in
@@ -30,7 +42,7 @@
 //!
 //! As under rmcp, a client that closes its connection before the answer cancels the call, and
 //! so does the end of a drain; the call then still runs to its audit line, on a task of its own.
-//! One deliberate difference: a call that panics is answered 500 at once, where under rmcp the
+//! One deliberate difference besides: a call that panics is answered 500 at once, where under rmcp the
 //! request would wait for the client to go away or the drain to end, then get the same 500.
 
 use std::future::Future;
@@ -47,14 +59,15 @@ use futures::{FutureExt as _, StreamExt as _};
 use rmcp::ErrorData as McpError;
 use rmcp::ServerHandler as _;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, JsonRpcMessage, ProtocolVersion, RequestId,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, Implementation, JsonRpcMessage,
+    ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::common::http_header::BASE64_HEADER_PREFIX;
 use tokio_util::sync::CancellationToken;
 
 use super::super::request::{ToolsCall, rmcp_tools_call, tools_call};
-use super::super::{CallContext, Client, McpServer, SkillhostMcp, Transport, client_named};
+use super::super::{CallContext, Client, DirectCall, McpServer, SkillhostMcp, Transport, client_from, client_named};
+use super::Sessions;
 
 /// What the direct path needs: the server, the names `Host` may carry, and the drain's end.
 pub(super) struct Direct {
@@ -69,6 +82,8 @@ pub(super) struct Direct {
     /// No 2025-11-25 sessions (`--stateless`): rmcp serves requests of earlier revisions
     /// statelessly too.
     stateless: bool,
+    /// The sessions this path answers for (none with `--stateless`).
+    sessions: Option<Arc<Sessions>>,
 }
 
 /// How rmcp serves a stateless request, by the revision it speaks.
@@ -79,6 +94,8 @@ enum Revision {
     /// A revision before 2026-07-28, named by the `MCP-Protocol-Version` header only, on a
     /// server without sessions.
     Legacy,
+    /// A request in a 2025-11-25 session (`Mcp-Session-Id`), answered as rmcp answers one.
+    Session,
 }
 
 impl Direct {
@@ -88,6 +105,7 @@ impl Direct {
         max_body_bytes: usize,
         sessions_end: CancellationToken,
         stateless: bool,
+        sessions: Option<Arc<Sessions>>,
     ) -> Direct {
         let hosts = allowed_hosts
             .iter()
@@ -103,7 +121,7 @@ impl Direct {
             .collect();
         let revision_supported =
             server.connection(Transport::Http).supported_protocol_versions().contains(&ProtocolVersion::V_2026_07_28);
-        Direct { server, hosts, max_body_bytes, sessions_end, revision_supported, stateless }
+        Direct { server, hosts, max_body_bytes, sessions_end, revision_supported, stateless, sessions }
     }
 }
 
@@ -126,13 +144,52 @@ pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, 
     let Some(call) = plain_call(&bytes, &parts.headers, revision) else {
         return next.run(Request::from_parts(parts, Body::from(bytes))).await;
     };
-    // A handler of its own per request, as rmcp makes one: its audit session is this request's.
-    let handler = direct.server.connection(Transport::Http);
+    let session = match (revision, &direct.sessions) {
+        (Revision::Session, Some(sessions)) => match only(&parts.headers, "mcp-session-id") {
+            Some(id) => sessions.find(id).await,
+            None => None,
+        },
+        _ => None,
+    };
+    let (handler, client, tasks_declared) = match &session {
+        // The session's handler, and the client as its request or else its `initialize` names
+        // it, as rmcp's request context gives them.
+        Some(session) => {
+            let capabilities =
+                call.capabilities.or_else(|| session.peer.peer_info().map(|info| info.capabilities.clone()));
+            (
+                session.handler.clone(),
+                client_from(call.client, &session.peer),
+                capabilities.is_some_and(|c| c.supports_tasks()),
+            )
+        }
+        None if revision == Revision::Session => {
+            return next.run(Request::from_parts(parts, Body::from(bytes))).await;
+        }
+        // A handler of its own per request, as rmcp makes one: its audit session is this
+        // request's.
+        None => (
+            direct.server.connection(Transport::Http),
+            client_named(call.client),
+            call.capabilities.is_some_and(|c| c.supports_tasks()),
+        ),
+    };
     if handler.get_tool(&call.params.name).is_some() {
         return next.run(Request::from_parts(parts, Body::from(bytes))).await;
     }
+    let cancel = CancellationToken::new();
+    // In a session the client may cancel the call by its id (see the module doc).
+    let entered = match session {
+        Some(_) => match handler.enter_direct_call(&call.id, &cancel) {
+            Some(entered) => Some(entered),
+            // A call with that id runs already: rmcp's to answer, as it would any other.
+            None => return next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        },
+        None => None,
+    };
     tracing::debug!(id = %call.id, "tools/call answered by the HTTP transport");
-    run(&direct, handler, call).await
+    let PlainCall { id, params, revision, .. } = call;
+    run(&direct, handler, Run { id, params, client, tasks_declared, revision, cancel, entered }).await
 }
 
 /// The body, read as rmcp reads it, with rmcp's answers when that fails.
@@ -165,8 +222,7 @@ fn plain_text(status: StatusCode, text: String) -> Response {
 /// The revision of a request whose headers say rmcp would route it statelessly and accept
 /// it; `None` leaves it to rmcp.
 fn revision_of(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
-    if headers.contains_key(ORIGIN) || headers.contains_key("mcp-session-id") || headers.contains_key(TRANSFER_ENCODING)
-    {
+    if headers.contains_key(ORIGIN) || headers.contains_key(TRANSFER_ENCODING) {
         return None;
     }
     let host_ok = only(headers, HOST.as_str())
@@ -179,6 +235,9 @@ fn revision_of(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
     if !(host_ok && json_body && only(headers, CONTENT_LENGTH.as_str()).is_some() && accepts_json_and_events(headers)) {
         return None;
     }
+    if headers.contains_key("mcp-session-id") {
+        return session_request(direct, headers);
+    }
     let version = only(headers, "mcp-protocol-version")?;
     if version == ProtocolVersion::V_2026_07_28.as_str() {
         let named = only(headers, "mcp-method") == Some("tools/call")
@@ -190,6 +249,33 @@ fn revision_of(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
         .iter()
         .any(|known| known.as_str() == version && version < ProtocolVersion::STANDARD_HEADERS.as_str());
     (direct.stateless && earlier).then_some(Revision::Legacy)
+}
+
+/// [`Revision::Session`] if the headers of a request carrying `Mcp-Session-Id` are ones rmcp
+/// routes to the session as this path assumes: a server with sessions, the id once, no
+/// `MCP-Protocol-Version` or one known revision before 2026-07-28 (rmcp's default for none is
+/// 2025-03-26), and `Mcp-Method`, if sent, `tools/call` (the tool's `Mcp-Name` is checked
+/// against the body in [`plain_call`]).
+fn session_request(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
+    if direct.stateless || direct.sessions.is_none() {
+        return None;
+    }
+    only(headers, "mcp-session-id")?;
+    let version_ok = match headers.get_all("mcp-protocol-version").iter().count() {
+        0 => true,
+        1 => only(headers, "mcp-protocol-version").is_some_and(|version| {
+            ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .any(|known| known.as_str() == version && version < ProtocolVersion::V_2026_07_28.as_str())
+        }),
+        _ => false,
+    };
+    let method_ok = match headers.get_all("mcp-method").iter().count() {
+        0 => true,
+        1 => only(headers, "mcp-method") == Some("tools/call"),
+        _ => false,
+    };
+    (version_ok && method_ok).then_some(Revision::Session)
 }
 
 /// The one value of `name`, if it is there exactly once and is visible ASCII.
@@ -222,14 +308,15 @@ fn accepts_json_and_events(headers: &HeaderMap) -> bool {
 struct PlainCall {
     id: RequestId,
     params: CallToolRequestParams,
-    client: Client,
-    tasks_declared: bool,
+    /// The client and its capabilities as the request's `_meta` names them, if it does.
+    client: Option<Implementation>,
+    capabilities: Option<ClientCapabilities>,
     revision: Revision,
 }
 
 /// The body as a call this path answers: a `tools/call` without a progress token; for
 /// 2026-07-28, with every `_meta` key that revision requires and the headers' tool; before it,
-/// with no revision in `_meta`.
+/// with no revision in `_meta` (and in a session, the `Mcp-Name` sent, if any, the tool's).
 fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<PlainCall> {
     // As rmcp's parse yields it: `_meta` beside the params, not in them.
     let ToolsCall { id, params, meta } = tools_call(body).or_else(|| rmcp_tools_call(body))?;
@@ -238,17 +325,24 @@ fn plain_call(body: &[u8], headers: &HeaderMap, revision: Revision) -> Option<Pl
             meta.protocol_version() == Some(ProtocolVersion::V_2026_07_28)
                 && meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
         }
-        Revision::Legacy => meta.protocol_version().is_none(),
+        Revision::Legacy | Revision::Session => meta.protocol_version().is_none(),
     };
     if !meta_ok || meta.get_progress_token().is_some() {
         return None;
     }
-    let client = client_named(meta.client_info());
-    let tasks_declared = meta.client_capabilities().is_some_and(|c| c.supports_tasks());
-    if revision == Revision::Inline && only(headers, "mcp-name") != Some(&*params.name) {
+    let name_ok = match revision {
+        Revision::Inline => only(headers, "mcp-name") == Some(&*params.name),
+        Revision::Session => match headers.get_all("mcp-name").iter().count() {
+            0 => true,
+            1 => only(headers, "mcp-name") == Some(&*params.name),
+            _ => false,
+        },
+        Revision::Legacy => true,
+    };
+    if !name_ok {
         return None;
     }
-    Some(PlainCall { id, params, client, tasks_declared, revision })
+    Some(PlainCall { id, params, client: meta.client_info(), capabilities: meta.client_capabilities(), revision })
 }
 
 /// What a call ends with: its outcome, or `None` if it panicked.
@@ -285,27 +379,46 @@ impl Drop for Running {
     }
 }
 
-async fn run(direct: &Direct, handler: SkillhostMcp, call: PlainCall) -> Response {
-    let PlainCall { id, params, client, tasks_declared, revision } = call;
-    let cancel = CancellationToken::new();
+/// A call this path runs: the request's id and parameters, who asked, and what stops it.
+struct Run {
+    id: RequestId,
+    params: CallToolRequestParams,
+    client: Client,
+    tasks_declared: bool,
+    revision: Revision,
+    cancel: CancellationToken,
+    /// In a session: the call's entry where the client's `notifications/cancelled` finds it.
+    entered: Option<DirectCall>,
+}
+
+async fn run(direct: &Direct, handler: SkillhostMcp, call: Run) -> Response {
+    let Run { id, params, client, tasks_declared, revision, cancel, entered } = call;
     let calling = {
         let cancel = cancel.clone();
         async move { handler.call(params, CallContext { client, cancelled: &cancel, progress: None }).await }
     };
     // A panicking call has no answer: a 500 now (see the module doc).
     let calling: Calling = Box::pin(std::panic::AssertUnwindSafe(calling).catch_unwind().map(Result::ok));
-    let running = Running { call: Some(calling), cancel };
+    let running = Running { call: Some(calling), cancel: cancel.clone() };
     let outcome = tokio::select! {
         outcome = running => outcome,
         // The drain's end: as under rmcp, the call is cancelled (and finishes on its own task).
         _ = direct.sessions_end.cancelled() => None,
     };
+    // The call ended after its token was cancelled: by the client's `notifications/cancelled`
+    // (a client gone or the drain's end leave no outcome).
+    let cancelled_by_client = outcome.is_some() && entered.is_some() && cancel.is_cancelled();
+    drop(entered);
     let Some(outcome) = outcome else {
         let error = "no response message received from handler";
         tracing::error!("Internal server error when empty response: {error}");
         let text = format!("Encounter an error when empty response: {error}");
         return plain_text(StatusCode::INTERNAL_SERVER_ERROR, text);
     };
+    if cancelled_by_client {
+        // As rmcp drops the answer to a request its client cancelled: the stream ends empty.
+        return ([(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))], Bytes::new()).into_response();
+    }
     let message = answer_of(outcome, id, tasks_declared, revision);
     let status = status_of(&message, revision);
     match serde_json::to_vec(&message) {
@@ -337,7 +450,7 @@ fn answer_of(
         let mut result = ServerResult::from(response);
         match revision {
             Revision::Inline => result.fill_missing_cache_hints(),
-            Revision::Legacy => {
+            Revision::Legacy | Revision::Session => {
                 result.strip_result_type_for_legacy_peer();
                 result.strip_non_object_output_for_legacy_peer();
             }
@@ -359,7 +472,7 @@ fn answer_of(
 /// being whole), for earlier revisions always 200.
 fn status_of(message: &ServerJsonRpcMessage, revision: Revision) -> StatusCode {
     let ServerJsonRpcMessage::Error(error) = message else { return StatusCode::OK };
-    if revision == Revision::Legacy {
+    if revision != Revision::Inline {
         return StatusCode::OK;
     }
     match error.error.code {

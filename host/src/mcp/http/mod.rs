@@ -6,8 +6,9 @@
 //! for a non-loopback bind, see [`HttpOptions::check`]); a request-size limit; a bound on
 //! requests in flight. Each refusal is a JSON-RPC error body with a sentence saying what to
 //! do. `Host` (DNS rebinding) and browser `Origin` checks are rmcp's, configured here. A
-//! plain stateless `tools/call` is then answered by `direct` without rmcp's per-request
-//! service; everything else is rmcp's.
+//! plain `tools/call`, stateless or in a 2025-11-25 session, is then answered by `direct`
+//! without rmcp's per-request service or the session's worker (`sessions` knows the sessions
+//! rmcp opened); everything else is rmcp's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +29,9 @@ use super::ops::{self, Ops};
 use super::{McpServer, Transport};
 
 mod direct;
+mod sessions;
+
+pub(crate) use sessions::Sessions;
 
 /// How the HTTP endpoint is guarded.
 #[derive(Debug, Clone)]
@@ -50,6 +54,9 @@ pub struct HttpOptions {
     /// list-changed notifications to those clients, and a `notifications/cancelled` cannot
     /// reach its request (closing the connection still cancels it).
     pub stateless: bool,
+    /// How long a 2025-11-25 session may go without a request before it is ended (its
+    /// client then gets 404 and starts a new one).
+    pub session_idle: std::time::Duration,
     /// How long a drain waits for the requests in flight (see [`super::ops`]).
     pub drain_wait: std::time::Duration,
     /// How long a drain keeps accepting connections (answering 503) before it closes the
@@ -73,6 +80,7 @@ impl HttpOptions {
                 header_timeout: std::time::Duration::from_secs(10),
             },
             stateless: false,
+            session_idle: DEFAULT_SESSION_IDLE,
             drain_wait: std::time::Duration::from_secs(30),
             drain_grace: std::time::Duration::ZERO,
         }
@@ -92,6 +100,9 @@ impl HttpOptions {
         Ok(())
     }
 }
+
+/// rmcp's own default: a session unheard of for five minutes is ended.
+pub const DEFAULT_SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
     let body = json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message } });
@@ -300,12 +311,20 @@ pub fn router(
     let mut origins: Vec<String> =
         vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     origins.extend(options.allowed_origins.iter().cloned());
+    let sessions = {
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(options.session_idle);
+        Arc::new(manager)
+    };
+    // The sessions the direct path answers for (none without sessions).
+    let direct_sessions = (!options.stateless).then(|| Arc::new(Sessions::new(sessions.clone(), options.session_idle)));
     let direct = Arc::new(direct::Direct::new(
         server.clone(),
         &hosts,
         options.max_body_bytes,
         sessions_end.clone(),
         options.stateless,
+        direct_sessions.clone(),
     ));
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
@@ -319,9 +338,15 @@ pub fn router(
         .with_cancellation_token(sessions_end);
     let factory = {
         let server = server.clone();
-        move || -> Result<super::SkillhostMcp, std::io::Error> { Ok(server.connection(Transport::Http)) }
+        let direct_sessions = direct_sessions.as_ref().map(Arc::downgrade);
+        move || -> Result<super::SkillhostMcp, std::io::Error> {
+            let handler = server.connection(Transport::Http);
+            Ok(match &direct_sessions {
+                Some(sessions) => handler.in_http_sessions(sessions.clone()),
+                None => handler,
+            })
+        }
     };
-    let sessions = Arc::new(LocalSessionManager::default());
     let mcp: StreamableHttpService<_, LocalSessionManager> =
         StreamableHttpService::new(factory, sessions.clone(), config);
     let session_calls = Arc::new(SessionCalls { sessions, max_body_bytes: options.max_body_bytes });
@@ -332,8 +357,8 @@ pub fn router(
         max_in_flight: options.max_in_flight,
     });
     // The drain gate runs first (outermost), then the guard: nothing is read for a request
-    // either refuses. Then a plain stateless call is answered directly ([`direct`]); the
-    // rest goes on to rmcp.
+    // either refuses. Then a plain call, stateless or in a session, is answered directly
+    // ([`direct`]); the rest goes on to rmcp.
     let mcp = axum::Router::new()
         .nest_service("/mcp", mcp)
         .layer(middleware::from_fn_with_state(session_calls, cancel_on_disconnect))
