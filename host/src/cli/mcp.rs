@@ -67,8 +67,8 @@ pub(super) struct McpArgs {
     /// anyway). Those clients then get no list-changed notifications (no GET stream).
     #[arg(long, requires = "http")]
     stateless: bool,
-    /// HTTP: seconds a 2025-11-25 session may go without a request before it is ended (its
-    /// client then gets 404 and opens a new one).
+    /// HTTP: seconds a 2025-11-25 session may go without a request before it is ended (at
+    /// most a fifth more); its client then gets 404 and opens a new one.
     #[arg(long, default_value_t = crate::mcp::http::DEFAULT_SESSION_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(2..=86400))]
     session_idle_secs: u64,
     /// HTTP: on SIGTERM or SIGINT, seconds to wait for the requests in flight before the

@@ -441,6 +441,14 @@ impl SkillhostMcp {
         Some(DirectCall { calls: self.direct_calls.clone(), id: id.clone(), number })
     }
 
+    /// Cancel every call of this session running on the direct path: the session has ended.
+    fn cancel_direct_calls(&self) {
+        let running: Vec<_> = self.direct_calls.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+        for (_, (_, cancel)) in running {
+            cancel.cancel();
+        }
+    }
+
     /// `mcp-<transport>-<client>@<version>-<nonce>`: the library's call lines carry only the
     /// session, so the transport and client are named there.
     fn session(&self, client: &Client) -> String {

@@ -29,11 +29,14 @@
 //!   revision or one before 2026-07-28 in the header, none in `_meta`, and `Mcp-Method` and
 //!   `Mcp-Name`, if sent, naming `tools/call` and the tool. It runs on the session's own
 //!   handler, so its audit session, client and capabilities are the session's. The answer is
-//!   `application/json` where rmcp streams one SSE event (the spec lets a server send either;
-//!   the stream's priming event only serves resuming, which this server cannot do anyway:
-//!   it keeps no event store). The client's `notifications/cancelled` reaches rmcp's session
-//!   as before, and rmcp hands it to the handler, which stops the call here; its POST then
-//!   ends with no message, where rmcp's would stay open with none.
+//!   an SSE stream as rmcp's, the message one `data:` event, without rmcp's priming event
+//!   (it only serves resuming a stream, which this server cannot do: it keeps no event
+//!   store); a call still running after [`SSE_KEEP_ALIVE`] gets its headers then and a
+//!   comment that often, as rmcp's keep-alive, so no read timeout cuts it off. The client's
+//!   `notifications/cancelled` reaches rmcp's session as before, and rmcp hands it to the
+//!   handler, which stops the call here; its stream then ends with no message, where rmcp's
+//!   would stay open with none. A session that ends (closed, expired) has its calls here
+//!   cancelled ([`super::Sessions`]).
 //!
 //! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
 //! as before. (`Mcp-Param-*` headers are checked by rmcp against `x-mcp-header` annotations in
@@ -399,26 +402,16 @@ async fn run(direct: &Direct, handler: SkillhostMcp, call: Run) -> Response {
     };
     // A panicking call has no answer: a 500 now (see the module doc).
     let calling: Calling = Box::pin(std::panic::AssertUnwindSafe(calling).catch_unwind().map(Result::ok));
-    let running = Running { call: Some(calling), cancel: cancel.clone() };
+    let mut running = Running { call: Some(calling), cancel: cancel.clone() };
+    if revision == Revision::Session {
+        return in_session(direct, running, id, tasks_declared, cancel, entered).await;
+    }
     let outcome = tokio::select! {
-        outcome = running => outcome,
+        outcome = &mut running => outcome,
         // The drain's end: as under rmcp, the call is cancelled (and finishes on its own task).
         _ = direct.sessions_end.cancelled() => None,
     };
-    // The call ended after its token was cancelled: by the client's `notifications/cancelled`
-    // (a client gone or the drain's end leave no outcome).
-    let cancelled_by_client = outcome.is_some() && entered.is_some() && cancel.is_cancelled();
-    drop(entered);
-    let Some(outcome) = outcome else {
-        let error = "no response message received from handler";
-        tracing::error!("Internal server error when empty response: {error}");
-        let text = format!("Encounter an error when empty response: {error}");
-        return plain_text(StatusCode::INTERNAL_SERVER_ERROR, text);
-    };
-    if cancelled_by_client {
-        // As rmcp drops the answer to a request its client cancelled: the stream ends empty.
-        return ([(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))], Bytes::new()).into_response();
-    }
+    let Some(outcome) = outcome else { return no_outcome() };
     let message = answer_of(outcome, id, tasks_declared, revision);
     let status = status_of(&message, revision);
     match serde_json::to_vec(&message) {
@@ -431,6 +424,88 @@ async fn run(direct: &Direct, handler: SkillhostMcp, call: Run) -> Response {
             plain_text(StatusCode::INTERNAL_SERVER_ERROR, text)
         }
     }
+}
+
+/// rmcp's answer when its handler sent nothing: the call panicked, or the drain ended it.
+fn no_outcome() -> Response {
+    let error = "no response message received from handler";
+    tracing::error!("Internal server error when empty response: {error}");
+    let text = format!("Encounter an error when empty response: {error}");
+    plain_text(StatusCode::INTERNAL_SERVER_ERROR, text)
+}
+
+/// How long a session call's answer may be silent, as rmcp's SSE keep-alive: a call that runs
+/// longer gets its headers then and a comment this often until its message, so no client's or
+/// proxy's read timeout cuts off a long call.
+const SSE_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// A session call's answer, an SSE stream as rmcp's: the message as one `data:` event (no
+/// priming event: that only serves resuming, which this server cannot do), or nothing if the
+/// client cancelled the call (rmcp drops that answer).
+async fn in_session(
+    direct: &Direct,
+    mut running: Running,
+    id: RequestId,
+    tasks_declared: bool,
+    cancel: CancellationToken,
+    entered: Option<DirectCall>,
+) -> Response {
+    let event = move |outcome: Result<CallToolResponse, McpError>| -> Bytes {
+        // The client's `notifications/cancelled` stopped it (a client gone or the drain's end
+        // leave no outcome).
+        if cancel.is_cancelled() {
+            return Bytes::new();
+        }
+        let message = answer_of(outcome, id, tasks_declared, Revision::Session);
+        match serde_json::to_string(&message) {
+            Ok(json) => Bytes::from(format!("data: {json}\n\n")),
+            Err(e) => {
+                tracing::error!("Internal server error when serialize json response: {e}");
+                Bytes::new()
+            }
+        }
+    };
+    let quick = tokio::select! {
+        outcome = &mut running => Some(outcome),
+        () = tokio::time::sleep(SSE_KEEP_ALIVE) => None,
+        () = direct.sessions_end.cancelled() => return no_outcome(),
+    };
+    let body = match quick {
+        Some(Some(outcome)) => {
+            drop(entered);
+            Body::from(event(outcome))
+        }
+        Some(None) => return no_outcome(),
+        // Slow: the headers and a comment now, one every SSE_KEEP_ALIVE, then the message. Dropping
+        // the body (the client gone) drops the call, which cancels it.
+        None => {
+            let sessions_end = direct.sessions_end.clone();
+            let state = (running, Some(event), sessions_end, entered);
+            let now = futures::stream::once(std::future::ready(Ok(Bytes::from_static(b":\n\n"))));
+            Body::from_stream(now.chain(futures::stream::unfold(
+                state,
+                |(mut running, event, sessions_end, entered)| async move {
+                    let event = event?;
+                    tokio::select! {
+                        outcome = &mut running => {
+                            let chunk = outcome.map(event).unwrap_or_default();
+                            Some((Ok::<_, std::convert::Infallible>(chunk), (running, None, sessions_end, entered)))
+                        }
+                        () = tokio::time::sleep(SSE_KEEP_ALIVE) => {
+                            Some((Ok(Bytes::from_static(b":\n\n")), (running, Some(event), sessions_end, entered)))
+                        }
+                        () = sessions_end.cancelled() => None,
+                    }
+                },
+            )))
+        }
+    };
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(axum::http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
 }
 
 /// The JSON-RPC answer as rmcp's server handler makes it for a request of `revision`.

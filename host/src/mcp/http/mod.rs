@@ -55,7 +55,7 @@ pub struct HttpOptions {
     /// reach its request (closing the connection still cancels it).
     pub stateless: bool,
     /// How long a 2025-11-25 session may go without a request before it is ended (its
-    /// client then gets 404 and starts a new one).
+    /// client then gets 404 and starts a new one): at least this, at most a fifth more.
     pub session_idle: std::time::Duration,
     /// How long a drain waits for the requests in flight (see [`super::ops`]).
     pub drain_wait: std::time::Duration,
@@ -313,11 +313,11 @@ pub fn router(
     origins.extend(options.allowed_origins.iter().cloned());
     let sessions = {
         let mut manager = LocalSessionManager::default();
-        manager.session_config.keep_alive = Some(options.session_idle);
+        manager.session_config.keep_alive = Some(Sessions::rmcp_idle(options.session_idle));
         Arc::new(manager)
     };
     // The sessions the direct path answers for (none without sessions).
-    let direct_sessions = (!options.stateless).then(|| Arc::new(Sessions::new(sessions.clone(), options.session_idle)));
+    let direct_sessions = (!options.stateless).then(|| Sessions::start(sessions.clone(), options.session_idle));
     let direct = Arc::new(direct::Direct::new(
         server.clone(),
         &hosts,

@@ -14,13 +14,17 @@
 //! - It is found only while rmcp still has it ([`Sessions::find`]), so a request for a session
 //!   that was closed (`DELETE`) or expired gets rmcp's 404, and only while it speaks a revision
 //!   before 2026-07-28 (whose answers the direct path shapes as rmcp does for a session).
-//! - rmcp ends a session its worker has heard nothing of for `--session-idle-secs`; a call
-//!   answered here never reaches that worker, so finding a session tells its worker it is in
-//!   use (a notification the handler ignores), at most every fifth of that time.
-//! - Entries of sessions whose service has ended are dropped whenever a session is entered.
+//! - rmcp ends a session its worker has heard nothing of for a while; a call answered here
+//!   never reaches that worker, so finding a session tells its worker it is in use (a
+//!   notification the handler ignores), at most every fifth of `--session-idle-secs`. rmcp's
+//!   own limit is set a fifth longer, so a session ends between the idle time and 1.2 times it
+//!   after its last request, never sooner.
+//! - Every [`SWEEP_EVERY`] the sessions whose service has ended (closed with `DELETE`, or
+//!   expired) are dropped, and the calls still running in them on this path are cancelled,
+//!   as rmcp cancels its own when a session ends.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::RoleServer;
@@ -50,18 +54,46 @@ pub(crate) struct Session {
 /// rmcp hands it to the handler's `on_custom_notification`, which does nothing with it.
 const IN_USE: &str = r#"{"jsonrpc":"2.0","method":"notifications/skillhost/session-in-use"}"#;
 
+/// How often ended sessions are dropped and their calls on the direct path cancelled.
+const SWEEP_EVERY: Duration = Duration::from_secs(2);
+
 impl Sessions {
-    /// `manager` is rmcp's; `idle` the time after which it ends a session it hears nothing of.
-    pub(crate) fn new(manager: Arc<LocalSessionManager>, idle: Duration) -> Sessions {
-        Sessions { manager, open: Mutex::new(HashMap::new()), tell_in_use_every: idle / 5 }
+    /// The sessions of `manager` (rmcp's), which a session's client keeps open by sending a
+    /// request at least every `idle`; the sweep runs on the current runtime, if any, until the
+    /// table is dropped.
+    pub(crate) fn start(manager: Arc<LocalSessionManager>, idle: Duration) -> Arc<Sessions> {
+        let sessions = Arc::new(Sessions { manager, open: Mutex::new(HashMap::new()), tell_in_use_every: idle / 5 });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(sweep(Arc::downgrade(&sessions)));
+        }
+        sessions
     }
 
-    /// Enter session `id`, served by `handler`, whose client is `peer`.
+    /// The time rmcp is to give a session without a request: a fifth longer than `idle`, as
+    /// the in-use notice goes at most every fifth of `idle` (see the module doc).
+    pub(crate) fn rmcp_idle(idle: Duration) -> Duration {
+        idle + idle / 5
+    }
+
+    /// Enter session `id`, served by `handler`, whose client is `peer` (once: a repeated
+    /// `notifications/initialized` changes nothing).
     pub(crate) fn open(&self, id: &str, handler: SkillhostMcp, peer: Peer<RoleServer>) {
-        let session = Arc::new(Session { handler, peer, told_in_use: Mutex::new(Instant::now()) });
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.retain(|_, s| !s.peer.is_transport_closed());
-        open.insert(id.to_string(), session);
+        open.entry(id.to_string())
+            .or_insert_with(|| Arc::new(Session { handler, peer, told_in_use: Mutex::new(Instant::now()) }));
+    }
+
+    /// Drop the sessions whose service has ended, and cancel their calls on this path.
+    fn sweep_ended(&self) {
+        let ended: Vec<Arc<Session>> = {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<String> =
+                open.iter().filter(|(_, s)| s.peer.is_transport_closed()).map(|(id, _)| id.clone()).collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for session in ended {
+            session.handler.cancel_direct_calls();
+        }
     }
 
     /// Session `id`, if the direct path may answer for it: rmcp still has it and it speaks a
@@ -98,6 +130,14 @@ impl Sessions {
             // Gone already: then the next request is rmcp's 404 anyway.
             let _ = manager.accept_message(&id, message).await;
         });
+    }
+}
+
+async fn sweep(sessions: Weak<Sessions>) {
+    loop {
+        tokio::time::sleep(SWEEP_EVERY).await;
+        let Some(sessions) = sessions.upgrade() else { return };
+        sessions.sweep_ended();
     }
 }
 
