@@ -30,13 +30,15 @@
 //!   `Mcp-Name`, if sent, naming `tools/call` and the tool. It runs on the session's own
 //!   handler, so its audit session, client and capabilities are the session's. The answer is
 //!   an SSE stream as rmcp's, the message one `data:` event, without rmcp's priming event
-//!   (it only serves resuming a stream, which this server cannot do: it keeps no event
-//!   store); a call still running after [`SSE_KEEP_ALIVE`] gets its headers then and a
-//!   comment that often, as rmcp's keep-alive, so no read timeout cuts it off. The client's
+//!   (it only serves resuming a stream after a dropped connection, and this server cancels
+//!   a call whose connection drops: `cancel_on_disconnect` in the parent module); a call
+//!   still running after [`SSE_KEEP_ALIVE`] gets its headers then and a comment that often,
+//!   as rmcp's keep-alive, so no read timeout cuts it off. The client's
 //!   `notifications/cancelled` reaches rmcp's session as before, and rmcp hands it to the
-//!   handler, which stops the call here; its stream then ends with no message, where rmcp's
-//!   would stay open with none. A session that ends (closed, expired) has its calls here
-//!   cancelled ([`super::Sessions`]).
+//!   handler, which stops the call here; its stream then ends with no message, as rmcp's
+//!   does. A session that ends (closed, expired) has its calls here cancelled
+//!   ([`super::Sessions`]). A drain that ends a call in its first [`SSE_KEEP_ALIVE`] gets
+//!   the stateless path's 500, where rmcp's stream would end empty.
 //!
 //! Anything else, or anything in doubt, goes on to rmcp unchanged, which answers or refuses it
 //! as before. (`Mcp-Param-*` headers are checked by rmcp against `x-mcp-header` annotations in
@@ -182,11 +184,14 @@ pub(super) async fn answer(State(direct): State<Arc<Direct>>, request: Request, 
     }
     let cancel = CancellationToken::new();
     // In a session the client may cancel the call by its id (see the module doc).
-    let entered = match session {
-        Some(_) => match handler.enter_direct_call(&call.id, &cancel) {
-            Some(entered) => Some(entered),
-            // A call with that id runs already: rmcp's to answer, as it would any other.
-            None => return next.run(Request::from_parts(parts, Body::from(bytes))).await,
+    let entered = match &session {
+        Some(session) => match handler.enter_direct_call(&call.id, &cancel) {
+            // Entered, and its session still runs: if it ends from here on, the sweep (or the
+            // next lookup) finds the call entered and cancels it. (Closed never reopens.)
+            Some(entered) if !session.peer.is_transport_closed() => Some(entered),
+            // A call with that id runs already, or the session has just ended: rmcp's to
+            // answer, as it would any other.
+            _ => return next.run(Request::from_parts(parts, Body::from(bytes))).await,
         },
         None => None,
     };

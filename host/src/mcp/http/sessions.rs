@@ -24,6 +24,7 @@
 //!   as rmcp cancels its own when a session ends.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,9 @@ use super::super::SkillhostMcp;
 /// The sessions the direct path may answer for, by `Mcp-Session-Id`.
 pub(crate) struct Sessions {
     manager: Arc<LocalSessionManager>,
+    /// This table, for the sweep started with the first session.
+    me: Weak<Sessions>,
+    sweeping: AtomicBool,
     open: Mutex<HashMap<String, Arc<Session>>>,
     /// How often, at most, a session in use over the direct path is made known to its worker.
     tell_in_use_every: Duration,
@@ -59,14 +63,16 @@ const SWEEP_EVERY: Duration = Duration::from_secs(2);
 
 impl Sessions {
     /// The sessions of `manager` (rmcp's), which a session's client keeps open by sending a
-    /// request at least every `idle`; the sweep runs on the current runtime, if any, until the
-    /// table is dropped.
+    /// request at least every `idle`. The sweep starts with the first session (entered on
+    /// the server's runtime) and ends when the table is dropped.
     pub(crate) fn start(manager: Arc<LocalSessionManager>, idle: Duration) -> Arc<Sessions> {
-        let sessions = Arc::new(Sessions { manager, open: Mutex::new(HashMap::new()), tell_in_use_every: idle / 5 });
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(sweep(Arc::downgrade(&sessions)));
-        }
-        sessions
+        Arc::new_cyclic(|me| Sessions {
+            manager,
+            me: me.clone(),
+            sweeping: AtomicBool::new(false),
+            open: Mutex::new(HashMap::new()),
+            tell_in_use_every: idle / 5,
+        })
     }
 
     /// The time rmcp is to give a session without a request: a fifth longer than `idle`, as
@@ -78,6 +84,9 @@ impl Sessions {
     /// Enter session `id`, served by `handler`, whose client is `peer` (once: a repeated
     /// `notifications/initialized` changes nothing).
     pub(crate) fn open(&self, id: &str, handler: SkillhostMcp, peer: Peer<RoleServer>) {
+        if !self.sweeping.swap(true, Ordering::AcqRel) {
+            tokio::spawn(sweep(self.me.clone()));
+        }
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.entry(id.to_string())
             .or_insert_with(|| Arc::new(Session { handler, peer, told_in_use: Mutex::new(Instant::now()) }));
@@ -102,7 +111,14 @@ impl Sessions {
         let session = self.open.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()?;
         let session_id: rmcp::transport::streamable_http_server::SessionId = id.into();
         if !self.manager.has_session(&session_id).await.unwrap_or(false) {
-            self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+            // Ended (closed, expired): its calls here end with it, as the sweep would end them.
+            let ended = self.open.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+            if let Some(ended) = ended {
+                ended.handler.cancel_direct_calls();
+            }
+            return None;
+        }
+        if session.peer.is_transport_closed() {
             return None;
         }
         let legacy = session
