@@ -803,11 +803,7 @@ fn http_answers_an_earlier_revision_without_sessions_with_the_bytes_rmcp_sends()
 /// whose client never said it was initialized, and requests the path must not take are rmcp's.
 #[test]
 fn http_answers_a_plain_session_call_with_the_message_rmcp_sends() {
-    let env = common::Env::new();
-    let lib = env.library();
-    env.install_granted(&lib, "probe", "");
-    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
-    let session = path.session("session-client");
+    let (env, path, session) = direct_session("", &["--memory", "none"], "session-client");
     let body = |id: u64, params: &Value| {
         json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }).to_string()
     };
@@ -905,16 +901,44 @@ fn http_answers_a_plain_session_call_with_the_message_rmcp_sends() {
     cli(env.home.path(), &["audit", "verify"]);
 }
 
+/// A home with the probe installed under `limits`, a server started with `args` whose debug
+/// log names the calls the direct path answers, and a session of `client` it answers for.
+fn direct_session(limits: &str, args: &[&str], client: &str) -> (common::Env, DirectPath, HttpSession) {
+    let env = common::Env::new();
+    let lib = env.library();
+    env.install_granted(&lib, "probe", limits);
+    let path = DirectPath::start(env.home.path(), args);
+    let session = path.session(client);
+    (env, path, session)
+}
+
+/// A call sent with the id of a call of its session still running on the direct path is left
+/// to rmcp, which answers it; once the first has ended, the id is the direct path's again.
+#[test]
+fn a_call_reusing_a_running_calls_id_is_left_to_rmcp() {
+    let (env, path, session) = direct_session(LONG_SPIN, &["--memory", "none"], "twice");
+    let before = path.answered_here();
+    let _first = session.begin_call(7, "probe", json!({ "mode": "sleep", "n": 2500, "arg": "first" }));
+    wait_until(|| path.answered_here() == before + 1, "the first call on the direct path");
+    let r = session.call(7, "probe", json!({ "mode": "echo", "arg": "same id" }));
+    assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|same id"), "{r}");
+    let first_ended = || audit_lines(env.home.path()).iter().any(|l| l["params"]["arg"] == "first");
+    assert!(!first_ended(), "the first call should still run while the second is answered");
+    assert_eq!(path.answered_here(), before + 1, "the second call with the same id was rmcp's");
+    wait_until(first_ended, "the first call's audit line");
+    let r = session.call(7, "probe", json!({ "mode": "echo", "arg": "free again" }));
+    assert!(r["result"]["structuredContent"]["output"].as_str().unwrap().ends_with("|free again"), "{r}");
+    wait_until(|| path.answered_here() == before + 2, "the third call on the direct path");
+    drop(path);
+    cli(env.home.path(), &["audit", "verify"]);
+}
+
 /// The client's `notifications/cancelled` stops a session call the direct path runs (rmcp
 /// hands it to the session's handler): the guest stops, the call is audited as cancelled,
 /// and its POST ends without a message. The session goes on.
 #[test]
 fn a_session_call_on_the_direct_path_is_cancelled_by_the_clients_notification() {
-    let env = common::Env::new();
-    let lib = env.library();
-    env.install_granted(&lib, "probe", LONG_SPIN);
-    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
-    let session = path.session("canceller");
+    let (env, path, session) = direct_session(LONG_SPIN, &["--memory", "none"], "canceller");
     let before = path.answered_here();
     let mut conn = session.begin_call(2, "probe", json!({ "mode": "spin", "n": 20000, "arg": "stop me" }));
     std::thread::sleep(Duration::from_millis(400));
@@ -981,11 +1005,7 @@ fn a_session_call_on_the_direct_path_is_cancelled_by_the_clients_notification() 
 #[test]
 fn a_long_session_call_on_the_direct_path_keeps_its_stream_alive() {
     use std::io::Read as _;
-    let env = common::Env::new();
-    let lib = env.library();
-    env.install_granted(&lib, "probe", LONG_SPIN);
-    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
-    let session = path.session("patient");
+    let (env, path, session) = direct_session(LONG_SPIN, &["--memory", "none"], "patient");
     let before = path.answered_here();
     let started = Instant::now();
     let mut conn = session.begin_call(1, "probe", json!({ "mode": "sleep", "n": 17500 }));
@@ -1038,11 +1058,7 @@ fn a_long_session_call_on_the_direct_path_keeps_its_stream_alive() {
 /// still there 1.5 s before the limit and gone well after 1.2 times it (404).
 #[test]
 fn a_session_used_only_through_the_direct_path_stays_open() {
-    let env = common::Env::new();
-    let lib = env.library();
-    env.install_granted(&lib, "probe", "");
-    let path = DirectPath::start(env.home.path(), &["--memory", "none", "--session-idle-secs", "4"]);
-    let session = path.session("steady");
+    let (env, path, session) = direct_session("", &["--memory", "none", "--session-idle-secs", "4"], "steady");
     let already = path.answered_here();
     let began = Instant::now();
     let mut calls = 0;
@@ -1566,12 +1582,8 @@ fn a_session_client_that_drops_its_connection_mid_call_on_rmcps_path_is_cancelle
 }
 
 fn session_call_dropped_midway(accept: &str) {
-    let env = common::Env::new();
-    let lib = env.library();
-    env.install_granted(&lib, "probe", LONG_SPIN);
-    let path = DirectPath::start(env.home.path(), &["--memory", "none"]);
+    let (env, path, session) = direct_session(LONG_SPIN, &["--memory", "none"], "session-client");
     let server = &path.server;
-    let session = path.session("session-client");
     let other = HttpSession::start(server.addr, "other-client");
     let before = path.answered_here();
     let conn =
