@@ -265,9 +265,8 @@ fn revision_of(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
 /// 2025-03-26), and `Mcp-Method`, if sent, `tools/call` (the tool's `Mcp-Name` is checked
 /// against the body in [`plain_call`]).
 fn session_request(direct: &Direct, headers: &HeaderMap) -> Option<Revision> {
-    if direct.stateless || direct.sessions.is_none() {
-        return None;
-    }
+    // No table of sessions: the server has none (`--stateless`).
+    direct.sessions.as_ref()?;
     only(headers, "mcp-session-id")?;
     let version_ok = match headers.get_all("mcp-protocol-version").iter().count() {
         0 => true,
