@@ -425,6 +425,15 @@ fn main() {
     const CLIENTS: usize = 16;
     let window = Duration::from_secs(3);
 
+    // One HTTP row alone, for a profiler to attach to (`SKILLHOST_BENCH_HTTP_ONLY=SECONDS`):
+    // 16 stateless clients for that long.
+    if let Some(secs) = std::env::var("SKILLHOST_BENCH_HTTP_ONLY").ok().and_then(|s| s.parse::<u64>().ok()) {
+        let (_server, addr, pid) = serve_http(&home, &[]);
+        println!("server pid {pid}");
+        http_calls(addr, pid, Revision::Stateless, CLIENTS, 100, Duration::from_secs(secs))
+            .print(&format!("http stateless 2026-07-28, {CLIENTS} client(s)"));
+        return;
+    }
     let stdio = stdio_calls(&home, 300, 5000);
     // The floor's bytes are sized like a real stdio exchange.
     let stdio_request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",

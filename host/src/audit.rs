@@ -87,6 +87,10 @@ const RESERVED: [&str; 5] = ["seq", "ts", "prev", "hash", "torn_tail_bytes"];
 /// parameters), so a longer one is damage, not an entry.
 const MAX_LINE_BYTES: u64 = 64 << 20;
 
+/// How long an inline append waits for another thread's append of this process before it
+/// goes to the blocking pool ([`AuditLog::try_append_now`]): a few of its system calls.
+const WRITER_WAIT: std::time::Duration = std::time::Duration::from_micros(30);
+
 /// What an append wrote.
 #[derive(Debug, Clone, Serialize)]
 pub struct Appended {
@@ -349,7 +353,7 @@ impl AuditLog {
                 return Err(entry);
             }
         }
-        let Ok(mut writer) = self.commits.writer.try_lock() else { return Err(entry) };
+        let Some(mut writer) = self.writer_soon() else { return Err(entry) };
         let Some(kept) = writer.take() else { return Err(entry) };
         if kept.file.try_lock().is_err() {
             *writer = Some(kept);
@@ -365,6 +369,23 @@ impl AuditLog {
                 // Sealed aside or removed: the next blocking append opens the new file.
                 let _ = kept.file.unlock();
                 Err(entry)
+            }
+        }
+    }
+
+    /// The writer's lock if it comes free within [`WRITER_WAIT`]. Another worker's inline
+    /// append holds it for a few system calls; waiting that long on this thread costs less
+    /// than handing the append to the blocking pool (two thread wake-ups and a task). A
+    /// holder that is slower than that (a blocking append waiting for another process's
+    /// flock) is not waited for.
+    fn writer_soon(&self) -> Option<std::sync::MutexGuard<'_, Option<Writer>>> {
+        let began = std::time::Instant::now();
+        loop {
+            match self.commits.writer.try_lock() {
+                Ok(writer) => return Some(writer),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) if began.elapsed() < WRITER_WAIT => std::hint::spin_loop(),
+                Err(std::sync::TryLockError::WouldBlock) => return None,
             }
         }
     }
@@ -439,6 +460,7 @@ impl AuditLog {
         let seq = tail.seq + 1;
         if let Some(stamp) = after {
             *writer = Some(Writer { file: file.clone(), stamp, hash: hash.clone(), seq });
+            *self.commits.last_stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(stamp);
         }
         drop(writer);
         self.commits
@@ -455,10 +477,16 @@ impl AuditLog {
             return pg.check_appendable();
         }
         // The file as this process's last append left it: its end was a line just written.
-        if let Some(w) = self.commits.writer.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
-            && FileStamp::of(&self.path).ok().flatten() == Some(w.stamp)
-        {
-            return Ok(());
+        // Neither the `stat` nor the wait for an append in progress is taken under the
+        // writer's lock: the stamp has a lock of its own, held only to copy it. An append
+        // of this process that lands meanwhile changes both the file and the stamp, so the
+        // stamp is read again before the end is read from the file.
+        let kept = || *self.commits.last_stamp.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(before) = kept() {
+            let now = FileStamp::of(&self.path).ok().flatten();
+            if now == Some(before) || (now.is_some() && now == kept()) {
+                return Ok(());
+            }
         }
         let file = match File::open(&self.path) {
             Ok(f) => f,

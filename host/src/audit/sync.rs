@@ -30,6 +30,11 @@ pub(super) struct GroupCommit {
     /// clone's appends flock the same open file, and a second flock of one open file
     /// would not wait for the first.
     pub(super) writer: Mutex<Option<Writer>>,
+    /// The log file's stamp just after this process's last line, as in [`Writer::stamp`],
+    /// for [`AuditLog::check_appendable`](super::AuditLog::check_appendable), which must
+    /// not wait for an append in progress. Compared with the file's stamp before it is
+    /// trusted, so an old one only sends the check to the file's end.
+    pub(super) last_stamp: Mutex<Option<FileStamp>>,
 }
 
 /// The open log file and what this process knows of its end: the hash and `seq` of the
