@@ -381,6 +381,25 @@ fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inlin
     });
 }
 
+/// By default a skill fast to instantiate (the probe) gets its next instance made ahead
+/// from its second call on (on the worker that ran the call, once that is free), and that
+/// instance serves the next call fresh. (Fails with the old default, slow skills only.)
+#[test]
+fn a_fast_skill_is_made_ahead_by_default_and_each_call_still_gets_a_fresh_instance() {
+    let rig = rig(8);
+    let count = || invocation("c", json!({"mode": "count"}));
+    multi_thread().block_on(async {
+        for round in 0..5 {
+            let out = spawn(&rig, grant(limits(2_000, 30_000)), count(), Instant::now()).await.unwrap().0;
+            assert_eq!(out.result.unwrap().output, "call 1 of this instance", "round {round}");
+            if round >= 1 {
+                wait_made_ahead(&rig.prepared);
+                assert_eq!(rig.runtime.stats().made_ahead, 1);
+            }
+        }
+    });
+}
+
 /// Calls on the other CPUs get a copy of the component of their own (sandbox/lanes.rs),
 /// made in the background; every call through a copy is a fresh instance with its own
 /// grant and the right answer, like a call through the first.

@@ -46,7 +46,12 @@ fn us(d: Duration) -> f64 {
 
 /// CPU time (user + system, every thread) process `pid` used so far.
 fn cpu_of(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    cpu_in(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU time (user + system) of the process or thread whose `stat` file is `path`.
+fn cpu_in(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start after the last `)`.
     let fields: Vec<&str> = stat.get(stat.rfind(')').map_or(0, |i| i + 2)..).unwrap_or("").split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
@@ -60,7 +65,7 @@ struct Figures {
     p50: Duration,
     p99: Duration,
     per_sec: f64,
-    /// `None` for the floors (no server process).
+    /// The server's (for the floors: `cat`'s, the echo thread's) CPU per call.
     cpu_per_call: Option<Duration>,
 }
 
@@ -324,14 +329,19 @@ fn http_calls(
 /// Round trips of one line through `cat` (pipes both ways, like the stdio client and server).
 fn pipe_echo(n: usize, bytes: usize) -> Option<Figures> {
     let mut child = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().ok()?;
+    let pid = child.id();
     let mut stdin = child.stdin.take()?;
     let mut stdout = BufReader::new(child.stdout.take()?);
     let _cat = Server(child);
     let line = format!("{}\n", "x".repeat(bytes.saturating_sub(1)));
     let mut back = String::new();
     let mut samples = Vec::with_capacity(n);
-    let began = Instant::now();
+    let (mut began, mut cpu0) = (Instant::now(), Duration::ZERO);
     for i in 0..n + 200 {
+        if i == 200 {
+            // `cat`'s own CPU per line: the transport's share of a server's CPU per call.
+            (began, cpu0) = (Instant::now(), cpu_of(pid));
+        }
         let started = Instant::now();
         stdin.write_all(line.as_bytes()).ok()?;
         stdin.flush().ok()?;
@@ -341,14 +351,18 @@ fn pipe_echo(n: usize, bytes: usize) -> Option<Figures> {
             samples.push(started.elapsed());
         }
     }
-    Some(Figures::of(samples, began.elapsed(), None))
+    let (wall, cpu) = (began.elapsed(), cpu_of(pid).saturating_sub(cpu0));
+    Some(Figures::of(samples, wall, Some(cpu)))
 }
 
 /// Round trips of `request` bytes to an echo thread over loopback, `answer` bytes back.
 fn socket_echo(n: usize, request: usize, answer: usize) -> Figures {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        let _ = tid_tx.send(unsafe { libc::gettid() });
         let (mut s, _) = listener.accept().unwrap();
         let (mut inbox, reply) = (vec![0u8; request], vec![b'y'; answer]);
         while s.read_exact(&mut inbox).is_ok() {
@@ -357,11 +371,16 @@ fn socket_echo(n: usize, request: usize, answer: usize) -> Figures {
             }
         }
     });
+    // The echo thread's own CPU per exchange: the loopback's share of a server's CPU per call.
+    let echo_stat = format!("/proc/self/task/{}/stat", tid_rx.recv().unwrap());
     let mut s = TcpStream::connect(addr).unwrap();
     let (out, mut back) = (vec![b'x'; request], vec![0u8; answer]);
     let mut samples = Vec::with_capacity(n);
-    let began = Instant::now();
+    let (mut began, mut cpu0) = (Instant::now(), Duration::ZERO);
     for i in 0..n + 200 {
+        if i == 200 {
+            (began, cpu0) = (Instant::now(), cpu_in(&echo_stat));
+        }
         let started = Instant::now();
         s.write_all(&out).unwrap();
         s.read_exact(&mut back).unwrap();
@@ -369,7 +388,8 @@ fn socket_echo(n: usize, request: usize, answer: usize) -> Figures {
             samples.push(started.elapsed());
         }
     }
-    Figures::of(samples, began.elapsed(), None)
+    let (wall, cpu) = (began.elapsed(), cpu_in(&echo_stat).saturating_sub(cpu0));
+    Figures::of(samples, wall, Some(cpu))
 }
 
 /// `skillhost mcp --http` on a free loopback port with `args`: the server, its address and pid.
@@ -443,7 +463,7 @@ fn main() {
     // An A/B of the stdio path alone (with SKILLHOST_BENCH_BIN): it and its floor, nothing else.
     if std::env::var_os("SKILLHOST_BENCH_STDIO_ONLY").is_some() {
         stdio.print("stdio, 1 sequential client");
-        if let Some(p) = pipe_echo(5000, stdio_request) {
+        if let Some(p) = pipe_echo(20_000, stdio_request) {
             p.print(&format!("floor: {stdio_request} B line echoed by `cat`"));
         }
         return;
@@ -478,8 +498,8 @@ fn main() {
     drop(server);
 
     // The floor, with bytes the size of the real exchanges.
-    let pipe = pipe_echo(5000, stdio_request);
-    let socket = socket_echo(5000, http_request, http_answer);
+    let pipe = pipe_echo(20_000, stdio_request);
+    let socket = socket_echo(20_000, http_request, http_answer);
     let mut cli = cli_runs(&home, 20);
     let cli_p50 = percentile(&mut cli, 0.5);
     let audited = Library::open(&home, None, None).unwrap().audit_log().verify().unwrap().entries;

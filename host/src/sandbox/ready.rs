@@ -1,4 +1,5 @@
-//! Instances made ahead of calls, for components that are slow to instantiate.
+//! Instances made ahead of calls: for components that are slow to instantiate, and for any
+//! skill while the host has nothing else to do.
 //!
 //! A Python component is a dozen dynamically linked core modules; wasmtime fills their
 //! shared function table eagerly (its segments sit at offsets only known at link time), so
@@ -12,10 +13,17 @@
 //! runs; only what instantiation itself created (the resource table, memory accounting)
 //! carries over. Each instance serves one call and is dropped with it, as before.
 //!
-//! Whether a skill is worth it is measured, not guessed: the first instantiations are timed
-//! inline, and only a component slower than [`WORTH_MAKING_AHEAD`] gets made-ahead instances
-//! (a Rust component instantiates in tens of microseconds, less than the hand-off costs).
-//! Nothing is made ahead before a skill's second call, so a one-shot `skill run` pays nothing.
+//! Whether a skill is slow is measured, not guessed: its first two instantiations are timed
+//! inline. A component slower than [`WORTH_MAKING_AHEAD`] gets its next instance made on the
+//! blocking pool after each call. A fast one (a Rust component instantiates in tens of
+//! microseconds) gets it made on the worker that ran the call, as a task of its own that runs
+//! when that worker is next free: after the answer has been written, while the client reads
+//! it. That costs no hand-off between threads and no more CPU than the inline instantiation
+//! the next call no longer does, and a client that calls one at a time (an MCP client over
+//! stdio, an agent) finds its next call starting at `execute`. (Made on the blocking pool
+//! instead, a fast skill's instance costs a thread wake-up per call: under load that took
+//! 10-20% of the throughput; README, Performance.) Nothing is made ahead before a skill's
+//! second call, so a one-shot `skill run` pays nothing.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -37,13 +45,26 @@ const MAKE_AHEAD_WALL: Duration = Duration::from_secs(2);
 /// When a runtime makes instances ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MakeAhead {
-    /// For skills whose instantiation is measured slower than [`WORTH_MAKING_AHEAD`].
+    /// For every skill from its second call on: one slow to instantiate (over
+    /// [`WORTH_MAKING_AHEAD`]) on the blocking pool, a fast one on the worker that ran the
+    /// call, once it is free (see the module doc).
     #[default]
+    Adaptive,
+    /// Only for skills slow to instantiate, on the blocking pool (every other call
+    /// instantiates inline, as a benchmark of instantiation wants).
     WhenSlow,
-    /// For every skill from its second call on (tests, and hosts that want the lowest latency).
+    /// For every skill from its second call on, on the blocking pool (tests).
     Always,
     /// Never: every call instantiates inline.
     Never,
+}
+
+/// Where a made-ahead instance is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Maker {
+    BlockingPool,
+    /// A task on the runtime that ran the call (on a worker, not a thread of its own).
+    ThisWorker,
 }
 
 /// One instance ready for a call, with the stack tier it was made for.
@@ -130,22 +151,26 @@ impl ReadySlot {
         self.calls.load(Ordering::Acquire) >= 2
     }
 
-    fn wanted(&self, policy: MakeAhead) -> bool {
+    /// Whether to make the next instance, and where.
+    fn wanted(&self, policy: MakeAhead) -> Option<Maker> {
         if self.broken.load(Ordering::Acquire) || !self.repeated() {
-            return false;
+            return None;
         }
+        let timed = self.inline_seen.load(Ordering::Acquire) >= 2;
+        let slow = timed && self.fastest_us.load(Ordering::Acquire) >= WORTH_MAKING_AHEAD.as_micros() as u64;
         match policy {
-            MakeAhead::Never => false,
-            MakeAhead::Always => true,
-            MakeAhead::WhenSlow => {
-                self.inline_seen.load(Ordering::Acquire) >= 2
-                    && self.fastest_us.load(Ordering::Acquire) >= WORTH_MAKING_AHEAD.as_micros() as u64
-            }
+            MakeAhead::Never => None,
+            MakeAhead::Always => Some(Maker::BlockingPool),
+            MakeAhead::WhenSlow => slow.then_some(Maker::BlockingPool),
+            MakeAhead::Adaptive if slow => Some(Maker::BlockingPool),
+            // Until two instantiations are timed inline, it is not known to be fast.
+            MakeAhead::Adaptive => timed.then_some(Maker::ThisWorker),
         }
     }
 
-    /// After a call: make the next instance on the blocking pool if this skill wants one,
-    /// has none and the runtime's budget allows. Needs a tokio runtime (calls run on one).
+    /// After a call: make the next instance if this skill wants one, has none and the
+    /// runtime's budget allows (on the blocking pool or on this worker, see [`MakeAhead`]).
+    /// Needs a tokio runtime (calls run on one).
     pub fn refill(
         self: &Arc<Self>,
         policy: MakeAhead,
@@ -153,16 +178,17 @@ impl ReadySlot {
         tier: usize,
         pre: SkillPre<CallState>,
     ) {
-        if !self.wanted(policy) || self.has_one() || self.refilling.swap(true, Ordering::AcqRel) {
+        let Some(maker) = self.wanted(policy) else { return };
+        if self.has_one() || self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(held) = Held::take(budget) else {
             self.refilling.store(false, Ordering::Release);
             return;
         };
-        let (slot, handle) = (self.clone(), tokio::runtime::Handle::current());
-        tokio::task::spawn_blocking(move || {
-            match handle.block_on(make(&pre)) {
+        let slot = self.clone();
+        let keep = move |made: wasmtime::Result<(Store<CallState>, Skill)>| {
+            match made {
                 Ok((store, instance)) => {
                     let made = Made { tier, store, instance, _held: held };
                     let mut guard = slot.made.lock().unwrap_or_else(|p| p.into_inner());
@@ -173,7 +199,16 @@ impl ReadySlot {
                 Err(_) => slot.broken.store(true, Ordering::Release),
             }
             slot.refilling.store(false, Ordering::Release);
-        });
+        };
+        match maker {
+            Maker::BlockingPool => {
+                let handle = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || keep(handle.block_on(make(&pre))));
+            }
+            Maker::ThisWorker => {
+                tokio::spawn(async move { keep(make(&pre).await) });
+            }
+        }
     }
 }
 
@@ -207,18 +242,26 @@ mod tests {
     }
 
     #[test]
-    fn only_a_skill_slow_to_instantiate_is_made_ahead_and_only_from_its_second_call() {
+    fn a_slow_skill_is_made_ahead_on_the_blocking_pool_a_fast_one_on_its_worker() {
+        let pool = Some(Maker::BlockingPool);
         // One call, however slow: a one-shot `skill run` never pays for a background instance.
-        assert!(!slot_after(&[Some(5_000)]).wanted(MakeAhead::WhenSlow));
-        assert!(slot_after(&[Some(1_300), Some(1_900)]).wanted(MakeAhead::WhenSlow));
+        assert_eq!(slot_after(&[Some(5_000)]).wanted(MakeAhead::WhenSlow), None);
+        assert_eq!(slot_after(&[Some(5_000)]).wanted(MakeAhead::Adaptive), None);
+        assert_eq!(slot_after(&[Some(1_300), Some(1_900)]).wanted(MakeAhead::WhenSlow), pool);
+        assert_eq!(slot_after(&[Some(1_300), Some(1_900)]).wanted(MakeAhead::Adaptive), pool);
         // The faster of the first instantiations decides: one slow outlier is not enough.
-        assert!(!slot_after(&[Some(2_000), Some(20)]).wanted(MakeAhead::WhenSlow));
-        assert!(!slot_after(&[Some(30), Some(25), Some(40)]).wanted(MakeAhead::WhenSlow));
-        assert!(slot_after(&[Some(30), Some(25)]).wanted(MakeAhead::Always));
-        assert!(!slot_after(&[Some(3_000), Some(3_000)]).wanted(MakeAhead::Never));
+        assert_eq!(slot_after(&[Some(2_000), Some(20)]).wanted(MakeAhead::WhenSlow), None);
+        assert_eq!(slot_after(&[Some(30), Some(25), Some(40)]).wanted(MakeAhead::WhenSlow), None);
+        assert_eq!(slot_after(&[Some(2_000), Some(20)]).wanted(MakeAhead::Adaptive), Some(Maker::ThisWorker));
+        assert_eq!(slot_after(&[Some(30), Some(25)]).wanted(MakeAhead::Adaptive), Some(Maker::ThisWorker));
+        // Two calls, one instantiation timed: not yet known to be fast.
+        assert_eq!(slot_after(&[Some(30), None]).wanted(MakeAhead::Adaptive), None);
+        assert_eq!(slot_after(&[Some(30), Some(25)]).wanted(MakeAhead::Always), pool);
+        assert_eq!(slot_after(&[Some(3_000), Some(3_000)]).wanted(MakeAhead::Never), None);
         let broken = slot_after(&[Some(3_000), Some(3_000)]);
         broken.broken.store(true, Ordering::Release);
-        assert!(!broken.wanted(MakeAhead::Always));
+        assert_eq!(broken.wanted(MakeAhead::Always), None);
+        assert_eq!(broken.wanted(MakeAhead::Adaptive), None);
     }
 
     #[test]
