@@ -382,8 +382,9 @@ fn a_made_ahead_instance_over_a_calls_memory_limit_fails_that_call_like_an_inlin
 }
 
 /// By default a skill fast to instantiate (the probe) gets its next instance made ahead
-/// from its second call on (on the worker that ran the call, once that is free), and that
-/// instance serves the next call fresh. (Fails with the old default, slow skills only.)
+/// from its second call on, and that instance serves the next call fresh. (Fails with the
+/// old default, slow skills only. Which path made it, a worker or the blocking pool, is
+/// decided by timing; `sandbox/ready.rs`'s unit tests pin that decision.)
 #[test]
 fn a_fast_skill_is_made_ahead_by_default_and_each_call_still_gets_a_fresh_instance() {
     let rig = rig(8);

@@ -379,13 +379,17 @@ impl AuditLog {
     /// holder that is slower than that (a blocking append waiting for another process's
     /// flock) is not waited for.
     fn writer_soon(&self) -> Option<std::sync::MutexGuard<'_, Option<Writer>>> {
-        let began = std::time::Instant::now();
+        let mut began = None;
         loop {
             match self.commits.writer.try_lock() {
                 Ok(writer) => return Some(writer),
                 Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) if began.elapsed() < WRITER_WAIT => std::hint::spin_loop(),
-                Err(std::sync::TryLockError::WouldBlock) => return None,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if began.get_or_insert_with(std::time::Instant::now).elapsed() >= WRITER_WAIT {
+                        return None;
+                    }
+                    std::hint::spin_loop();
+                }
             }
         }
     }

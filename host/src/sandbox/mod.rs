@@ -97,8 +97,8 @@ pub struct RuntimeOptions {
     /// Calls running at once (instances in the pool). Further calls wait for a slot, up
     /// to their wall-time limit, then fail with "host busy".
     pub max_concurrent_calls: u32,
-    /// Whether skills slow to instantiate get an instance made ahead of their next call
-    /// (see [`MakeAhead`]; made-ahead instances hold pool slots of their own).
+    /// Which skills get an instance made ahead of their next call, and where (see
+    /// [`MakeAhead`]; made-ahead instances hold pool slots of their own).
     pub make_ahead: MakeAhead,
     /// Linear memory all running guests may hold together, in MiB. A call reserves its
     /// memory limit from it before it starts (waiting like for a slot, then refused), so

@@ -16,11 +16,15 @@
 //! Whether a skill is slow is measured, not guessed: its first two instantiations are timed
 //! inline. A component slower than [`WORTH_MAKING_AHEAD`] gets its next instance made on the
 //! blocking pool after each call. A fast one (a Rust component instantiates in tens of
-//! microseconds) gets it made on the worker that ran the call, as a task of its own that runs
-//! when that worker is next free: after the answer has been written, while the client reads
-//! it. That costs no hand-off between threads and no more CPU than the inline instantiation
-//! the next call no longer does, and a client that calls one at a time (an MCP client over
-//! stdio, an agent) finds its next call starting at `execute`. (Made on the blocking pool
+//! microseconds) gets it made by a task spawned on the runtime that ran the call, which a
+//! worker runs when the call's task next waits: for a server, normally once the answer is
+//! written, while the client reads it. That costs no hand-off between threads, and when the
+//! next call takes the instance no more CPU than the inline instantiation it skips; a
+//! client that calls one at a time (an MCP client over stdio, an agent) finds its next call
+//! starting at `execute`. Such a task gives its worker back at every epoch tick and gives
+//! up after [`MAKE_ON_WORKER_WALL`] (the skill is then treated as slow), and fast skills
+//! hold at most half of the runtime's made-ahead places ([`KEPT_FOR_SLOW`]), so that many
+//! rarely called fast skills cannot keep a slow one from having its instance. (Made on the blocking pool
 //! instead, a fast skill's instance costs a thread wake-up per call: under load that took
 //! 10-20% of the throughput; README, Performance.) Nothing is made ahead before a skill's
 //! second call, so a one-shot `skill run` pays nothing.
@@ -41,13 +45,19 @@ pub(crate) const WORTH_MAKING_AHEAD: Duration = Duration::from_micros(250);
 pub(crate) const MAX_MADE_AHEAD: usize = 16;
 /// Wall time a background instantiation may take (start functions run guest code).
 const MAKE_AHEAD_WALL: Duration = Duration::from_secs(2);
+/// Wall time an instantiation made on a worker may take (checked at epoch ticks): past it,
+/// the skill is treated as slow, and made ahead on the blocking pool from then on.
+const MAKE_ON_WORKER_WALL: Duration = Duration::from_millis(5);
+/// Made-ahead places only skills slow to instantiate may take: a fast skill's instance is
+/// made only while more than this many are free.
+const KEPT_FOR_SLOW: usize = MAX_MADE_AHEAD / 2;
 
 /// When a runtime makes instances ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MakeAhead {
     /// For every skill from its second call on: one slow to instantiate (over
     /// [`WORTH_MAKING_AHEAD`]) on the blocking pool, a fast one on the worker that ran the
-    /// call, once it is free (see the module doc).
+    /// call, when that call's task next waits (see the module doc).
     #[default]
     Adaptive,
     /// Only for skills slow to instantiate, on the blocking pool (every other call
@@ -79,9 +89,21 @@ pub(crate) struct Made {
 struct Held(Arc<AtomicUsize>);
 
 impl Held {
-    fn take(budget: &Arc<AtomicUsize>) -> Option<Held> {
-        budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).ok()?;
+    /// One place of `budget`, if more than `leave` are free.
+    fn take(budget: &Arc<AtomicUsize>, leave: usize) -> Option<Held> {
+        budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n > leave).then(|| n - 1)).ok()?;
         Some(Held(budget.clone()))
+    }
+}
+
+/// Clears a slot's `refilling` when its making ends, however it ends (also when the task is
+/// dropped before it ran, at a runtime's shutdown): else the skill would never be made
+/// ahead again.
+struct Refilling(Arc<ReadySlot>);
+
+impl Drop for Refilling {
+    fn drop(&mut self) {
+        self.0.refilling.store(false, Ordering::Release);
     }
 }
 
@@ -105,6 +127,8 @@ pub(crate) struct ReadySlot {
     inline_seen: AtomicU32,
     /// A background instantiation failed: this skill is instantiated inline from now on.
     broken: AtomicBool,
+    /// An instantiation on a worker outran [`MAKE_ON_WORKER_WALL`]: slow from now on.
+    made_slowly: AtomicBool,
 }
 
 impl ReadySlot {
@@ -157,7 +181,8 @@ impl ReadySlot {
             return None;
         }
         let timed = self.inline_seen.load(Ordering::Acquire) >= 2;
-        let slow = timed && self.fastest_us.load(Ordering::Acquire) >= WORTH_MAKING_AHEAD.as_micros() as u64;
+        let slow = self.made_slowly.load(Ordering::Acquire)
+            || (timed && self.fastest_us.load(Ordering::Acquire) >= WORTH_MAKING_AHEAD.as_micros() as u64);
         match policy {
             MakeAhead::Never => None,
             MakeAhead::Always => Some(Maker::BlockingPool),
@@ -182,12 +207,11 @@ impl ReadySlot {
         if self.has_one() || self.refilling.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Some(held) = Held::take(budget) else {
-            self.refilling.store(false, Ordering::Release);
-            return;
-        };
-        let slot = self.clone();
+        let refilling = Refilling(self.clone());
+        let leave = if maker == Maker::ThisWorker { KEPT_FOR_SLOW } else { 0 };
+        let Some(held) = Held::take(budget, leave) else { return };
         let keep = move |made: wasmtime::Result<(Store<CallState>, Skill)>| {
+            let slot = &refilling.0;
             match made {
                 Ok((store, instance)) => {
                     let made = Made { tier, store, instance, _held: held };
@@ -195,33 +219,40 @@ impl ReadySlot {
                     *guard = Some(made);
                     slot.has_made.store(true, Ordering::Release);
                 }
+                // Too slow for a worker (or failed there): the blocking pool next time,
+                // whose own failure is final.
+                Err(_) if maker == Maker::ThisWorker => slot.made_slowly.store(true, Ordering::Release),
                 // The next call instantiates inline and reports the error with its own limits.
                 Err(_) => slot.broken.store(true, Ordering::Release),
             }
-            slot.refilling.store(false, Ordering::Release);
         };
         match maker {
             Maker::BlockingPool => {
                 let handle = tokio::runtime::Handle::current();
-                tokio::task::spawn_blocking(move || keep(handle.block_on(make(&pre))));
+                tokio::task::spawn_blocking(move || keep(handle.block_on(make(&pre, maker))));
             }
             Maker::ThisWorker => {
-                tokio::spawn(async move { keep(make(&pre).await) });
+                tokio::spawn(async move { keep(make(&pre, maker).await) });
             }
         }
     }
 }
 
-/// Instantiate `pre` in a store with no capability, bounded in time and memory.
-async fn make(pre: &SkillPre<CallState>) -> wasmtime::Result<(Store<CallState>, Skill)> {
+/// Instantiate `pre` in a store with no capability, bounded in time and memory; on a worker,
+/// giving it back at every epoch tick.
+async fn make(pre: &SkillPre<CallState>, maker: Maker) -> wasmtime::Result<(Store<CallState>, Skill)> {
     let state = CallState::with_nothing().map_err(|e| wasmtime::Error::msg(format!("{e:#}")))?;
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
     let started = Instant::now();
     store.set_epoch_deadline(1);
+    let wall = if maker == Maker::ThisWorker { MAKE_ON_WORKER_WALL } else { MAKE_AHEAD_WALL };
     store.epoch_deadline_callback(move |_| {
-        if started.elapsed() >= MAKE_AHEAD_WALL {
+        if started.elapsed() >= wall {
             return Ok(UpdateDeadline::Interrupt);
+        }
+        if maker == Maker::ThisWorker {
+            return Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now())));
         }
         Ok(UpdateDeadline::Continue(1))
     });
@@ -262,13 +293,20 @@ mod tests {
         broken.broken.store(true, Ordering::Release);
         assert_eq!(broken.wanted(MakeAhead::Always), None);
         assert_eq!(broken.wanted(MakeAhead::Adaptive), None);
+        // Once an instantiation on a worker outran its wall: the blocking pool.
+        let outran = slot_after(&[Some(30), Some(25)]);
+        outran.made_slowly.store(true, Ordering::Release);
+        assert_eq!(outran.wanted(MakeAhead::Adaptive), pool);
     }
 
     #[test]
     fn the_budget_of_made_ahead_instances_is_given_back_on_drop() {
         let budget = Arc::new(AtomicUsize::new(2));
-        let (a, b) = (Held::take(&budget).unwrap(), Held::take(&budget).unwrap());
-        assert!(Held::take(&budget).is_none());
+        // A fast skill's place only while more than one is free.
+        let a = Held::take(&budget, 1).unwrap();
+        assert!(Held::take(&budget, 1).is_none());
+        let b = Held::take(&budget, 0).unwrap();
+        assert!(Held::take(&budget, 0).is_none());
         drop(a);
         assert_eq!(budget.load(Ordering::Acquire), 1);
         drop(b);
