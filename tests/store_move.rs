@@ -275,6 +275,59 @@ fn import_refuses_a_log_that_does_not_verify_and_export_needs_a_store() {
     assert!(e.contains("--store postgres://"), "{e}");
 }
 
+/// A home whose memory a running server holds is not imported: what the server writes after
+/// the snapshot would be in neither the store nor anywhere its users look once they move to
+/// the store. Nothing is written; once the server has stopped, the same import runs.
+#[test]
+fn import_refuses_a_home_whose_memory_a_running_server_holds() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let env = Env::new();
+    let local = env.home.path();
+    ok(cmd(local, None), &["memory", "add", "The office kettle is blue"]);
+    let mut server = common::skillhost_command(local)
+        .args(["mcp", "--memory", "write"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = BufReader::new(server.stdout.take().unwrap());
+    let mut answer = |request: &str| {
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        line
+    };
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    assert!(answer(init).contains("\"result\""));
+    // `initialized`, then a memory tool: it opens the home's memory in the server, which
+    // then holds it.
+    let search = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"memory_search","arguments":{"query":"kettle"}}}"#;
+    let found = answer(search);
+    assert!(found.contains("kettle"), "{found}");
+
+    let db = common::postgres::database();
+    let url = db.url();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("store.key");
+    std::fs::write(&key, KEY).unwrap();
+    let host_home = tempfile::tempdir().unwrap();
+    let h = || cmd(host_home.path(), Some((&url, &key)));
+    ok(h(), &["store", "migrate"]);
+    let e = failure(h(), &["store", "import", "--from", local.to_str().unwrap()]);
+    assert!(e.contains("open in another skillhost process") && e.contains(&format!("pid {}", server.id())), "{e}");
+    assert!(e.contains("nothing was imported"), "{e}");
+    assert_eq!(db.psql("SELECT count(*) FROM skillhost_home_units"), "0", "nothing written");
+    assert_eq!(db.psql("SELECT seq FROM skillhost_audit_head WHERE id = 1"), "0", "nothing written");
+
+    drop(stdin);
+    assert!(server.wait().unwrap().success());
+    let imported = json(h(), &["store", "import", "--from", local.to_str().unwrap()]);
+    assert_eq!(imported["imported"]["memory"]["records"], 1, "{imported}");
+}
+
 #[test]
 fn store_compact_checkpoints_the_memory_log_and_new_hosts_start_from_the_checkpoint() {
     let db = common::postgres::database();

@@ -89,6 +89,15 @@ fn local_snapshot(home: &Path) -> Result<MemorySnapshot> {
     }
     let memory = Memory::open(&dir, MemoryConfig::default())
         .with_context(|| format!("cannot open the memory of {}", home.display()))?;
+    // Another process owns it (a server, an agent run, a memory command): what it writes
+    // after the snapshot would be in neither the store nor anywhere its users look next.
+    if !memory.is_owner() {
+        bail!(
+            "the memory of {} is open in another skillhost process (pid {}: a `skillhost mcp` server, an agent run or a memory command); nothing was imported. Stop it (or let it finish), then import again: an import copies the home as it is at one moment, and what that process wrote afterwards would not be in the store",
+            home.display(),
+            memory.owner_pid()
+        );
+    }
     memory.snapshot()
 }
 
