@@ -53,6 +53,30 @@ fn failure(mut c: assert_cmd::Command, args: &[&str]) -> String {
     e
 }
 
+/// A new database, with the store key in a file: what the homes here move into.
+struct Store {
+    db: common::postgres::Database,
+    url: String,
+    key: std::path::PathBuf,
+    _keys: tempfile::TempDir,
+}
+
+impl Store {
+    fn new() -> Store {
+        let db = common::postgres::database();
+        let url = db.url();
+        let keys = tempfile::tempdir().unwrap();
+        let key = keys.path().join("store.key");
+        std::fs::write(&key, KEY).unwrap();
+        Store { db, url, key, _keys: keys }
+    }
+
+    /// A skillhost command of the host whose home is `home`, on this store.
+    fn host(&self, home: &Path) -> assert_cmd::Command {
+        cmd(home, Some((&self.url, &self.key)))
+    }
+}
+
 /// What a home's memory looks like from the CLI: records, archive, and each query's ids.
 #[derive(Debug, PartialEq)]
 struct MemoryState {
@@ -140,13 +164,9 @@ fn a_home_moves_into_postgresql_and_back_losslessly() {
     let local_audit = std::fs::read(local.join("audit").join("audit.jsonl")).unwrap();
 
     // Into a fresh database, through a host with a home of its own.
-    let db = common::postgres::database();
-    let url = db.url();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("store.key");
-    std::fs::write(&key, KEY).unwrap();
+    let store = Store::new();
     let host_home = tempfile::tempdir().unwrap();
-    let h = || cmd(host_home.path(), Some((&url, &key)));
+    let h = || store.host(host_home.path());
     // Not migrated yet: refused, saying what to run.
     let e = failure(h(), &["store", "import", "--from", local.to_str().unwrap()]);
     assert!(e.contains("skillhost store migrate"), "{e}");
@@ -159,11 +179,12 @@ fn a_home_moves_into_postgresql_and_back_losslessly() {
     assert_eq!(report["memory"]["records"], 3, "{imported}");
     assert_eq!(report["memory"]["archive"], 2, "{imported}");
     assert!(report["units"].to_string().contains("skills/echoer"), "{imported}");
-    let stored = db.psql("SELECT encode(content, 'escape') FROM skillhost_home_units WHERE unit = 'secrets.json'");
+    let stored =
+        store.db.psql("SELECT encode(content, 'escape') FROM skillhost_home_units WHERE unit = 'secrets.json'");
     assert!(!stored.is_empty() && !stored.contains(SECRET), "the secret is stored in the clear: {stored}");
     // The log holds one op: the snapshot.
-    assert_eq!(db.psql("SELECT count(*) FROM skillhost_memory_log"), "1");
-    assert!(db.psql("SELECT op FROM skillhost_memory_log").contains("\"op\":\"load_snapshot\""));
+    assert_eq!(store.db.psql("SELECT count(*) FROM skillhost_memory_log"), "1");
+    assert!(store.db.psql("SELECT op FROM skillhost_memory_log").contains("\"op\":\"load_snapshot\""));
 
     // A second import into the same (no longer empty) store is refused, saying why.
     let e = failure(h(), &["store", "import", "--from", local.to_str().unwrap()]);
@@ -174,7 +195,7 @@ fn a_home_moves_into_postgresql_and_back_losslessly() {
 
     // Another host of the store sees the same home.
     let other_home = tempfile::tempdir().unwrap();
-    let o = || cmd(other_home.path(), Some((&url, &key)));
+    let o = || store.host(other_home.path());
     assert!(ok(o(), &["skill", "list"]).contains("echoer"));
     assert!(ok(o(), &["secret", "list"]).contains("API_TOKEN"));
     assert_eq!(memory_state(o), before, "memory on the store differs from the home's");
@@ -258,17 +279,13 @@ fn import_refuses_a_log_that_does_not_verify_and_export_needs_a_store() {
     let text = std::fs::read_to_string(&log).unwrap().replace("echoer", "echoes");
     std::fs::write(&log, text).unwrap();
 
-    let db = common::postgres::database();
-    let url = db.url();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("store.key");
-    std::fs::write(&key, KEY).unwrap();
+    let store = Store::new();
     let host_home = tempfile::tempdir().unwrap();
-    let h = || cmd(host_home.path(), Some((&url, &key)));
+    let h = || store.host(host_home.path());
     ok(h(), &["store", "migrate"]);
     let e = failure(h(), &["store", "import", "--from", local.to_str().unwrap()]);
     assert!(e.contains("does not verify") && e.contains("nothing was imported"), "{e}");
-    assert_eq!(db.psql("SELECT count(*) FROM skillhost_home_units"), "0", "nothing written before the checks");
+    assert_eq!(store.db.psql("SELECT count(*) FROM skillhost_home_units"), "0", "nothing written before the checks");
     let e = failure(h(), &["store", "import", "--from", "/nonexistent/home"]);
     assert!(e.contains("not a directory"), "{e}");
     let e = failure(cmd(local, None), &["store", "export", "--to", "/tmp/x"]);
@@ -308,19 +325,15 @@ fn import_refuses_a_home_whose_memory_a_running_server_holds() {
     let found = answer(search);
     assert!(found.contains("kettle"), "{found}");
 
-    let db = common::postgres::database();
-    let url = db.url();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("store.key");
-    std::fs::write(&key, KEY).unwrap();
+    let store = Store::new();
     let host_home = tempfile::tempdir().unwrap();
-    let h = || cmd(host_home.path(), Some((&url, &key)));
+    let h = || store.host(host_home.path());
     ok(h(), &["store", "migrate"]);
     let e = failure(h(), &["store", "import", "--from", local.to_str().unwrap()]);
     assert!(e.contains("open in another skillhost process") && e.contains(&format!("pid {}", server.id())), "{e}");
     assert!(e.contains("nothing was imported"), "{e}");
-    assert_eq!(db.psql("SELECT count(*) FROM skillhost_home_units"), "0", "nothing written");
-    assert_eq!(db.psql("SELECT seq FROM skillhost_audit_head WHERE id = 1"), "0", "nothing written");
+    assert_eq!(store.db.psql("SELECT count(*) FROM skillhost_home_units"), "0", "nothing written");
+    assert_eq!(store.db.psql("SELECT seq FROM skillhost_audit_head WHERE id = 1"), "0", "nothing written");
 
     drop(stdin);
     assert!(server.wait().unwrap().success());
@@ -330,14 +343,10 @@ fn import_refuses_a_home_whose_memory_a_running_server_holds() {
 
 #[test]
 fn store_compact_checkpoints_the_memory_log_and_new_hosts_start_from_the_checkpoint() {
-    let db = common::postgres::database();
-    let url = db.url();
-    let keys = tempfile::tempdir().unwrap();
-    let key = keys.path().join("store.key");
-    std::fs::write(&key, KEY).unwrap();
+    let store = Store::new();
     let (a_home, b_home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = || cmd(a_home.path(), Some((&url, &key)));
-    let b = || cmd(b_home.path(), Some((&url, &key)));
+    let a = || store.host(a_home.path());
+    let b = || store.host(b_home.path());
     ok(a(), &["store", "migrate"]);
     for fact in [
         "The user prefers vim as their editor",
@@ -364,7 +373,7 @@ fn store_compact_checkpoints_the_memory_log_and_new_hosts_start_from_the_checkpo
         "{report}"
     );
     assert_eq!(c["archive"], 1, "{report}");
-    assert_eq!(db.psql("SELECT count(*) FROM skillhost_memory_log"), "0");
+    assert_eq!(store.db.psql("SELECT count(*) FROM skillhost_memory_log"), "0");
     let status = json(a(), &["store", "status"]);
     assert_eq!((status["memory_log"]["head"].as_u64(), status["memory_log"]["ops"].as_u64()), (Some(6), Some(0)));
     assert_eq!(status["memory_log"]["checkpoint"][0], 6, "{status}");
@@ -388,7 +397,10 @@ fn store_compact_checkpoints_the_memory_log_and_new_hosts_start_from_the_checkpo
         (Some(7), Some(0), Some(0), Some(1)),
         "{report}"
     );
-    assert_eq!(db.psql("SELECT string_agg(seq::text, ',' ORDER BY seq) FROM skillhost_memory_checkpoints"), "6,7");
+    assert_eq!(
+        store.db.psql("SELECT string_agg(seq::text, ',' ORDER BY seq) FROM skillhost_memory_checkpoints"),
+        "6,7"
+    );
     // An import into a store that has memory (compacted or not) is still refused.
     let local = tempfile::tempdir().unwrap();
     std::fs::create_dir(local.path().join("memory")).unwrap();
