@@ -57,6 +57,9 @@ const LINE_MAX: usize = 1 << 20;
 const HIGH_WATER: usize = 64 << 20;
 /// Capacity of each in-memory pipe to and from rmcp.
 const PIPE_BUF: usize = 1 << 16;
+/// Longest the front stops reading after passing on `notifications/initialized`, waiting for
+/// rmcp to finish the handshake (see [`Front::handshake_pause`]).
+const HANDSHAKE_PAUSE: Duration = Duration::from_secs(1);
 /// What rmcp gives its own handlers at end of input before it cancels them.
 const END_OF_INPUT_GRACE: Duration = Duration::from_secs(5);
 
@@ -179,6 +182,10 @@ struct Front {
     live: HashMap<RequestId, CancellationToken>,
     to_stdout: BytesMut,
     to_rmcp: BytesMut,
+    /// Set when `notifications/initialized` went to rmcp before the peer was known: stdin is
+    /// not read until rmcp hands the peer over (or this passes), so that a call the client
+    /// sends right after it is answered here like every later one, not left to rmcp by a race.
+    handshake_pause: Option<tokio::time::Instant>,
 }
 
 impl Front {
@@ -190,6 +197,7 @@ impl Front {
             live: HashMap::new(),
             to_stdout: BytesMut::new(),
             to_rmcp: BytesMut::new(),
+            handshake_pause: None,
         }
     }
 
@@ -237,6 +245,7 @@ impl Front {
                 return;
             }
             let room = self.to_stdout.len() < HIGH_WATER && self.to_rmcp.len() < HIGH_WATER;
+            let paused = peer_pending && self.handshake_pause.is_some();
             tokio::select! {
                 biased;
                 written = write_some(&mut stdout, &self.to_stdout), if stdout_ok && (stdout_dirty || !self.to_stdout.is_empty()) => match written {
@@ -277,8 +286,10 @@ impl Front {
                 peer = &mut peer_rx, if peer_pending => {
                     peer_pending = false;
                     self.peer = peer.ok();
+                    self.handshake_pause = None;
                 },
-                piece = input.next(), if input_open && room => match piece {
+                _ = sleep_until(self.handshake_pause), if paused => self.handshake_pause = None,
+                piece = input.next(), if input_open && room && !paused => match piece {
                     Some(Ok(piece)) => self.take(piece),
                     // End of input, or a read error (the client is gone either way).
                     _ => {
@@ -300,6 +311,9 @@ impl Front {
 
     /// A piece of client input: a call answered here, a cancellation of one, or for rmcp.
     fn take(&mut self, piece: Piece) {
+        if self.peer.is_none() && piece.whole && is_initialized(&piece.bytes) {
+            self.handshake_pause = Some(tokio::time::Instant::now() + HANDSHAKE_PAUSE);
+        }
         match self.answerable(&piece) {
             Some(Taken::Call { peer, id, params, named }) => return self.start_call(peer, id, params, named),
             // rmcp hears of it too: should the client have reused the id for a request rmcp
@@ -416,6 +430,13 @@ fn encode(message: &ServerJsonRpcMessage, out: &mut BytesMut) {
         }
         Err(e) => tracing::error!("cannot encode an MCP answer: {e}"),
     }
+}
+
+/// Whether `line` is the client's `notifications/initialized` (parsed only if it may be).
+fn is_initialized(line: &[u8]) -> bool {
+    contains(line, b"notifications/initialized")
+        && serde_json::from_slice::<serde_json::Value>(line)
+            .is_ok_and(|v| v.get("method").and_then(|m| m.as_str()) == Some("notifications/initialized"))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
