@@ -11,7 +11,11 @@
 //!   (default options: no TCP_NODELAY, no TCP_QUICKACK, like Python's `http.client` or
 //!   curl), one request after another: p50/p99, calls/s, server CPU per call; and 2025-11-25
 //!   requests without a session to a server started with `--stateless` (as behind a balancer);
-//! - **the floor**: the same bytes through a `cat` process over pipes (as the stdio client
+//! - **the floor**, two of them. A server with skillhost's stack and none of its work: this
+//!   bench re-run as a tokio server on the same transports (rmcp's stdio pipes; hyper and
+//!   axum over loopback with TCP_NODELAY) answering every request with the real answer's bytes,
+//!   measured by the same clients, 1 and 16 of them; what `skillhost mcp` uses beyond it is its
+//!   own work. And the bytes alone: through a `cat` process over pipes (as the stdio client
 //!   and server), and through a loopback socket to an echo thread (as the HTTP ones); two
 //!   wake-ups per round trip, which on a virtual machine cost tens of microseconds whatever
 //!   the server does;
@@ -107,8 +111,9 @@ fn serve(home: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-fn stdio_calls(home: &Path, warmup: usize, n: usize) -> Figures {
-    let mut child = serve(home, &[]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+/// One sequential client of the stdio server `cmd` starts: the figures, and the last answer.
+fn stdio_calls(mut cmd: Command, warmup: usize, n: usize) -> (Figures, String) {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -145,7 +150,7 @@ fn stdio_calls(home: &Path, warmup: usize, n: usize) -> Figures {
         }
     }
     let (wall, cpu) = (began.elapsed(), cpu_of(pid).saturating_sub(cpu0));
-    Figures::of(samples, wall, Some(cpu))
+    (Figures::of(samples, wall, Some(cpu)), line.trim_end().to_string())
 }
 
 /// One kept-alive HTTP/1.1 connection on a plain blocking socket (see the module doc).
@@ -394,15 +399,21 @@ fn socket_echo(n: usize, request: usize, answer: usize) -> Figures {
 
 /// `skillhost mcp --http` on a free loopback port with `args`: the server, its address and pid.
 fn serve_http(home: &Path, args: &[&str]) -> (Server, SocketAddr, u32) {
-    let mut child =
-        serve(home, &["--http", "127.0.0.1:0", "--max-calls", "64"]).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    let mut cmd = serve(home, &["--http", "127.0.0.1:0", "--max-calls", "64"]);
+    cmd.args(args);
+    listening(cmd)
+}
+
+/// The HTTP server `cmd` starts, once it says where it listens: the server, its address, pid.
+fn listening(mut cmd: Command) -> (Server, SocketAddr, u32) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let server = Server(child);
     let addr: SocketAddr = loop {
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "skillhost mcp --http exited before listening");
-        if let Some(rest) = line.trim().strip_prefix("skillhost mcp: listening on http://") {
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the HTTP server exited before listening");
+        if let Some((_, rest)) = line.trim().split_once(": listening on http://") {
             break rest.trim_end_matches("/mcp").parse().unwrap();
         }
     };
@@ -432,7 +443,79 @@ fn cli_runs(home: &Path, n: usize) -> Vec<Duration> {
         .collect()
 }
 
+/// Set (to `stdio` or `http`) in this bench's own process when it is re-run as a floor server.
+const FLOOR_SERVER: &str = "SKILLHOST_BENCH_FLOOR_SERVER";
+/// The answer a floor server sends to every request: the real call's answer bytes.
+const FLOOR_ANSWER: &str = "SKILLHOST_BENCH_FLOOR_ANSWER";
+
+/// This bench re-run as a floor server of `kind`, answering every request with `answer`.
+fn floor_command(kind: &str, answer: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env(FLOOR_SERVER, kind).env(FLOOR_ANSWER, answer);
+    cmd
+}
+
+/// The floor of any async Rust server on this machine: what `skillhost mcp` is built on and
+/// nothing else. The same runtime (tokio's default multi-thread one, as `skillhost mcp`), the
+/// same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with TCP_NODELAY under an
+/// axum router), each request answered with the real call's answer bytes: no JSON parsed, no
+/// skill, no policy, no audit line. A server's CPU per call above this one's is its own work.
+fn floor_server(kind: &str) {
+    let answer = std::env::var(FLOOR_ANSWER).expect("a floor server needs its answer");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        match kind {
+            "stdio" => {
+                use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+                let (reader, mut writer) = rmcp::transport::stdio_pipes();
+                let mut reader = tokio::io::BufReader::new(reader);
+                let (answer, mut line) = (format!("{answer}\n"), Vec::new());
+                while reader.read_until(b'\n', &mut line).await.unwrap() > 0 {
+                    // A notification (no id) gets no answer; the client's lines are compact JSON.
+                    if line.windows(5).any(|w| w == br#""id":"#) {
+                        writer.write_all(answer.as_bytes()).await.unwrap();
+                        writer.flush().await.unwrap();
+                    }
+                    line.clear();
+                }
+            }
+            "http" => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                eprintln!("floor: listening on http://{}/mcp", listener.local_addr().unwrap());
+                let answer = axum::body::Bytes::from(answer);
+                let app = axum::Router::new().route(
+                    "/mcp",
+                    axum::routing::post(move |_request: axum::body::Bytes| {
+                        let answer = answer.clone();
+                        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], answer) }
+                    }),
+                );
+                loop {
+                    let (stream, _) = listener.accept().await.unwrap();
+                    stream.set_nodelay(true).unwrap();
+                    let app = app.clone();
+                    tokio::spawn(async move {
+                        let service =
+                            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                                use tower::ServiceExt as _;
+                                app.clone().oneshot(request.map(axum::body::Body::new))
+                            });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+            other => panic!("no floor server `{other}`"),
+        }
+    });
+}
+
 fn main() {
+    if let Ok(kind) = std::env::var(FLOOR_SERVER) {
+        floor_server(&kind);
+        return;
+    }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let probe = repo.join("target/skills/probe");
     assert!(probe.join("skill.wasm").exists(), "run `just build-skills` first");
@@ -454,15 +537,17 @@ fn main() {
             .print(&format!("http stateless 2026-07-28, {CLIENTS} client(s)"));
         return;
     }
-    let stdio = stdio_calls(&home, 300, 5000);
+    let (stdio, stdio_answer) = stdio_calls(serve(&home, &[]), 300, 5000);
     // The floor's bytes are sized like a real stdio exchange.
     let stdio_request = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": { "name": "probe", "arguments": { "mode": "noop" } } })
     .to_string()
     .len();
-    // An A/B of the stdio path alone (with SKILLHOST_BENCH_BIN): it and its floor, nothing else.
+    let (stdio_floor, _) = stdio_calls(floor_command("stdio", &stdio_answer), 300, 5000);
+    // An A/B of the stdio path alone (with SKILLHOST_BENCH_BIN): it and its floors, nothing else.
     if std::env::var_os("SKILLHOST_BENCH_STDIO_ONLY").is_some() {
         stdio.print("stdio, 1 sequential client");
+        stdio_floor.print("floor: tokio over the same pipes");
         if let Some(p) = pipe_echo(20_000, stdio_request) {
             p.print(&format!("floor: {stdio_request} B line echoed by `cat`"));
         }
@@ -490,12 +575,16 @@ fn main() {
         }
     }
     // The floor's bytes are sized like a real stateless exchange.
-    let (http_request, http_answer) = {
+    let (http_request, http_answer, http_body) = {
         let (mut conn, request) = http_client(addr, Revision::Stateless);
         let (_, _, body) = conn.exchange(&request);
-        (request.len(), body.len() + 200)
+        (request.len(), body.len() + 200, String::from_utf8(body).unwrap())
     };
     drop(server);
+    let http_floor: Vec<Figures> = {
+        let (_floor, addr, pid) = listening(floor_command("http", &http_body));
+        [1, CLIENTS].map(|clients| http_calls(addr, pid, Revision::Stateless, clients, 100, window)).into()
+    };
 
     // The floor, with bytes the size of the real exchanges.
     let pipe = pipe_echo(20_000, stdio_request);
@@ -509,7 +598,12 @@ fn main() {
     for (what, _, _, f) in &http {
         f.print(what);
     }
-    println!("floor:");
+    println!("floor: a tokio server on the same transports that answers with the same bytes and does nothing else:");
+    stdio_floor.print("stdio, 1 sequential client");
+    for (clients, f) in [1, CLIENTS].iter().zip(&http_floor) {
+        f.print(&format!("http (hyper + axum), {clients} client(s)"));
+    }
+    println!("floor: the bytes alone:");
     match &pipe {
         Some(p) => p.print(&format!("{stdio_request} B line echoed by `cat`")),
         None => println!("  `cat` echo skipped (no `cat`)"),
@@ -523,12 +617,22 @@ fn main() {
     let (session1, stateless1) = (find(Revision::Session, 1), find(Revision::Stateless, 1));
     println!("  http stateless p50 (1 client) is {:.1}x the socket floor", us(stateless1.p50) / us(socket.p50));
     println!("  session p50 / stateless p50 (1 client): {:.2}", us(session1.p50) / us(stateless1.p50));
+    let cpu = |f: &Figures| f.cpu_per_call.unwrap_or_default();
+    // What skillhost does per call beyond the server floor: the part its own code decides.
+    println!(
+        "  skillhost's own CPU per call (server minus its floor): stdio {:.1} us, http stateless (1 client) {:.1} us",
+        us(cpu(&stdio)) - us(cpu(&stdio_floor)),
+        us(cpu(stateless1)) - us(cpu(&http_floor[0]))
+    );
+    println!(
+        "  calls/s with {CLIENTS} stateless clients: {:.2} of the floor server's",
+        find(Revision::Stateless, CLIENTS).per_sec / http_floor[1].per_sec
+    );
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     let best16 = [Revision::Stateless, Revision::Session, Revision::Sessionless]
         .into_iter()
         .map(|r| find(r, CLIENTS).per_sec)
         .fold(0.0, f64::max);
-    let cpu = |f: &Figures| f.cpu_per_call.unwrap_or_default();
     let http_cpu = cpu(stateless1).max(cpu(session1));
     println!("targets:");
     println!(
