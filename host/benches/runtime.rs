@@ -143,36 +143,11 @@ fn main() {
         Some("concurrent1") => &[1; 10],
         _ => &[1, 2, 8, 32],
     };
-    for &callers in rounds {
+    // `callers` callers, each running its share of the calls back to back, on our runtime or
+    // (`alone`) on wasmtime alone: calls/s and process CPU per call.
+    let run_calls = |callers: usize, alone: bool| -> (f64, f64) {
         let per_caller = CONCURRENT_CALLS / callers;
         let cpu_before = process_cpu();
-        let started = Instant::now();
-        mt.block_on(async {
-            let tasks: Vec<_> = (0..callers)
-                .map(|_| {
-                    let (runtime, prepared, grant, inv) =
-                        (runtime.clone(), prepared.clone(), grant.clone(), inv.clone());
-                    tokio::spawn(async move {
-                        for _ in 0..per_caller {
-                            let out = runtime.call(&prepared, grant.clone(), inv.clone()).await;
-                            assert!(out.result.is_ok(), "{:?}", out.result);
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
-        });
-        let calls = (per_caller * callers) as f64;
-        let cpu_per_call = (process_cpu() - cpu_before).as_secs_f64() * 1e6 / calls;
-        throughput.push((callers, calls / started.elapsed().as_secs_f64(), cpu_per_call));
-    }
-    // How far 8 callers scale over 1, ours and wasmtime alone: five rounds of the four, in
-    // turn, so that each ratio compares figures taken moments apart (one round is ~0.2 s, and
-    // the machine's speed drifts more than that between rounds).
-    let rate = |callers: usize, alone: bool| -> f64 {
-        let per_caller = CONCURRENT_CALLS / callers;
         let started = Instant::now();
         mt.block_on(async {
             let tasks: Vec<_> = (0..callers)
@@ -195,8 +170,17 @@ fn main() {
                 t.await.unwrap();
             }
         });
-        (per_caller * callers) as f64 / started.elapsed().as_secs_f64()
+        let calls = (per_caller * callers) as f64;
+        (calls / started.elapsed().as_secs_f64(), (process_cpu() - cpu_before).as_secs_f64() * 1e6 / calls)
     };
+    for &callers in rounds {
+        let (per_sec, cpu_per_call) = run_calls(callers, false);
+        throughput.push((callers, per_sec, cpu_per_call));
+    }
+    // How far 8 callers scale over 1, ours and wasmtime alone: five rounds of the four, in
+    // turn, so that each ratio compares figures taken moments apart (one round is ~0.2 s, and
+    // the machine's speed drifts more than that between rounds).
+    let rate = |callers: usize, alone: bool| run_calls(callers, alone).0;
     let (mut ours_at8, mut alone_at8) = (Vec::new(), Vec::new());
     if profile.is_none() {
         for _ in 0..5 {
