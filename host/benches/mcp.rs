@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use skillhost::library::Library;
+use skillhost::mcp::poll_again::PollAgain;
 
 /// The `skillhost` binary measured: this build's, or `SKILLHOST_BENCH_BIN` (an older build,
 /// for an A/B on the same machine state).
@@ -458,8 +459,9 @@ fn floor_command(kind: &str, answer: &str) -> Command {
 /// The floor of any async Rust server on this machine: what `skillhost mcp` is built on and
 /// nothing else. The same runtime (tokio's default multi-thread one, as `skillhost mcp`), the
 /// same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with TCP_NODELAY under an
-/// axum router), each request answered with the real call's answer bytes: no JSON parsed, no
-/// skill, no policy, no audit line. A server's CPU per call above this one's is its own work.
+/// axum router, each connection polled through `PollAgain` as ours is), each request
+/// answered with the real call's answer bytes: no JSON parsed, no skill, no policy, no audit
+/// line. A server's CPU per call above this one's is its own work.
 fn floor_server(kind: &str) {
     let answer = std::env::var(FLOOR_ANSWER).expect("a floor server needs its answer");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -500,9 +502,12 @@ fn floor_server(kind: &str) {
                                 use tower::ServiceExt as _;
                                 app.clone().oneshot(request.map(axum::body::Body::new))
                             });
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
+                        // As `skillhost mcp` serves a connection (mcp/connections.rs).
+                        let _ = PollAgain::new(
+                            hyper::server::conn::http1::Builder::new()
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                        )
+                        .await;
                     });
                 }
             }

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio_util::sync::CancellationToken;
 
+use super::poll_again::PollAgain;
+
 /// How long a waiting connection is safe from eviction: a client's request head arrives
 /// with (or right after) the handshake's last packet, so a connection still waiting for
 /// one after this, while the server is full, is slow or idle. Short, because a flood that
@@ -216,16 +218,19 @@ async fn serve_one(
             response.map(|r| r.map(|body| axum::body::Body::new(WhileSending { body, _busy: busy })))
         }
     });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    let mut conn = std::pin::pin!(conn);
+    // hyper wakes this task from inside its own poll on every request with a body; followed
+    // at once, that wake costs no trip through the scheduler (see `PollAgain`).
+    let mut conn = PollAgain::new(
+        hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(stream), service),
+    );
     tokio::select! {
-        _ = conn.as_mut() => {}
+        _ = &mut conn => {}
         () = admitted.close.cancelled() => {}
         () = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
+            conn.inner().graceful_shutdown();
             let _ = conn.await;
         }
     }

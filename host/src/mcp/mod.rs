@@ -24,6 +24,7 @@ pub mod connections;
 pub mod http;
 pub mod metrics;
 pub mod ops;
+pub mod poll_again;
 mod request;
 mod skills;
 pub mod stdio;
