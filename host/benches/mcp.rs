@@ -34,6 +34,11 @@ use serde_json::{Value, json};
 use skillhost::library::Library;
 use skillhost::mcp::poll_again::PollAgain;
 
+// The allocator `skillhost` uses (host/src/main.rs), so that the floor server, which is this
+// binary, allocates as the server it bounds does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The `skillhost` binary measured: this build's, or `SKILLHOST_BENCH_BIN` (an older build,
 /// for an A/B on the same machine state).
 fn bin() -> String {
@@ -458,8 +463,9 @@ fn floor_command(kind: &str, answer: &str) -> Command {
 
 /// The floor of any async Rust server on this machine: what `skillhost mcp` is built on and
 /// nothing else. The same runtime (tokio's default multi-thread one, as `skillhost mcp`), the
-/// same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with TCP_NODELAY under an
-/// axum router, each connection polled through `PollAgain` as ours is), each request
+/// same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with TCP_NODELAY and a
+/// header timer under an axum router, each connection polled through `PollAgain` as ours is;
+/// the same allocator), each request
 /// answered with the real call's answer bytes: no JSON parsed, no skill, no policy, no audit
 /// line. A server's CPU per call above this one's is its own work.
 fn floor_server(kind: &str) {
@@ -505,6 +511,8 @@ fn floor_server(kind: &str) {
                         // As `skillhost mcp` serves a connection (mcp/connections.rs).
                         let _ = PollAgain::new(
                             hyper::server::conn::http1::Builder::new()
+                                .timer(hyper_util::rt::TokioTimer::new())
+                                .header_read_timeout(Duration::from_secs(10))
                                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
                         )
                         .await;

@@ -11,8 +11,10 @@
 //!
 //! The floor beside the warm call: wasmtime alone ([`BareProbe`]) instantiating the same
 //! component on the runtime's own engine and dropping its store, with and without running
-//! `execute`, timed in turn with the warm call; and its 8-caller scaling, in rounds paired
-//! with ours. What the warm call costs above it is the runtime's own work.
+//! `execute`, timed in turn with the warm call (so the warm call is not comparable with
+//! figures from before 2026-12-07, when it ran alone); and its 8-caller scaling, in rounds
+//! paired with ours, from one shared component (the runtime instantiates from a copy per CPU,
+//! see sandbox/lanes.rs). What the warm call costs above it is the runtime's own work.
 
 use std::path::Path;
 use std::process::Command;
@@ -103,21 +105,28 @@ fn main() {
         rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
     }
     // Beside it, the same on wasmtime alone: one of each in turn, so that the three see the
-    // same state of the machine.
-    let bare = Arc::new(BareProbe::new(runtime.engine(), &wasm));
-    for _ in 0..200 {
-        rt.block_on(bare.call(true));
-    }
+    // same state of the machine (a profile records only ours).
+    let profile = std::env::var("SKILLHOST_BENCH_PROFILE").ok();
+    let bare = profile.is_none().then(|| Arc::new(BareProbe::new(runtime.engine(), &wasm)));
     let (mut warm, mut bare_instantiate, mut bare_call) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..5000 {
-        warm.extend(time_n(1, || {
+    for round in 0..5200 {
+        let warm_call = time_n(1, || {
             let out = rt.block_on(runtime.call(&prepared, grant.clone(), inv.clone()));
             debug_assert!(out.result.is_ok());
-        }));
-        bare_instantiate.extend(time_n(1, || rt.block_on(bare.call(false))));
-        bare_call.extend(time_n(1, || rt.block_on(bare.call(true))));
+        });
+        let Some(bare) = &bare else {
+            warm.extend(warm_call);
+            continue;
+        };
+        let instantiate = time_n(1, || rt.block_on(bare.call(false)));
+        let call = time_n(1, || rt.block_on(bare.call(true)));
+        // The first 200 rounds warm wasmtime alone up.
+        if round >= 200 {
+            warm.extend(warm_call);
+            bare_instantiate.extend(instantiate);
+            bare_call.extend(call);
+        }
     }
-    let profile = std::env::var("SKILLHOST_BENCH_PROFILE").ok();
     if profile.as_deref() == Some("warm") {
         // Only warm calls, for `perf record`.
         for _ in 0..50_000 {
@@ -127,8 +136,6 @@ fn main() {
     }
     let warm_p50 = percentile(&mut warm, 0.5);
     let warm_p99 = percentile(&mut warm, 0.99);
-    let (bare_instantiate_p50, bare_call_p50) =
-        (percentile(&mut bare_instantiate, 0.5), percentile(&mut bare_call, 0.5));
 
     // Concurrent callers in one process: each runs its share of the calls back to back.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
@@ -156,7 +163,7 @@ fn main() {
                         (runtime.clone(), prepared.clone(), grant.clone(), inv.clone(), bare.clone());
                     tokio::spawn(async move {
                         for _ in 0..per_caller {
-                            if alone {
+                            if let (true, Some(bare)) = (alone, &bare) {
                                 bare.call(true).await;
                             } else {
                                 let out = runtime.call(&prepared, grant.clone(), inv.clone()).await;
@@ -238,10 +245,12 @@ fn main() {
     println!("  warm call p50 (instantiate+execute)     {:>10.1} us", us(warm_p50));
     println!("  warm call p99                           {:>10.1} us", us(warm_p99));
     println!("  Library::run p50 (policy+validate+audit){:>10.1} us", us(full_p50));
+    let (bare_instantiate_p50, bare_call_p50) =
+        (percentile(&mut bare_instantiate, 0.5), percentile(&mut bare_call, 0.5));
     println!("  floor, wasmtime alone on the same engine (no capability state, metering, limits):");
     println!("    instantiate + drop p50                {:>10.1} us", us(bare_instantiate_p50));
     println!(
-        "    instantiate + execute + drop p50      {:>10.1} us   (the warm call is {:.2}x this)",
+        "    instantiate + execute + drop p50      {:>10.1} us   (dynamic call; the warm call is {:.2}x this)",
         us(bare_call_p50),
         us(warm_p50) / us(bare_call_p50)
     );
@@ -252,7 +261,7 @@ fn main() {
     let range = |v: &[f64]| format!("{:.2}-{:.2}", v[0], v[v.len() - 1]);
     let (ours8, alone8) = (median(&mut ours_at8), median(&mut alone_at8));
     println!(
-        "  8 callers / 1 caller, median of 5 paired rounds: {ours8:.2}x ({}); wasmtime alone {alone8:.2}x ({})",
+        "  8 callers / 1 caller, median of 5 paired rounds: {ours8:.2}x ({}); wasmtime alone, one shared component, {alone8:.2}x ({})",
         range(&ours_at8),
         range(&alone_at8)
     );
@@ -302,7 +311,7 @@ fn main() {
         us(bare_instantiate_p50)
     );
     println!(
-        "  >= 1.8x single-caller throughput at 8 callers: {} ({ours8:.2}x, median of the paired rounds; wasmtime alone {alone8:.2}x)",
+        "  >= 1.8x single-caller throughput at 8 callers: {} ({ours8:.2}x, median of the paired rounds; wasmtime alone, one shared component, {alone8:.2}x)",
         verdict(ours8 >= 1.8),
     );
 }
@@ -352,6 +361,8 @@ impl wasmtime_wasi::WasiView for Bare {
 struct BareProbe {
     engine: wasmtime::Engine,
     pre: wasmtime::component::InstancePre<Bare>,
+    /// `execute`, found once (as the runtime's typed bindings find it once).
+    execute: wasmtime::component::ComponentExportIndex,
 }
 
 impl BareProbe {
@@ -379,11 +390,13 @@ impl BareProbe {
                 }
             }
         }
-        BareProbe { engine: engine.clone(), pre: linker.instantiate_pre(&component).unwrap() }
+        let execute = component.get_export_index(None, "execute").expect("the probe exports `execute`");
+        BareProbe { engine: engine.clone(), pre: linker.instantiate_pre(&component).unwrap(), execute }
     }
 
     /// Instantiate the probe in a store of its own, run `execute` (noop) if `execute`, and
-    /// drop the store.
+    /// drop the store. The call goes through wasmtime's dynamic API (its arguments and result
+    /// checked and built as values), a little more work than the runtime's typed call.
     async fn call(&self, execute: bool) {
         use wasmtime::component::Val;
         let data = Bare {
@@ -395,7 +408,7 @@ impl BareProbe {
         store.set_epoch_deadline(1_000);
         let instance = self.pre.instantiate_async(&mut store).await.unwrap();
         if execute {
-            let execute = instance.get_func(&mut store, "execute").expect("the probe exports `execute`");
+            let execute = instance.get_func(&mut store, self.execute).expect("`execute` is a function");
             let call = Val::Record(vec![
                 ("session-id".into(), Val::String("bench".into())),
                 ("step".into(), Val::U32(1)),
