@@ -462,12 +462,12 @@ fn floor_command(kind: &str, answer: &str) -> Command {
 }
 
 /// The floor of any async Rust server on this machine: what `skillhost mcp` is built on and
-/// nothing else. The same runtime (tokio's default multi-thread one, as `skillhost mcp`), the
-/// same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with TCP_NODELAY and a
-/// header timer under an axum router, each connection polled through `PollAgain` as ours is;
-/// the same allocator), each request
-/// answered with the real call's answer bytes: no JSON parsed, no skill, no policy, no audit
-/// line. A server's CPU per call above this one's is its own work.
+/// nothing else. The same runtime (tokio's default multi-thread one, as `skillhost mcp`) and
+/// allocator, the same transports (rmcp's non-blocking stdio pipes; hyper HTTP/1 with
+/// TCP_NODELAY and a header timer under an axum router, each connection polled through
+/// `PollAgain` as ours is), each request answered with the real call's answer bytes: no JSON
+/// parsed, no skill, no policy, no audit line. A server's CPU per call above this one's is
+/// its own work.
 fn floor_server(kind: &str) {
     let answer = std::env::var(FLOOR_ANSWER).expect("a floor server needs its answer");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();

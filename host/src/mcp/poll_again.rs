@@ -8,7 +8,8 @@
 //! queue and an idle worker is unparked to steal it. With one client and two workers that is
 //! a futex wake and wait and two context switches per request, and the connection moving to
 //! the other core: on this VM 10-15 µs of CPU per request of the bare hyper + axum server
-//! (`cargo bench --bench mcp`'s floor server, 52-61 -> 40-46 µs per request, three rounds).
+//! (`cargo bench --bench mcp`'s floor server under a Python client, 52-61 -> 40-46 µs per
+//! request, three rounds).
 //!
 //! Only a wake made on the polling thread while the inner future is being polled is followed
 //! at once: the future woke itself. A wake from anywhere else (the I/O driver, a timer, another
