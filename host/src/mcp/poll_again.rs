@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use futures::task::AtomicWaker;
 
 /// How long one poll may have run for a self-wake to be followed at once.
-pub const REPOLL_WITHIN: Duration = Duration::from_micros(200);
+const REPOLL_WITHIN: Duration = Duration::from_micros(200);
 /// How many self-wakes one poll follows at once.
-pub const MAX_REPOLLS: usize = 4;
+const MAX_REPOLLS: usize = 4;
 
 thread_local! {
     /// The [`Wakes`] of the `PollAgain` this thread is polling (null when none).

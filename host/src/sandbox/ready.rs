@@ -24,10 +24,10 @@
 //! starting at `execute`. Such a task gives its worker back at every epoch tick and gives
 //! up after [`MAKE_ON_WORKER_WALL`] (the skill is then treated as slow), and fast skills
 //! hold at most half of the runtime's made-ahead places ([`KEPT_FOR_SLOW`]), so that many
-//! rarely called fast skills cannot keep a slow one from having its instance. (Made on the blocking pool
-//! instead, a fast skill's instance costs a thread wake-up per call: under load that took
-//! 10-20% of the throughput; README, Performance.) Nothing is made ahead before a skill's
-//! second call, so a one-shot `skill run` pays nothing.
+//! rarely called fast skills cannot keep a slow one from having its instance. (Made on the
+//! blocking pool instead, a fast skill's instance costs a thread wake-up per call: under
+//! load that took 10-20% of the throughput; README, Performance.) Nothing is made ahead
+//! before a skill's second call, so a one-shot `skill run` pays nothing.
 
 use std::sync::Arc;
 use std::sync::Mutex;
